@@ -1,0 +1,72 @@
+import { type Static, Type as T } from '@sinclair/typebox'
+
+/**
+ * GatewayConfig is `plugins.gateway` in the YAML. `@self` in a command list stands for this
+ * modelgate executable, so the demo can run the built-in simulators from source or from the binary.
+ */
+const Argv = T.Array(T.String({ minLength: 1 }), { minItems: 1 })
+
+export const GatewayConfig = T.Object(
+  {
+    engine: T.Object(
+      {
+        command: T.Array(T.String({ minLength: 1 }), {
+          minItems: 1,
+          default: ['vllm', 'serve'],
+          description: 'argv of the engine; the gateway appends MODEL and the vLLM flags',
+        }),
+        env: T.Record(T.String(), T.String(), { default: {}, description: 'extra environment for engines' }),
+        host: T.String({ default: '127.0.0.1', description: 'address engines bind to (--host)' }),
+        port_range: T.Object(
+          {
+            start: T.Integer({ default: 8100, minimum: 1024, maximum: 65535 }),
+            end: T.Integer({ default: 8199, minimum: 1024, maximum: 65535 }),
+          },
+          { additionalProperties: false, default: {} },
+        ),
+        gpu_memory_utilization: T.Number({ default: 0.9, exclusiveMinimum: 0, maximum: 1 }),
+        startup_timeout_seconds: T.Integer({
+          default: 1200,
+          minimum: 1,
+          description: 'deadline to become healthy',
+        }),
+        stop_grace_seconds: T.Number({ default: 15, minimum: 0, description: 'SIGTERM → SIGKILL delay' }),
+        health_poll_ms: T.Object(
+          {
+            initial: T.Integer({ default: 200, minimum: 10 }),
+            max: T.Integer({ default: 2000, minimum: 10 }),
+          },
+          { additionalProperties: false, default: {} },
+        ),
+        log_buffer_lines: T.Integer({ default: 2000, minimum: 100, maximum: 100000 }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
+    gpu: T.Object(
+      {
+        smi_command: T.Union([Argv, T.Null()], {
+          default: ['nvidia-smi'],
+          description: 'argv of nvidia-smi (query flags are appended); null disables the probe',
+        }),
+        timeout_ms: T.Integer({ default: 5000, minimum: 100 }),
+        cache_ms: T.Integer({ default: 500, minimum: 0 }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
+    sharedcache: T.Object(
+      {
+        enabled: T.Boolean({ default: false, description: 'launch engines with kvcached (TP=1 only)' }),
+        shm_dir: T.String({ default: '/dev/shm' }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
+  },
+  { additionalProperties: false },
+)
+
+export type GatewayConfig = Static<typeof GatewayConfig>
+
+/** expandSelf replaces `@self` in an argv with the command that re-runs modelgate. */
+export function expandSelf(argv: readonly string[], self: readonly string[]): string[] {
+  return argv.flatMap((a) => (a === '@self' ? [...self] : [a]))
+}

@@ -1,0 +1,84 @@
+import { join } from 'node:path'
+import type { EngineProcess } from '../../src/engine/supervisor.ts'
+import { VllmClient } from '../../src/engine/vllm-client.ts'
+import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
+import type { InstanceRecord, InstanceStatus } from './api.ts'
+import { InstanceEvents } from './events.ts'
+import type { InstanceRow } from './schema.ts'
+
+/**
+ * ManagedInstance is the live state of one engine: its persisted row, its process, its log
+ * accumulator and event stream, its in-flight request count and whether the router may send to it
+ * (a move turns that off on the source while it drains).
+ */
+export class ManagedInstance {
+  process: EngineProcess | null = null
+  readonly events: InstanceEvents
+  readonly logs: VllmLogAccumulator
+  readonly client: VllmClient
+  inFlight = 0
+  /** routable is false while being switched away from (moves) or when removed. */
+  routable = true
+  /** busy names a control operation in progress (sleep, wake, unload) to serialise them. */
+  busy: string | null = null
+  /** lastProgress avoids re-emitting the same progress figure. */
+  lastProgress = -1
+  /** currentMemoryGib is the footprint per GPU last measured (ready, sleep, wake). */
+  currentMemoryGib: Record<string, number> | null = null
+
+  constructor(
+    public row: InstanceRow,
+    engineHost: string,
+    maxLogLines: number,
+    hints: { gpuMemoryUtilization?: number; deviceTotalGib?: number },
+  ) {
+    this.events = new InstanceEvents(row.id, maxLogLines)
+    this.logs = new VllmLogAccumulator(hints)
+    const host = engineHost === '0.0.0.0' ? '127.0.0.1' : engineHost
+    this.client = new VllmClient(`http://${host.includes(':') ? `[${host}]` : host}:${row.port}`)
+  }
+
+  get id(): string {
+    return this.row.id
+  }
+
+  get status(): InstanceStatus {
+    return this.row.status as InstanceStatus
+  }
+
+  get baseUrl(): string {
+    return this.client.baseUrl
+  }
+
+  static logFiles(logDir: string) {
+    return { stdout: join(logDir, 'stdout.log'), stderr: join(logDir, 'stderr.log') }
+  }
+
+  record(): InstanceRecord {
+    const r = this.row
+    return {
+      id: r.id,
+      model_path: r.model_path,
+      model_name: r.model_name,
+      served_model_name: r.served_model_name,
+      status: r.status as InstanceStatus,
+      port: r.port,
+      process_id: r.pid,
+      max_tokens: r.max_tokens,
+      gpu_memory_utilization: r.gpu_memory_utilization,
+      gpu_ids: r.gpu_ids,
+      tensor_parallel_size: r.tensor_parallel_size,
+      sharedcache_enabled: r.sharedcache_enabled,
+      enable_sleep_mode: r.enable_sleep_mode,
+      sleep_level: (r.sleep_level as 1 | 2 | null) ?? null,
+      slept_at: r.slept_at,
+      loaded_at: r.loaded_at,
+      ready_at: r.ready_at,
+      extra_args: r.extra_args,
+      error: r.error,
+      memory_metrics: r.memory_metrics ?? null,
+      memory_baseline_by_gpu: r.memory_baseline_by_gpu ?? null,
+      launch_command: r.launch_command,
+    }
+  }
+}

@@ -1,0 +1,176 @@
+import { t } from 'elysia'
+
+/** Response and request schemas of the gateway's controller routes, as /docs shows them. */
+const Status = t.Union(
+  [
+    t.Literal('starting'),
+    t.Literal('active'),
+    t.Literal('sleeping'),
+    t.Literal('stopping'),
+    t.Literal('failed'),
+  ],
+  { description: '`active` is the serving state (called `running` in the sleep and move sections)' },
+)
+
+export const MemoryMetricsSchema = t.Object({
+  total_gpu_memory_gib: t.Number(),
+  weights_memory_gib: t.Number(),
+  cuda_graph_memory_gib: t.Number(),
+  overhead_memory_gib: t.Number(),
+  kv_cache_available_gib: t.Number(),
+  kv_cache_per_request_mib: t.Number(),
+  max_model_len: t.Number(),
+})
+
+export const InstanceSchema = t.Object({
+  id: t.String(),
+  model_path: t.String(),
+  model_name: t.String(),
+  served_model_name: t.String(),
+  status: Status,
+  port: t.Number(),
+  process_id: t.Nullable(t.Number()),
+  max_tokens: t.Nullable(t.Number({ description: 'context length (null until the engine reports it)' })),
+  gpu_memory_utilization: t.Number(),
+  gpu_ids: t.Array(t.Number()),
+  tensor_parallel_size: t.Number(),
+  sharedcache_enabled: t.Boolean(),
+  enable_sleep_mode: t.Boolean(),
+  sleep_level: t.Nullable(t.Number()),
+  slept_at: t.Nullable(t.String()),
+  loaded_at: t.String(),
+  ready_at: t.Nullable(t.String()),
+  extra_args: t.Array(t.String()),
+  error: t.Nullable(t.String({ description: "the engine's own failure line when failed" })),
+})
+
+export const InstanceDetailSchema = t.Composite([
+  InstanceSchema,
+  t.Object({
+    memory_metrics: t.Nullable(MemoryMetricsSchema),
+    memory_baseline_by_gpu: t.Nullable(
+      t.Record(t.String(), t.Number(), { description: 'GiB per GPU index' }),
+    ),
+    launch_command: t.String(),
+  }),
+])
+
+export const LoadBody = t.Object(
+  {
+    model_path: t.String({ minLength: 1, description: 'model hub path or local path' }),
+    max_tokens: t.Optional(
+      t.Integer({ minimum: 1, description: "context length; default: the model's maximum" }),
+    ),
+    gpu_ids: t.Optional(t.Array(t.Integer({ minimum: 0 }), { minItems: 1 })),
+    tensor_parallel_size: t.Optional(t.Integer({ minimum: 1, maximum: 64 })),
+    extra_args: t.Optional(t.Array(t.String(), { description: 'appended to the engine command line' })),
+    enable_sleep_mode: t.Optional(t.Boolean()),
+    served_model_name: t.Optional(t.String({ minLength: 1, description: 'default: model_path' })),
+    gpu_memory_utilization: t.Optional(
+      t.Number({
+        exclusiveMinimum: 0,
+        maximum: 1,
+        description: 'default: plugins.gateway.engine.gpu_memory_utilization',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+export const LoadResponseSchema = t.Object({
+  status: t.Literal('starting'),
+  model: t.String(),
+  port: t.Number(),
+  loaded_at: t.String(),
+  instance_id: t.String(),
+})
+
+export const SleepResultSchema = t.Object({
+  status: t.Literal('sleeping'),
+  instance_id: t.String(),
+  model_path: t.String(),
+  sleep_level: t.Number(),
+  slept_at: t.String(),
+})
+
+export const WakeResultSchema = t.Object({
+  status: t.Union([t.Literal('running'), t.Literal('sleeping')], {
+    description: '`running` when fully awake; `sleeping` while some parts (tags) are still asleep',
+  }),
+  instance_id: t.String(),
+  model_path: t.String(),
+  woke_at: t.String(),
+  tags: t.Optional(t.Array(t.String())),
+})
+
+export const SleepStatusSchema = t.Object({
+  instance_id: t.String(),
+  status: Status,
+  is_sleeping: t.Boolean(),
+  sleep_level: t.Nullable(t.Number()),
+  slept_at: t.Nullable(t.String()),
+  enable_sleep_mode: t.Boolean(),
+  engine_is_sleeping: t.Nullable(
+    t.Boolean({ description: "the engine's own /is_sleeping (null: not asked)" }),
+  ),
+})
+
+const KvCache = t.Object({
+  total_gb: t.Number(),
+  prealloc_gb: t.Number(),
+  used_gb: t.Number(),
+  free_gb: t.Number(),
+})
+const ModelMemory = t.Object({
+  model_path: t.String(),
+  instance_id: t.String(),
+  display_name: t.String(),
+  gpu_memory_gb: t.Number(),
+  color: t.String(),
+})
+
+export const GpuAvailableSchema = t.Object({
+  gpus: t.Array(
+    t.Object({
+      index: t.Number(),
+      name: t.String(),
+      memory_total_mb: t.Nullable(t.Number()),
+      memory_used_mb: t.Nullable(t.Number()),
+      memory_free_mb: t.Nullable(t.Number()),
+      utilization_percent: t.Nullable(t.Number()),
+      models_loaded: t.Number(),
+      recommended: t.Boolean(),
+    }),
+  ),
+  recommendation: t.Nullable(
+    t.Object({ gpu_id: t.Number(), free_memory_gb: t.Number(), reason: t.String() }),
+  ),
+})
+
+export const MemoryUsageSchema = t.Object({
+  kvcache: t.Optional(KvCache),
+  gpu: t.Object({
+    total_gb: t.Number(),
+    used_gb: t.Number(),
+    free_gb: t.Number(),
+    utilization_percent: t.Number(),
+  }),
+  models: t.Array(ModelMemory),
+})
+
+export const MultiGpuSchema = t.Object({
+  gpus: t.Array(
+    t.Object({
+      gpu_index: t.Number(),
+      name: t.String(),
+      total_gb: t.Nullable(t.Number()),
+      used_gb: t.Nullable(t.Number()),
+      free_gb: t.Nullable(t.Number()),
+      utilization_percent: t.Nullable(t.Number()),
+      models: t.Array(ModelMemory),
+      kvcache: t.Optional(KvCache),
+    }),
+  ),
+  kvcache: KvCache,
+  total_system_free_gb: t.Number(),
+})

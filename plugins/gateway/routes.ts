@@ -1,0 +1,261 @@
+import { Elysia, t } from 'elysia'
+import { badRequest } from '../../src/http/errors.ts'
+import { ControllerError } from '../../src/http/schemas.ts'
+import { sseResponse } from '../../src/http/sse.ts'
+import { INSTANCE_EVENT_TYPES, type InstanceEventType } from './events.ts'
+import {
+  GpuAvailableSchema,
+  InstanceDetailSchema,
+  InstanceSchema,
+  LoadBody,
+  LoadResponseSchema,
+  MemoryUsageSchema,
+  MultiGpuSchema,
+  SleepResultSchema,
+  SleepStatusSchema,
+  WakeResultSchema,
+} from './model.ts'
+import type { GatewayService } from './service.ts'
+import { gpuAvailableView, memoryUsageView, multiGpuView } from './views.ts'
+
+/** gatewayRoutes: the controller routes of the lifecycle, GPU/memory and sleep sections. Thin: the service decides. */
+const tags = ['gateway']
+const Errors = { 400: ControllerError, 404: ControllerError, 409: ControllerError, 502: ControllerError }
+
+function basic<
+  T extends { memory_metrics?: unknown; memory_baseline_by_gpu?: unknown; launch_command?: unknown },
+>(r: T) {
+  const { memory_metrics: _m, memory_baseline_by_gpu: _b, launch_command: _l, ...rest } = r
+  return rest
+}
+
+function parseTypes(raw: string | undefined): Set<InstanceEventType> {
+  if (!raw || raw === 'all') return new Set(INSTANCE_EVENT_TYPES)
+  const out = new Set<InstanceEventType>()
+  for (const part of raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
+    if (!(INSTANCE_EVENT_TYPES as readonly string[]).includes(part))
+      throw badRequest(`query.types: unknown event type '${part}' (use ${INSTANCE_EVENT_TYPES.join(', ')})`)
+    out.add(part as InstanceEventType)
+  }
+  return out
+}
+
+export function gatewayRoutes(service: GatewayService, shmDir: string) {
+  return new Elysia({ name: 'gateway-routes' })
+    .post(
+      '/api/v1/models/load',
+      async ({ body, set }) => {
+        set.status = 202
+        return service.load(body)
+      },
+      {
+        body: LoadBody,
+        response: { 202: LoadResponseSchema, ...Errors },
+        detail: {
+          tags,
+          summary: 'Load a model (asynchronous)',
+          description:
+            'Validates, places on GPUs (most free memory first), allocates a port and spawns the engine; returns 202 ' +
+            'with status `starting`. Watch the instance events for `active` or `failed`. 400 INSUFFICIENT_MEMORY when ' +
+            'a GPU has less free memory than gpu_memory_utilization × its total; 409 MODEL_ALREADY_EXISTS when ' +
+            'extra_args ask for a port an instance already uses.',
+        },
+      },
+    )
+    .get(
+      '/api/v1/models',
+      () => {
+        const models = service.list().map(basic)
+        return { models, total: models.length }
+      },
+      {
+        response: t.Object({ models: t.Array(InstanceSchema), total: t.Number() }),
+        detail: { tags, summary: 'List model instances' },
+      },
+    )
+    .get('/api/v1/models/:id', ({ params }) => ({ model: service.require(params.id).record() }), {
+      params: t.Object({ id: t.String() }),
+      response: { 200: t.Object({ model: InstanceDetailSchema }), 404: ControllerError },
+      detail: { tags, summary: 'Model instance detail (memory metrics, baselines, launch command)' },
+    })
+    .post(
+      '/api/v1/models/:id/unload',
+      async ({ params, set }) => {
+        await service.unload(params.id)
+        set.status = 202
+        return { status: 'stopping' as const, instance_id: params.id, message: 'unload started' }
+      },
+      {
+        params: t.Object({ id: t.String() }),
+        response: {
+          202: t.Object({ status: t.Literal('stopping'), instance_id: t.String(), message: t.String() }),
+          404: ControllerError,
+          409: ControllerError,
+        },
+        detail: {
+          tags,
+          summary: 'Unload a model (asynchronous)',
+          description:
+            'Status becomes `stopping`; the engine process group gets SIGTERM, then SIGKILL after ' +
+            'plugins.gateway.engine.stop_grace_seconds; the instance disappears when the group is gone. ' +
+            'A failed instance is removed the same way.',
+        },
+      },
+    )
+    .get(
+      '/api/v1/models/instances/:instance_id/events',
+      ({ params, query, request }) => {
+        const inst = service.require(params.instance_id)
+        const types = parseTypes(query.types)
+        const replay = query.replay_logs !== 'false'
+        return sseResponse(
+          (sink) =>
+            inst.events.subscribe(
+              types,
+              replay,
+              (e) => sink.send(e.eventType, e, e.id),
+              () => sink.close(),
+            ),
+          { signal: request.signal },
+        )
+      },
+      {
+        params: t.Object({ instance_id: t.String() }),
+        query: t.Object({
+          types: t.Optional(
+            t.String({ description: 'comma list of log,status,memory,progress,error (default all)' }),
+          ),
+          replay_logs: t.Optional(
+            t.String({ description: "'true' (default) replays buffered logs on connect" }),
+          ),
+          token: t.Optional(
+            t.String({ description: 'admin JWT for browsers (EventSource cannot set headers)' }),
+          ),
+        }),
+        detail: {
+          tags,
+          summary: 'Instance event stream (SSE)',
+          description:
+            'Each message: `event: <type>`, `data: {id, timestamp, instanceId, eventType, data}`. log: {stream, content}; ' +
+            'status: {previousStatus, currentStatus, message} (currentStatus `removed` ends the stream); progress: ' +
+            '{phase, percent, message} with phases starting, loading_weights, profiling, kv_cache, cuda_graphs, api_server, ' +
+            'ready; memory: {gpu_ids, memory_used_gib_by_gpu, total_memory_used_gib, status, memory_metrics}; error: ' +
+            '{message, source}. A late subscriber first gets the buffered logs (replay_logs) and the latest status, ' +
+            'progress and memory events. Heartbeat comments every 15 s.',
+        },
+      },
+    )
+    .get(
+      '/api/v1/models/instances/:instance_id/logs',
+      ({ params, query }) => {
+        const inst = service.require(params.instance_id)
+        const lines = inst.events.recentLogs(query.lines ?? 100)
+        return { instance_id: inst.id, logs: lines.join('\n'), line_count: lines.length }
+      },
+      {
+        params: t.Object({ instance_id: t.String() }),
+        query: t.Object({
+          lines: t.Optional(
+            t.Numeric({ minimum: 1, maximum: 500, error: 'query.lines: must be an integer from 1 to 500' }),
+          ),
+        }),
+        response: {
+          200: t.Object({ instance_id: t.String(), logs: t.String(), line_count: t.Number() }),
+          400: ControllerError,
+          404: ControllerError,
+        },
+        detail: { tags, summary: 'Recent engine log lines, prefixed [stdout]/[stderr]' },
+      },
+    )
+    .get('/api/gpu/available', () => gpuAvailableView(service), {
+      response: { 200: GpuAvailableSchema, 503: ControllerError },
+      detail: {
+        tags,
+        summary: 'GPUs and the recommended one (most free memory)',
+        description:
+          'Memory in MiB as nvidia-smi reports it; unknown values ([N/A]) are null. 503 without a GPU probe.',
+      },
+    })
+    .get('/api/memory/usage', () => memoryUsageView(service, shmDir), {
+      response: { 200: MemoryUsageSchema, 503: ControllerError },
+      detail: {
+        tags,
+        summary: 'Memory usage, whole host',
+        description:
+          'All *_gb figures are GiB. KVCache Total = GPU Free + Prealloc + Used; KVCache Free = max(0, Total − Used − ' +
+          'Prealloc). Used/prealloc come from the kvcached segments, else from each engine’s vllm:kv_cache_usage_perc × ' +
+          'its KV cache. kvcache is omitted when no model is loaded.',
+      },
+    })
+    .get('/api/memory/usage/multi-gpu', () => multiGpuView(service, shmDir), {
+      response: { 200: MultiGpuSchema, 503: ControllerError },
+      detail: {
+        tags,
+        summary: 'Memory usage per GPU',
+        description:
+          'Per-GPU kvcache total = GPU Total − model baselines (memory_baseline_by_gpu) − other processes; TP models’ ' +
+          'KV usage is split evenly over their GPUs.',
+      },
+    })
+    .post(
+      '/api/models/instances/:instance_id/sleep',
+      ({ params, query }) => service.sleep(params.instance_id, (query.level ?? 1) as 1 | 2),
+      {
+        params: t.Object({ instance_id: t.String() }),
+        query: t.Object({
+          level: t.Optional(t.Numeric({ minimum: 1, maximum: 2, error: 'query.level: must be 1 or 2' })),
+        }),
+        response: { 200: SleepResultSchema, ...Errors },
+        detail: {
+          tags,
+          summary: 'Put a running instance to sleep',
+          description:
+            'Level 1 offloads weights to CPU and discards the KV cache (~90% freed); level 2 discards both (~95%). ' +
+            '400 SLEEP_MODE_NOT_ENABLED when loaded without enable_sleep_mode; 404; 409 when not running; 502 when the engine fails.',
+        },
+      },
+    )
+    .post(
+      '/api/models/instances/:instance_id/wake',
+      ({ params, body }) => {
+        const raw = body?.tags
+        const list = raw === undefined ? [] : Array.isArray(raw) ? raw : [raw]
+        return service.wake(params.instance_id, list)
+      },
+      {
+        params: t.Object({ instance_id: t.String() }),
+        body: t.Optional(
+          t.Object(
+            {
+              tags: t.Optional(
+                t.Union([
+                  t.Union([t.Literal('weights'), t.Literal('kv_cache')]),
+                  t.Array(t.Union([t.Literal('weights'), t.Literal('kv_cache')])),
+                ]),
+              ),
+            },
+            { additionalProperties: false },
+          ),
+        ),
+        response: { 200: WakeResultSchema, ...Errors },
+        detail: {
+          tags,
+          summary: 'Wake a sleeping instance',
+          description:
+            'Optional body {tags: "weights" | "kv_cache" | [...]} wakes part of the engine; no tags wakes all. 409 when not sleeping.',
+        },
+      },
+    )
+    .get(
+      '/api/models/instances/:instance_id/sleep-status',
+      ({ params }) => service.sleepStatus(params.instance_id),
+      {
+        params: t.Object({ instance_id: t.String() }),
+        response: { 200: SleepStatusSchema, 404: ControllerError },
+        detail: { tags, summary: 'Sleep status of an instance' },
+      },
+    )
+}

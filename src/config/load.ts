@@ -1,0 +1,182 @@
+import type { TSchema } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+import { parse as parseYaml } from 'yaml'
+import { ENV_OVERRIDES, type RootConfig, RootConfigSchema } from './schema.ts'
+
+/**
+ * Config loading: YAML text → `${VAR}` / `${VAR:-default}` interpolation → environment overrides
+ * → defaults → validation. Every problem is collected with its dotted path so an operator sees
+ * all of them at once (`check-config` exits 2 listing them).
+ */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  ${problems.join('\n  ')}`)
+    this.name = 'ConfigError'
+  }
+}
+
+export type Env = Record<string, string | undefined>
+
+/** PluginSchemas gives the host's validator each known plugin's config schema and dependencies. */
+export interface PluginSchemaInfo {
+  schema: TSchema
+  dependsOn: string[]
+}
+
+export interface LoadedConfig {
+  root: RootConfig
+  /** plugins holds the validated, defaulted config of each enabled plugin, in YAML order. */
+  plugins: Map<string, Record<string, unknown>>
+}
+
+const VAR = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g
+
+/** interpolate replaces `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree. */
+export function interpolate(value: unknown, env: Env, path: string, problems: string[]): unknown {
+  if (typeof value === 'string') {
+    return value.replace(VAR, (_m, name: string, def: string | undefined) => {
+      const v = env[name]
+      if (v !== undefined && v !== '') return v
+      if (def !== undefined) return def
+      problems.push(`${path || '(root)'}: environment variable ${name} is not set`)
+      return ''
+    })
+  }
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${path}[${i}]`, problems))
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {}
+    for (const [k, v] of Object.entries(value))
+      out[k] = interpolate(v, env, path ? `${path}.${k}` : k, problems)
+    return out
+  }
+  return value
+}
+
+function setPath(obj: Record<string, unknown>, dotted: string, value: unknown): void {
+  const parts = dotted.split('.')
+  let cur = obj
+  for (const p of parts.slice(0, -1)) {
+    const next = cur[p]
+    if (!next || typeof next !== 'object') cur[p] = {}
+    cur = cur[p] as Record<string, unknown>
+  }
+  cur[parts[parts.length - 1]!] = value
+}
+
+/** pointerToDotted turns a JSON pointer from TypeBox (`/plugins/router/port`) into `plugins.router.port`. */
+function pointerToDotted(prefix: string, pointer: string): string {
+  const parts = pointer
+    .split('/')
+    .slice(1)
+    .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'))
+  const segs: string[] = prefix ? [prefix] : []
+  for (const p of parts) {
+    if (/^\d+$/.test(p) && segs.length > 0) segs[segs.length - 1] += `[${p}]`
+    else segs.push(p)
+  }
+  return segs.join('.') || '(root)'
+}
+
+/** validate applies defaults and returns the value plus one message per problem, by dotted path. */
+export function validateAgainst<T>(schema: TSchema, input: unknown, prefix: string, problems: string[]): T {
+  // Convert coerces interpolated strings (`port: ${PORT:-3000}`) to the type the schema expects.
+  const value = Value.Convert(schema, Value.Default(schema, Value.Clone(input ?? {})))
+  for (const e of Value.Errors(schema, value)) {
+    const path = pointerToDotted(prefix, e.path)
+    const msg = humanize(e.message)
+    const line = `${path}: ${msg}`
+    if (!problems.includes(line)) problems.push(line)
+  }
+  return value as T
+}
+
+/** humanize rewrites TypeBox's messages as rules: `must be an integer >= 1024`. */
+function humanize(message: string): string {
+  if (message === 'Unexpected property') return 'unknown key'
+  if (message === 'Expected required property') return 'is required'
+  const bound = /^Expected (\w+) to be (greater|less) (?:or equal to|than) (.+)$/.exec(message)
+  if (bound) {
+    const [, type, dir, n] = bound
+    const op = message.includes('or equal') ? (dir === 'greater' ? '>=' : '<=') : dir === 'greater' ? '>' : '<'
+    return `must be ${type === 'integer' ? 'an integer' : `a ${type}`} ${op} ${n}`
+  }
+  const m = /^Expected (.+)$/.exec(message)
+  return m ? `must be ${m[1]}` : message.toLowerCase()
+}
+
+function isEnabled(section: unknown): boolean {
+  if (section === null || section === undefined) return true
+  if (typeof section !== 'object') return true
+  return (section as Record<string, unknown>).enabled !== false
+}
+
+/** loadConfig parses and validates a YAML document against the root and plugin schemas. */
+export function loadConfig(yamlText: string, env: Env, known: Map<string, PluginSchemaInfo>): LoadedConfig {
+  const problems: string[] = []
+  let parsed: unknown
+  try {
+    parsed = parseYaml(yamlText) ?? {}
+  } catch (err) {
+    throw new ConfigError([`(yaml): ${(err as Error).message.split('\n')[0]}`])
+  }
+  if (typeof parsed !== 'object' || Array.isArray(parsed))
+    throw new ConfigError(['(root): must be a mapping'])
+  const doc = interpolate(parsed, env, '', problems) as Record<string, unknown>
+  for (const [name, path] of Object.entries(ENV_OVERRIDES)) {
+    const v = env[name]
+    if (v !== undefined && v !== '') setPath(doc, path, v)
+  }
+  const root = validateAgainst<RootConfig>(RootConfigSchema, doc, '', problems)
+  checkAuth(root, problems)
+
+  const plugins = new Map<string, Record<string, unknown>>()
+  const sections = (root.plugins ?? {}) as Record<string, unknown>
+  for (const [id, section] of Object.entries(sections)) {
+    const info = known.get(id)
+    if (!info) {
+      problems.push(`plugins.${id}: unknown plugin (known: ${[...known.keys()].join(', ')})`)
+      continue
+    }
+    if (
+      section !== null &&
+      section !== undefined &&
+      (typeof section !== 'object' || Array.isArray(section))
+    ) {
+      problems.push(`plugins.${id}: must be a mapping`)
+      continue
+    }
+    if (!isEnabled(section)) continue
+    const { enabled: _enabled, ...rest } = (section ?? {}) as Record<string, unknown>
+    if (_enabled !== undefined && typeof _enabled !== 'boolean')
+      problems.push(`plugins.${id}.enabled: must be a boolean`)
+    plugins.set(id, validateAgainst(info.schema, rest, `plugins.${id}`, problems))
+  }
+  for (const id of plugins.keys()) {
+    for (const dep of known.get(id)?.dependsOn ?? []) {
+      if (!plugins.has(dep)) problems.push(`plugins.${id}: requires plugin '${dep}', which is not enabled`)
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(problems)
+  return { root, plugins }
+}
+
+function checkAuth(root: RootConfig, problems: string[]): void {
+  const a = root.auth
+  if (!a) return
+  if (a.mode !== 'none') {
+    const secret = a.jwt_secret ?? ''
+    if (Buffer.byteLength(secret) < 32)
+      problems.push('auth.jwt_secret: JWT_SECRET must be at least 32 bytes when auth is enabled')
+  }
+  if (a.mode === 'simple' && !a.admin_password)
+    problems.push('auth.admin_password: ADMIN_PASSWORD is required when AUTH_MODE=simple')
+  if (a.mode === 'oauth') {
+    for (const k of ['issuer_url', 'client_id', 'client_secret'] as const) {
+      if (!a.oauth?.[k]) problems.push(`auth.oauth.${k}: required when AUTH_MODE=oauth`)
+    }
+  }
+  for (const k of ['cluster_secret', 'cluster_secret_previous'] as const) {
+    const s = a[k]
+    if (s !== undefined && s.length < 16) problems.push(`auth.${k}: must be at least 16 characters`)
+  }
+}

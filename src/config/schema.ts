@@ -1,0 +1,83 @@
+import { type Static, Type as T } from '@sinclair/typebox'
+
+/**
+ * RootConfig is the host's part of the YAML: listener, data, logging, auth and shutdown. Each
+ * plugin validates its own `plugins.<id>` section against the schema it declares.
+ */
+const Oauth = T.Object(
+  {
+    issuer_url: T.Optional(T.String({ description: 'OAuth issuer URL (OAUTH_ISSUER_URL)' })),
+    client_id: T.Optional(T.String({ description: 'OAUTH_CLIENT_ID' })),
+    client_secret: T.Optional(T.String({ description: 'OAUTH_CLIENT_SECRET' })),
+    k8s_api_url: T.Optional(T.String({ description: 'platform API for user info (K8S_API_URL)' })),
+    api_base_url: T.Optional(T.String({ description: 'backend address for callbacks (API_BASE_URL)' })),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+export const RootConfigSchema = T.Object(
+  {
+    server: T.Object(
+      {
+        host: T.String({ default: '127.0.0.1', minLength: 1 }),
+        port: T.Integer({ default: 3000, minimum: 0, maximum: 65535, description: '0 picks a free port' }),
+        idle_timeout_seconds: T.Integer({
+          default: 120,
+          minimum: 1,
+          maximum: 255,
+          description: 'keep-alive idle timeout; proxied streams disable it per request',
+        }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
+    data_dir: T.String({ default: './data', minLength: 1 }),
+    log: T.Object(
+      {
+        level: T.Union([T.Literal('debug'), T.Literal('info'), T.Literal('warn'), T.Literal('error')], {
+          default: 'info',
+        }),
+        format: T.Union([T.Literal('text'), T.Literal('json')], { default: 'text' }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
+    auth: T.Object(
+      {
+        mode: T.Union([T.Literal('none'), T.Literal('simple'), T.Literal('oauth')], { default: 'none' }),
+        admin_username: T.String({ default: 'admin', minLength: 1 }),
+        admin_password: T.Optional(T.String()),
+        jwt_secret: T.Optional(T.String()),
+        jwt_ttl_seconds: T.Integer({ default: 43200, minimum: 60, description: 'JWT lifetime (12 h)' }),
+        inference_api_key: T.Optional(T.String()),
+        cluster_secret: T.Optional(T.String()),
+        cluster_secret_previous: T.Optional(
+          T.String({ description: 'second secret accepted during rotation' }),
+        ),
+        oauth: Oauth,
+      },
+      { additionalProperties: false, default: {} },
+    ),
+    shutdown: T.Object(
+      { timeout_ms: T.Integer({ default: 30000, minimum: 100 }) },
+      { additionalProperties: false, default: {} },
+    ),
+    plugins: T.Record(T.String(), T.Unknown(), { default: {} }),
+  },
+  { additionalProperties: false },
+)
+
+export type RootConfig = Static<typeof RootConfigSchema>
+
+/** ENV_OVERRIDES maps the spec's environment variables onto dotted config paths. */
+export const ENV_OVERRIDES: Record<string, string> = {
+  AUTH_MODE: 'auth.mode',
+  ADMIN_USERNAME: 'auth.admin_username',
+  ADMIN_PASSWORD: 'auth.admin_password',
+  JWT_SECRET: 'auth.jwt_secret',
+  INFERENCE_API_KEY: 'auth.inference_api_key',
+  CLUSTER_SECRET: 'auth.cluster_secret',
+  OAUTH_ISSUER_URL: 'auth.oauth.issuer_url',
+  OAUTH_CLIENT_ID: 'auth.oauth.client_id',
+  OAUTH_CLIENT_SECRET: 'auth.oauth.client_secret',
+  K8S_API_URL: 'auth.oauth.k8s_api_url',
+  API_BASE_URL: 'auth.oauth.api_base_url',
+}

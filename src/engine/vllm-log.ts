@@ -1,0 +1,450 @@
+/**
+ * vllm-log turns the start-up and sleep output of `vllm serve` into typed facts. The gateway cannot
+ * ask a running engine how its memory splits into weights, CUDA graphs and KV cache, nor how far its
+ * start-up has got; vLLM only says so in its logs. Every message variant listed in ENGINE-NOTES
+ * (V0 and V1 engines, v0.8.5 → current main) is recognised; anything else yields null.
+ */
+import { stripAnsi } from './ansi.ts'
+
+export { stripAnsi }
+
+/** LoadPhase is how far an engine's start-up has got, in the order vLLM goes through it. */
+export type LoadPhase =
+  | 'starting'
+  | 'loading_weights'
+  | 'profiling'
+  | 'kv_cache'
+  | 'cuda_graphs'
+  | 'api_server'
+  | 'ready'
+
+export const LOAD_PHASES: readonly LoadPhase[] = [
+  'starting',
+  'loading_weights',
+  'profiling',
+  'kv_cache',
+  'cuda_graphs',
+  'api_server',
+  'ready',
+]
+
+/** PHASE_PROGRESS is the monotone 0–100 estimate reported while an engine is in a phase. */
+export const PHASE_PROGRESS: Readonly<Record<LoadPhase, number>> = {
+  starting: 5,
+  loading_weights: 30,
+  profiling: 55,
+  kv_cache: 70,
+  cuda_graphs: 85,
+  api_server: 95,
+  ready: 100,
+}
+
+/** VllmLogLine is one output line split into its process tag, log level and message. */
+export interface VllmLogLine {
+  /** worker is the process tag as printed, e.g. `EngineCore_DP0 pid=441`, `Worker_TP1 pid=9`. */
+  worker: string | null
+  /** level is `INFO`, `ERROR`, … from vLLM's or uvicorn's prefix; null for continuation lines. */
+  level: string | null
+  message: string
+}
+
+type FactBody =
+  | { kind: 'weights'; gib: number; seconds: number | null }
+  | { kind: 'kv_available'; gib: number }
+  | { kind: 'kv_tokens'; tokens: number }
+  | { kind: 'concurrency'; tokensPerRequest: number; concurrency: number }
+  | { kind: 'cuda_graphs'; gib: number; seconds: number }
+  | { kind: 'max_model_len'; tokens: number }
+  | { kind: 'v0_budget'; deviceTotalGib: number; utilization: number; budgetGib: number }
+  | {
+      kind: 'v0_breakdown'
+      weightsGib: number
+      nonTorchGib: number | null
+      activationPeakGib: number | null
+      kvCacheGib: number
+    }
+  | { kind: 'sleep_freed'; freedGib: number; stillInUseGib: number }
+  | { kind: 'sleep_took'; seconds: number }
+  | { kind: 'wake_took'; seconds: number }
+  | {
+      kind: 'free_memory_error'
+      freeGib: number
+      deviceTotalGib: number
+      utilization: number
+      desiredGib: number
+      message: string
+    }
+  | { kind: 'server_started'; pid: number }
+  | { kind: 'app_startup_waiting' }
+  | { kind: 'app_startup_complete' }
+  | { kind: 'phase'; phase: LoadPhase }
+  | { kind: 'error'; message: string }
+
+/** VllmLogFact is what one line says; `worker` tells TP ranks apart so callers can sum or max. */
+export type VllmLogFact = FactBody & { worker: string | null }
+
+const N = String.raw`(-?\d[\d,]*(?:\.\d+)?)`
+const GIB = String.raw`\s?GiB`
+const TAG = /^\(([A-Za-z][\w.-]*(?:\s+rank=\d+)?(?:\s+pid=\d+)?)\)\s*/
+const VLLM_PREFIX =
+  /^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?:\[[^\]]*\]|[\w.-]+:\d+\])\s?/
+const UVICORN_PREFIX = /^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+/
+const EXCEPTION_LINE = /^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.*)?$/
+
+const num = (s: string | undefined): number => Number((s ?? '').replace(/,/g, ''))
+const re = (source: string): RegExp => new RegExp(source)
+
+type Rule = [RegExp, (m: RegExpMatchArray, message: string) => FactBody]
+
+/** RULES are tried in order; the first match wins, so specific messages precede generic ones. */
+const RULES: Rule[] = [
+  [
+    re(
+      `Free memory on device \\(${N}/${N}${GIB}\\) on startup is less than desired GPU memory utilization \\(${N}, ${N}${GIB}\\)`,
+    ),
+    (m, message) => ({
+      kind: 'free_memory_error',
+      freeGib: num(m[1]),
+      deviceTotalGib: num(m[2]),
+      utilization: num(m[3]),
+      desiredGib: num(m[4]),
+      message: message.slice(message.indexOf('Free memory on device')).trim(),
+    }),
+  ],
+  [
+    re(`Model loading took ${N}${GIB}(?: memory)? and ${N}\\s?s`),
+    (m) => ({ kind: 'weights', gib: num(m[1]), seconds: num(m[2]) }),
+  ],
+  [re(`Loading model weights took ${N}\\s?GB`), (m) => ({ kind: 'weights', gib: num(m[1]), seconds: null })],
+  [re(`Available KV cache memory: ${N}${GIB}`), (m) => ({ kind: 'kv_available', gib: num(m[1]) })],
+  [re(`GPU KV cache size: ${N} tokens`), (m) => ({ kind: 'kv_tokens', tokens: num(m[1]) })],
+  [
+    re(`Maximum concurrency for ${N} tokens per request: ${N}x`),
+    (m) => ({ kind: 'concurrency', tokensPerRequest: num(m[1]), concurrency: num(m[2]) }),
+  ],
+  [
+    re(`Graph capturing finished in ${N} secs?, took ${N}${GIB}`),
+    (m) => ({ kind: 'cuda_graphs', seconds: num(m[1]), gib: num(m[2]) }),
+  ],
+  [re(`Using max model len ${N}`), (m) => ({ kind: 'max_model_len', tokens: num(m[1]) })],
+  [re(`\\bmax_seq_len=${N}`), (m) => ({ kind: 'max_model_len', tokens: num(m[1]) })],
+  [
+    re(`total_gpu_memory \\(${N}${GIB}\\) x gpu_memory_utilization \\(${N}\\) = ${N}${GIB}`),
+    (m) => ({ kind: 'v0_budget', deviceTotalGib: num(m[1]), utilization: num(m[2]), budgetGib: num(m[3]) }),
+  ],
+  [
+    re(
+      `model weights take ${N}${GIB};(?:.*?non_torch_memory takes ${N}${GIB};)?(?:.*?activation peak memory takes ${N}${GIB};)?.*?KV Cache is ${N}${GIB}`,
+    ),
+    (m) => ({
+      kind: 'v0_breakdown',
+      weightsGib: num(m[1]),
+      nonTorchGib: m[2] === undefined ? null : num(m[2]),
+      activationPeakGib: m[3] === undefined ? null : num(m[3]),
+      kvCacheGib: num(m[4]),
+    }),
+  ],
+  [
+    re(`Sleep mode freed ${N}${GIB} memory, ${N}${GIB} memory is still in use`),
+    (m) => ({ kind: 'sleep_freed', freedGib: num(m[1]), stillInUseGib: num(m[2]) }),
+  ],
+  [re(`It took ${N} seconds to fall asleep`), (m) => ({ kind: 'sleep_took', seconds: num(m[1]) })],
+  [re(`It took ${N} seconds to wake up`), (m) => ({ kind: 'wake_took', seconds: num(m[1]) })],
+  [/^Started server process \[(\d+)\]/, (m) => ({ kind: 'server_started', pid: num(m[1]) })],
+  [/^Waiting for application startup/, () => ({ kind: 'app_startup_waiting' })],
+  [/^Application startup complete/, () => ({ kind: 'app_startup_complete' })],
+]
+
+/** PHASE_HINTS are progress lines that carry no figure but show which phase has begun. */
+const PHASE_HINTS: [RegExp, LoadPhase][] = [
+  [
+    /Starting to load model|Loading model weights|Loading weights took|Loading (?:safetensors|pt) checkpoint shards/,
+    'loading_weights',
+  ],
+  [
+    /Memory profiling takes|torch\.compile takes|Dynamo bytecode transform|Compiling a graph for/,
+    'profiling',
+  ],
+  [/Capturing (?:CUDA graphs?|cudagraphs?|the model for CUDA graphs)/i, 'cuda_graphs'],
+  [/Starting vLLM API server|Available routes are|init engine \(profile, create kv cache/, 'api_server'],
+]
+
+/** splitVllmLine strips ANSI codes, a carriage-return progress bar, the process tag and the prefix. */
+export function splitVllmLine(line: string): VllmLogLine {
+  const segments = stripAnsi(line).split('\r')
+  let text = (segments.findLast((s) => s.trim() !== '') ?? '').trimEnd()
+  let worker: string | null = null
+  const tag = TAG.exec(text)
+  if (tag) {
+    worker = tag[1] ?? null
+    text = text.slice(tag[0].length)
+  }
+  let level: string | null = null
+  const prefix = VLLM_PREFIX.exec(text) ?? UVICORN_PREFIX.exec(text)
+  if (prefix) {
+    level = prefix[1] === 'WARN' ? 'WARNING' : (prefix[1] ?? null)
+    text = text.slice(prefix[0].length)
+  }
+  return { worker, level, message: text.trim() }
+}
+
+/** isErrorLine says whether a message is error-ish: an ERROR/CRITICAL record or a Python exception. */
+function isErrorLine(level: string | null, message: string): boolean {
+  if (message === '') return false
+  if (level === 'ERROR' || level === 'CRITICAL') return true
+  return EXCEPTION_LINE.test(message) || message.includes('CUDA out of memory')
+}
+
+/** parseVllmLine reads one stdout/stderr line of `vllm serve`; null when it carries nothing known. */
+export function parseVllmLine(line: string): VllmLogFact | null {
+  const { worker, level, message } = splitVllmLine(line)
+  if (message === '') return null
+  for (const [pattern, build] of RULES) {
+    const m = message.match(pattern)
+    if (m) return { ...build(m, message), worker }
+  }
+  if (isErrorLine(level, message)) return { kind: 'error', message, worker }
+  for (const [pattern, phase] of PHASE_HINTS) {
+    if (pattern.test(message)) return { kind: 'phase', phase, worker }
+  }
+  return null
+}
+
+/** MemoryMetrics is the spec's memory_metrics record; every figure is per GPU (one TP rank). */
+export interface MemoryMetrics {
+  total_gpu_memory_gib: number
+  weights_memory_gib: number
+  cuda_graph_memory_gib: number
+  overhead_memory_gib: number
+  kv_cache_available_gib: number
+  kv_cache_per_request_mib: number
+  max_model_len: number
+}
+
+/** MemoryHints are launch facts the logs of V1 engines lack: the budget is utilization × device. */
+export interface MemoryHints {
+  gpuMemoryUtilization?: number
+  deviceTotalGib?: number
+}
+
+/** WorkerMemory is what one engine process (TP rank) reported, for callers that want sums. */
+export interface WorkerMemory {
+  worker: string
+  weightsGib: number | null
+  kvCacheAvailableGib: number | null
+  cudaGraphGib: number | null
+}
+
+export interface SleepFigures {
+  freedGib: number
+  stillInUseGib: number
+  seconds: number | null
+}
+
+const MAX_ERROR_LINES = 50
+/** GENERIC_FAILURES are wrapper messages that point elsewhere; a root-cause line is preferred. */
+const GENERIC_FAILURES =
+  /^Traceback|Engine core initialization failed|EngineCore failed to start|See (?:the )?(?:root cause|stack trace)|Engine process failed to start/
+
+/** FACT_PHASE is the phase a figure shows has begun (weights loaded → profiling runs next). */
+const FACT_PHASE: Partial<Record<VllmLogFact['kind'], LoadPhase>> = {
+  weights: 'profiling',
+  v0_budget: 'profiling',
+  kv_available: 'kv_cache',
+  kv_tokens: 'kv_cache',
+  concurrency: 'kv_cache',
+  v0_breakdown: 'kv_cache',
+  cuda_graphs: 'cuda_graphs',
+  server_started: 'api_server',
+  app_startup_waiting: 'api_server',
+  app_startup_complete: 'ready',
+}
+
+const round4 = (n: number): number => Math.round(n * 10_000) / 10_000
+const maxOf = (m: Map<string, number>): number | null => (m.size ? Math.max(...m.values()) : null)
+const minOf = (m: Map<string, number>): number | null => (m.size ? Math.min(...m.values()) : null)
+
+/**
+ * VllmLogAccumulator follows one engine's output and answers: what phase is start-up in, what does
+ * the engine's memory split into, and why did it fail. Figures are per GPU: with tensor parallelism
+ * each rank logs its own lines, and the accumulator keeps the largest weights and CUDA-graph figures
+ * and the smallest KV-cache figure (vLLM sizes every rank's cache to the smallest rank's room).
+ * Multiply by tensor_parallel_size for an engine-wide figure, or read `workers()` to sum.
+ *
+ * Total footprint = gpu_memory_utilization × device total when both hints are given, else the V0
+ * budget line, else weights + CUDA graphs + KV cache (overhead 0). When the parts exceed the budget
+ * (V1 engines capture CUDA graphs outside it), the total is raised to their sum and overhead is 0.
+ */
+export class VllmLogAccumulator {
+  private readonly weights = new Map<string, number>()
+  private readonly kvAvailable = new Map<string, number>()
+  private readonly graphs = new Map<string, number>()
+  private readonly v0Weights = new Map<string, number>()
+  private readonly v0Kv = new Map<string, number>()
+  private readonly v0Budget = new Map<string, number>()
+  private kvTokens: number | null = null
+  private concurrency: number | null = null
+  private concurrencyTokens: number | null = null
+  private maxLen: number | null = null
+  private currentPhase: LoadPhase = 'starting'
+  private readonly errors: string[] = []
+  private freeMemoryError: string | null = null
+  private sleepFigures: SleepFigures | null = null
+  private wakeSeconds: number | null = null
+  private pid: number | null = null
+
+  constructor(private readonly hints: MemoryHints = {}) {}
+
+  /** feed takes one stdout or stderr line and returns the fact it carried, if any. */
+  feed(line: string): VllmLogFact | null {
+    const fact = parseVllmLine(line)
+    if (fact) this.apply(fact)
+    return fact
+  }
+
+  private apply(fact: VllmLogFact): void {
+    const w = fact.worker ?? ''
+    switch (fact.kind) {
+      case 'weights':
+        this.weights.set(w, fact.gib)
+        break
+      case 'kv_available':
+        this.kvAvailable.set(w, fact.gib)
+        break
+      case 'kv_tokens':
+        this.kvTokens = fact.tokens
+        break
+      case 'concurrency':
+        this.concurrency = fact.concurrency
+        this.concurrencyTokens = fact.tokensPerRequest
+        break
+      case 'cuda_graphs':
+        this.graphs.set(w, fact.gib)
+        break
+      case 'max_model_len':
+        this.maxLen = fact.tokens
+        break
+      case 'v0_budget':
+        this.v0Budget.set(w, fact.budgetGib)
+        break
+      case 'v0_breakdown':
+        this.v0Weights.set(w, fact.weightsGib)
+        this.v0Kv.set(w, fact.kvCacheGib)
+        break
+      case 'sleep_freed':
+        this.sleepFigures = { freedGib: fact.freedGib, stillInUseGib: fact.stillInUseGib, seconds: null }
+        break
+      case 'sleep_took':
+        this.sleepFigures = { freedGib: 0, stillInUseGib: 0, ...this.sleepFigures, seconds: fact.seconds }
+        break
+      case 'wake_took':
+        this.wakeSeconds = fact.seconds
+        break
+      case 'free_memory_error':
+        this.freeMemoryError = fact.message
+        this.pushError(fact.message)
+        break
+      case 'server_started':
+        this.pid = fact.pid
+        break
+      case 'error':
+        this.pushError(fact.message)
+        break
+    }
+    const phase = fact.kind === 'phase' ? fact.phase : FACT_PHASE[fact.kind]
+    if (phase && LOAD_PHASES.indexOf(phase) > LOAD_PHASES.indexOf(this.currentPhase))
+      this.currentPhase = phase
+  }
+
+  private pushError(message: string): void {
+    this.errors.push(message)
+    if (this.errors.length > MAX_ERROR_LINES) this.errors.shift()
+  }
+
+  /** phase is the furthest start-up phase the logs have shown; it never goes back. */
+  phase(): LoadPhase {
+    return this.currentPhase
+  }
+
+  /** progressPercent is PHASE_PROGRESS of the current phase: monotone, 100 only when ready. */
+  progressPercent(): number {
+    return PHASE_PROGRESS[this.currentPhase]
+  }
+
+  /** metrics is the memory split, or null until both weights and KV cache are known. */
+  metrics(): MemoryMetrics | null {
+    const weights = maxOf(this.weights) ?? maxOf(this.v0Weights)
+    const kv = minOf(this.kvAvailable) ?? minOf(this.v0Kv)
+    if (weights === null || kv === null) return null
+    const graphs = Math.max(0, maxOf(this.graphs) ?? 0)
+    const parts = weights + graphs + kv
+    const { gpuMemoryUtilization: util, deviceTotalGib: device } = this.hints
+    const budget = util !== undefined && device !== undefined ? util * device : maxOf(this.v0Budget)
+    const total = Math.max(budget ?? parts, parts)
+    const maxModelLen = this.maxLen ?? this.concurrencyTokens ?? 0
+    let perRequestMib = 0
+    if (this.concurrency !== null && this.concurrency > 0) perRequestMib = (kv * 1024) / this.concurrency
+    else if (this.kvTokens !== null && this.kvTokens > 0 && maxModelLen > 0) {
+      perRequestMib = (kv * 1024) / (this.kvTokens / maxModelLen)
+    }
+    return {
+      total_gpu_memory_gib: round4(total),
+      weights_memory_gib: round4(weights),
+      cuda_graph_memory_gib: round4(graphs),
+      overhead_memory_gib: round4(total - parts),
+      kv_cache_available_gib: round4(kv),
+      kv_cache_per_request_mib: round4(perRequestMib),
+      max_model_len: maxModelLen,
+    }
+  }
+
+  /** workers lists each process's own figures (TP ranks), in the order they first reported. */
+  workers(): WorkerMemory[] {
+    const names = new Set([...this.weights.keys(), ...this.kvAvailable.keys(), ...this.graphs.keys()])
+    return [...names].map((worker) => ({
+      worker,
+      weightsGib: this.weights.get(worker) ?? null,
+      kvCacheAvailableGib: this.kvAvailable.get(worker) ?? null,
+      cudaGraphGib: this.graphs.get(worker) ?? null,
+    }))
+  }
+
+  /** maxModelLen is the context length the engine settled on, when it said so. */
+  maxModelLen(): number | null {
+    return this.maxLen ?? this.concurrencyTokens
+  }
+
+  /** kvCacheTokens is the engine's KV-cache capacity in tokens, when it said so. */
+  kvCacheTokens(): number | null {
+    return this.kvTokens
+  }
+
+  /** serverPid is the API server's pid from uvicorn's `Started server process [PID]`. */
+  serverPid(): number | null {
+    return this.pid
+  }
+
+  /** lastErrorLines returns up to n of the most recent error-ish messages, oldest first. */
+  lastErrorLines(n: number): string[] {
+    return n > 0 ? this.errors.slice(-n) : []
+  }
+
+  /**
+   * startupFailure is the message to show for a failed load: vLLM's free-memory refusal when seen,
+   * else the last error line that names a cause (not a generic wrapper), else the last error line.
+   */
+  startupFailure(): string | null {
+    if (this.freeMemoryError !== null) return this.freeMemoryError
+    return this.errors.findLast((e) => !GENERIC_FAILURES.test(e)) ?? this.errors.at(-1) ?? null
+  }
+
+  /** lastSleep is what the latest sleep freed and how long it took. */
+  lastSleep(): SleepFigures | null {
+    return this.sleepFigures
+  }
+
+  /** lastWakeSeconds is how long the latest wake-up took. */
+  lastWakeSeconds(): number | null {
+    return this.wakeSeconds
+  }
+}

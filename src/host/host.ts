@@ -1,0 +1,290 @@
+import { Value } from '@sinclair/typebox/value'
+import type { Server } from 'bun'
+import type { Registry } from 'prom-client'
+import type { LoadedConfig } from '../config/load.ts'
+import { createBaseApp, renderError } from '../http/app.ts'
+import { AuthService, categorize } from '../http/auth.ts'
+import { coreRoutes } from '../http/core-routes.ts'
+import { docsPlugin } from '../http/docs.ts'
+import { applyMigrations, openStore, type Store } from '../store/db.ts'
+import { EventBus } from './bus.ts'
+import { Logger } from './logger.ts'
+import { createMetricsRegistry } from './metrics.ts'
+import type {
+  AnyElysia,
+  ListenerSpec,
+  PluginContext,
+  PluginDefinition,
+  PluginInstance,
+  RawRoute,
+} from './plugin.ts'
+import { orderPlugins } from './registry.ts'
+
+/**
+ * Host boots modelgate from a validated config: store and migrations → plugins set up in
+ * dependency order → routes mounted → listeners opened → plugins started. `shutdown` undoes it in
+ * reverse under one deadline. A failing setup or start stops whatever was already prepared.
+ */
+export interface HostOptions {
+  config: LoadedConfig
+  definitions: readonly PluginDefinition[]
+  version: string
+  selfCommand: readonly string[]
+  logger?: Logger
+}
+
+interface Running {
+  def: PluginDefinition
+  instance: PluginInstance
+}
+
+export class Host {
+  readonly log: Logger
+  readonly bus = new EventBus()
+  readonly metrics: Registry
+  readonly auth: AuthService
+  private store: Store | null = null
+  private readonly running: Running[] = []
+  private readonly servers: { name: string; server: Server<unknown> }[] = []
+  private started = false
+  private stopping: Promise<void> | null = null
+  private readonly startedAt = Date.now()
+
+  constructor(private readonly opts: HostOptions) {
+    const { root } = opts.config
+    this.log = opts.logger ?? new Logger(root.log.level, 'modelgate', root.log.format)
+    this.metrics = createMetricsRegistry()
+    this.auth = new AuthService(root.auth)
+  }
+
+  /** urls lists where each listener serves, for the start-up banner and tests. */
+  get urls(): Record<string, string> {
+    return Object.fromEntries(
+      this.servers.map((s) => [s.name, `http://${s.server.hostname}:${s.server.port}`]),
+    )
+  }
+
+  get ready(): boolean {
+    return this.started && !this.stopping
+  }
+
+  api<T>(id: string): T {
+    const r = this.running.find((x) => x.def.id === id)
+    if (!r?.instance.api) throw new Error(`plugin '${id}' has no api (not enabled, or not set up yet)`)
+    return r.instance.api as T
+  }
+
+  async boot(): Promise<void> {
+    const { config, definitions } = this.opts
+    const root = config.root
+    this.store = openStore(root.data_dir)
+    const order = orderPlugins(definitions, new Set(config.plugins.keys()))
+    try {
+      for (const def of order) {
+        applyMigrations(this.store, def.id, def.migrations ?? [])
+        const cfg = config.plugins.get(def.id) ?? Value.Default(def.config, {})
+        const instance = await def.setup(this.context(def), cfg as never)
+        this.running.push({ def, instance })
+      }
+      this.listen(order)
+      for (const r of this.running) await r.instance.start?.()
+      this.started = true
+    } catch (err) {
+      await this.shutdown('boot failure').catch(() => {})
+      throw err
+    }
+  }
+
+  private context(def: PluginDefinition): PluginContext {
+    const deps = new Set(def.dependsOn ?? [])
+    const { root } = this.opts.config
+    return {
+      config: root,
+      bus: this.bus,
+      log: this.log.child(def.id),
+      store: this.store!,
+      metrics: this.metrics,
+      auth: this.auth,
+      dataDir: root.data_dir,
+      version: this.opts.version,
+      selfCommand: this.opts.selfCommand,
+      api: <T>(id: string): T => {
+        if (!deps.has(id)) throw new Error(`plugin '${def.id}' must list '${id}' in dependsOn to use its api`)
+        return this.api<T>(id)
+      },
+      mainUrl: () => {
+        const url = this.urls.gateway
+        if (!url) throw new Error('the gateway listener is not open yet')
+        return url
+      },
+      has: (id) => this.opts.config.plugins.has(id),
+      optionalApi: <T>(id: string): T | undefined =>
+        this.running.find((x) => x.def.id === id)?.instance.api as T | undefined,
+    }
+  }
+
+  private mainApp(order: PluginDefinition[]): AnyElysia {
+    const tags = [
+      { name: 'health', description: 'Liveness and readiness (public)' },
+      { name: 'auth', description: 'Login and current user (public)' },
+      { name: 'metrics', description: 'Prometheus metrics' },
+      ...order.map((d) => ({ name: d.id, description: d.description })),
+    ]
+    let app: AnyElysia = createBaseApp({ name: 'main', auth: this.auth, log: this.log })
+      .use(
+        docsPlugin({
+          title: 'modelgate',
+          description:
+            'Gateway for vLLM engines on GPU hosts. Admin routes take the admin JWT when AUTH_MODE is not none; ' +
+            'inference routes take the inference API key when INFERENCE_API_KEY is set.',
+          version: this.opts.version,
+          tags,
+          withAuth: true,
+        }),
+      )
+      .use(
+        coreRoutes({
+          auth: this.auth,
+          metrics: this.metrics,
+          version: this.opts.version,
+          startedAt: this.startedAt,
+          ready: () => this.ready,
+          plugins: () => this.running.map((r) => r.def.id),
+        }),
+      )
+    for (const r of this.running) if (r.instance.routes) app = app.use(r.instance.routes)
+    return app
+  }
+
+  private listen(order: PluginDefinition[]): void {
+    const { root } = this.opts.config
+    const raw = this.running.flatMap((r) => r.instance.rawRoutes ?? [])
+    this.serve('gateway', root.server.host, root.server.port, this.mainApp(order), raw)
+    for (const r of this.running) {
+      for (const l of r.instance.listeners ?? []) this.serve(l.name, l.host, l.port, this.listenerApp(l), [])
+    }
+  }
+
+  private listenerApp(l: ListenerSpec): AnyElysia {
+    return createBaseApp({ name: l.name, auth: null, log: this.log })
+      .use(
+        docsPlugin({
+          title: l.title,
+          description: l.description,
+          version: this.opts.version,
+          tags: [],
+          withAuth: false,
+        }),
+      )
+      .use(l.app)
+  }
+
+  private serve(name: string, host: string, port: number, app: AnyElysia, raw: RawRoute[]): void {
+    const log = this.log
+    const auth = this.auth
+    const idleTimeout = this.opts.config.root.server.idle_timeout_seconds
+    const handle = app.fetch as (req: Request) => Response | Promise<Response>
+    const server = Bun.serve({
+      hostname: host,
+      port,
+      idleTimeout,
+      fetch: async (req, srv) => {
+        const started = performance.now()
+        let res: Response
+        const rawRoute = raw.length > 0 ? matchRaw(raw, req) : undefined
+        try {
+          if (rawRoute) {
+            const denied = name === 'gateway' ? auth.checkInference(req) : null
+            res = denied ? denied.toResponse('proxy') : await rawRoute.handle(req, srv)
+          } else res = await handle(req)
+        } catch (err) {
+          res = renderError(err, new URL(req.url).pathname, log)
+        }
+        logRequest(log, name, req, res.status, performance.now() - started)
+        return res
+      },
+      error(err) {
+        return renderError(err, '/', log)
+      },
+    })
+    this.servers.push({ name, server })
+    log.info(`${name} listening`, {
+      url: `http://${server.hostname}:${server.port}`,
+      docs: `http://${server.hostname}:${server.port}/docs`,
+    })
+  }
+
+  /** shutdown stops listeners, then plugins in reverse order under one deadline, then the store. */
+  shutdown(reason: string): Promise<void> {
+    if (this.stopping) return this.stopping
+    this.stopping = (async () => {
+      const budget = this.opts.config.root.shutdown.timeout_ms
+      const deadline = AbortSignal.timeout(budget)
+      this.log.info('shutting down', { reason, budget_ms: budget })
+      for (const s of this.servers) s.server.stop(false)
+      for (const r of [...this.running].reverse()) {
+        try {
+          await withDeadline(Promise.resolve(r.instance.stop?.(deadline)), deadline)
+        } catch (err) {
+          this.log.error(`plugin ${r.def.id} did not stop cleanly`, { error: String(err) })
+          r.instance.kill?.()
+        }
+      }
+      for (const s of this.servers) s.server.stop(true)
+      this.store?.close()
+      this.log.info('stopped')
+    })()
+    return this.stopping
+  }
+
+  /** kill is the forced exit path (second signal): synchronous last-resort cleanup of children. */
+  kill(): void {
+    for (const r of [...this.running].reverse()) {
+      try {
+        r.instance.kill?.()
+      } catch {
+        // best effort
+      }
+    }
+  }
+}
+
+function matchRaw(raw: RawRoute[], req: Request): RawRoute | undefined {
+  const url = req.url
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  const q = url.indexOf('?', start)
+  const pathname = q < 0 ? url.slice(start) : url.slice(start, q)
+  for (const r of raw) if (r.match(pathname, req.method)) return r
+  return undefined
+}
+
+function withDeadline<T>(p: Promise<T>, deadline: AbortSignal): Promise<T> {
+  if (deadline.aborted) return Promise.reject(new Error('shutdown deadline passed'))
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new Error('shutdown deadline passed'))
+    deadline.addEventListener('abort', onAbort, { once: true })
+    p.then(
+      (v) => {
+        deadline.removeEventListener('abort', onAbort)
+        resolve(v)
+      },
+      (e) => {
+        deadline.removeEventListener('abort', onAbort)
+        reject(e)
+      },
+    )
+  })
+}
+
+/** logRequest: successful requests at debug (health included), 4xx at warn, 5xx at error; no token. */
+function logRequest(log: Logger, listener: string, req: Request, status: number, ms: number): void {
+  const level = status >= 500 ? 'error' : status >= 400 ? 'warn' : 'debug'
+  if (!log.enabled(level)) return
+  const url = new URL(req.url)
+  if (url.searchParams.has('token')) url.searchParams.set('token', 'REDACTED')
+  log.write(level, `${req.method} ${url.pathname}${url.search} ${status}`, {
+    listener,
+    ms: Math.round(ms * 10) / 10,
+    category: categorize(url.pathname),
+  })
+}

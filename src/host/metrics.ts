@@ -1,0 +1,11 @@
+import { collectDefaultMetrics, Registry } from 'prom-client'
+
+/** METRIC_PREFIX is the spec's neutral metric prefix made concrete. */
+export const METRIC_PREFIX = 'modelgate_'
+
+/** createMetricsRegistry makes the one registry every plugin registers into. */
+export function createMetricsRegistry(): Registry {
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX })
+  return registry
+}

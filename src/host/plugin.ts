@@ -1,0 +1,84 @@
+import type { Static, TObject } from '@sinclair/typebox'
+import type { Elysia } from 'elysia'
+import type { Registry } from 'prom-client'
+import type { RootConfig } from '../config/schema.ts'
+import type { AuthService } from '../http/auth.ts'
+import type { Migration, Store } from '../store/db.ts'
+import type { EventBus } from './bus.ts'
+import type { Logger } from './logger.ts'
+
+/**
+ * The plugin contract. A plugin is a static description (id, config schema, dependencies,
+ * migrations) plus a `setup` that prepares a service without side effects (no port, no process).
+ * The host mounts the returned routes, opens listeners, then calls `start`; at shutdown it calls
+ * `stop` in reverse order under one deadline.
+ */
+export interface PluginContext {
+  readonly config: RootConfig
+  readonly bus: EventBus
+  readonly log: Logger
+  readonly store: Store
+  readonly metrics: Registry
+  readonly auth: AuthService
+  readonly dataDir: string
+  readonly version: string
+  /** selfCommand is the argv prefix that re-runs this modelgate (for `@self` in commands). */
+  readonly selfCommand: readonly string[]
+  /** mainUrl is the gateway listener's base URL (valid once listeners are open, i.e. from start()). */
+  mainUrl(): string
+  /** api returns the public api of a plugin listed in `dependsOn`. */
+  api<T>(pluginId: string): T
+  /** has tells whether a plugin is enabled (for optional cooperation, e.g. router ↔ gateway). */
+  has(pluginId: string): boolean
+  /** optionalApi returns a plugin's api when it is enabled and already set up, else undefined. */
+  optionalApi<T>(pluginId: string): T | undefined
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: Elysia instances differ in their generic state
+export type AnyElysia = Elysia<any, any, any, any, any, any, any>
+
+/** Listener is an extra port a plugin serves (e.g. the router's own controller port). */
+export interface ListenerSpec {
+  name: string
+  host: string
+  port: number
+  app: AnyElysia
+  title: string
+  description: string
+}
+
+/** RawRoute lets a hot path bypass the framework: `match` is checked before Elysia routing. */
+export interface RawRoute {
+  match(pathname: string, method: string): boolean
+  handle(req: Request, server: import('bun').Server<unknown>): Response | Promise<Response>
+}
+
+export interface PluginInstance<Api = unknown> {
+  /** routes are mounted on the main (gateway) listener. */
+  routes?: AnyElysia
+  /** rawRoutes are served on the main listener before Elysia routing (must also be documented in routes). */
+  rawRoutes?: RawRoute[]
+  listeners?: ListenerSpec[]
+  api?: Api
+  start?(): void | Promise<void>
+  /** stop must be safe even if start never ran; `deadline` aborts when the shutdown budget is spent. */
+  stop?(deadline: AbortSignal): void | Promise<void>
+  /** kill is the synchronous last resort on a forced exit (second signal): kill child processes. */
+  kill?(): void
+}
+
+export interface PluginDefinition<S extends TObject = TObject, Api = unknown> {
+  id: string
+  description: string
+  dependsOn?: string[]
+  config: S
+  migrations?: Migration[]
+  setup(ctx: PluginContext, cfg: Static<S>): PluginInstance<Api> | Promise<PluginInstance<Api>>
+}
+
+/** definePlugin keeps the config type flowing from the schema into setup. */
+export function definePlugin<S extends TObject, Api>(
+  def: PluginDefinition<S, Api>,
+): PluginDefinition<S, Api> {
+  return def
+}

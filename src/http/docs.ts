@@ -1,0 +1,129 @@
+import { swagger } from '@elysiajs/swagger'
+import { Elysia } from 'elysia'
+import cssPath from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
+// The Swagger UI assets are imported as files so `bun build --compile` embeds them: /docs works
+// on a host with no internet access.
+import bundlePath from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
+import { categorize } from './auth.ts'
+
+/**
+ * docsPlugin serves the OpenAPI document at `/docs/json` and an offline Swagger UI at `/docs`.
+ * Security requirements are added from the same path categories the auth guard enforces, so the
+ * document cannot drift from what is actually required.
+ */
+export interface DocsOptions {
+  title: string
+  description: string
+  version: string
+  tags: { name: string; description: string }[]
+  /** withAuth declares the bearer schemes (the router listener has no auth). */
+  withAuth: boolean
+}
+
+const assetHeaders = (type: string) => ({
+  'content-type': type,
+  'cache-control': 'public, max-age=86400',
+})
+
+function page(title: string): string {
+  return `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8" />
+<meta name="viewport" content="width=device-width, initial-scale=1" />
+<title>${title}</title>
+<link rel="stylesheet" href="/docs/assets/swagger-ui.css" />
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="/docs/assets/swagger-ui-bundle.js"></script>
+<script>
+window.onload = () => {
+  window.ui = SwaggerUIBundle({ url: '/docs/json', dom_id: '#swagger-ui', persistAuthorization: true,
+    deepLinking: true, displayRequestDuration: true, tryItOutEnabled: true });
+};
+</script>
+</body>
+</html>`
+}
+
+type OpenApiDoc = {
+  paths?: Record<string, Record<string, { security?: unknown[]; tags?: string[] }>>
+  components?: Record<string, unknown>
+}
+
+function addSecurity(doc: OpenApiDoc, withAuth: boolean): OpenApiDoc {
+  if (!withAuth) return doc
+  doc.components = {
+    ...doc.components,
+    securitySchemes: {
+      adminJwt: {
+        type: 'http',
+        scheme: 'bearer',
+        bearerFormat: 'JWT',
+        description: 'Admin JWT from POST /api/auth/login (required when AUTH_MODE is not none).',
+      },
+      inferenceKey: {
+        type: 'http',
+        scheme: 'bearer',
+        description: 'Inference API key (required when INFERENCE_API_KEY is set).',
+      },
+    },
+  }
+  for (const [path, ops] of Object.entries(doc.paths ?? {})) {
+    const category = categorize(path.replace(/\{[^}]+\}/g, 'x'))
+    const security =
+      category === 'admin'
+        ? [{ adminJwt: [] }]
+        : category === 'inference'
+          ? [{ inferenceKey: [] }]
+          : undefined
+    if (!security) continue
+    for (const op of Object.values(ops))
+      if (op && typeof op === 'object' && !op.security) op.security = security
+  }
+  return doc
+}
+
+export function docsPlugin(opts: DocsOptions) {
+  const html = page(opts.title)
+  return new Elysia({ name: `docs:${opts.title}` })
+    .onAfterHandle({ as: 'global' }, ({ path, response }) => {
+      if (
+        path === '/docs/json' &&
+        response &&
+        typeof response === 'object' &&
+        !(response instanceof Response)
+      )
+        return addSecurity(response as OpenApiDoc, opts.withAuth)
+    })
+    .use(
+      swagger({
+        path: '/docs',
+        specPath: '/docs/json',
+        provider: 'swagger-ui',
+        exclude: [/^\/docs/],
+        documentation: {
+          info: { title: opts.title, description: opts.description, version: opts.version },
+          tags: opts.tags,
+        },
+      }),
+    )
+    .get('/docs', () => new Response(html, { headers: { 'content-type': 'text/html; charset=utf-8' } }), {
+      detail: { hide: true },
+    })
+    .get(
+      '/docs/assets/swagger-ui-bundle.js',
+      () => new Response(Bun.file(bundlePath), { headers: assetHeaders('text/javascript') }),
+      {
+        detail: { hide: true },
+      },
+    )
+    .get(
+      '/docs/assets/swagger-ui.css',
+      () => new Response(Bun.file(cssPath), { headers: assetHeaders('text/css') }),
+      {
+        detail: { hide: true },
+      },
+    )
+}

@@ -1,0 +1,194 @@
+import type { Server } from 'bun'
+import { methodNotAllowed, notFound, simError } from './errors.ts'
+import { checkModel, planInference, readJson } from './openai-request.ts'
+import { respondInference } from './openai-response.ts'
+import { handlePooling, type PoolingRoute } from './pooling.ts'
+import type { EngineRuntime } from './runtime.ts'
+import type { SleepTag } from './sleep-state.ts'
+import { type ChatMessage, renderChat } from './tokenizer.ts'
+
+/**
+ * engineFetch is the simulated engine's HTTP API, route for route what the gateway uses of vLLM's
+ * OpenAI server, with uvicorn's access log line per request.
+ */
+type Handler = (
+  rt: EngineRuntime,
+  req: Request,
+  server: Server<unknown>,
+  url: URL,
+) => Response | Promise<Response>
+
+const POOLING: Record<string, PoolingRoute> = {
+  '/pooling': 'pooling',
+  '/v1/embeddings': 'embeddings',
+  '/classify': 'classify',
+  '/score': 'score',
+  '/v1/score': 'score',
+  '/rerank': 'rerank',
+  '/v1/rerank': 'rerank',
+  '/v2/rerank': 'rerank',
+}
+
+const REASONS: Record<number, string> = {
+  200: 'OK',
+  400: 'Bad Request',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  499: 'Client Closed Request',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+}
+
+function routes(): Map<string, Partial<Record<string, Handler>>> {
+  const table = new Map<string, Partial<Record<string, Handler>>>()
+  const add = (path: string, method: string, handler: Handler) =>
+    table.set(path, { ...table.get(path), [method]: handler })
+  add('/health', 'GET', () => new Response(null, { status: 200 }))
+  add('/ping', 'GET', () => new Response(null, { status: 200 }))
+  add('/ping', 'POST', () => new Response(null, { status: 200 }))
+  add('/version', 'GET', (rt) => Response.json({ version: rt.version }))
+  add('/v1/models', 'GET', (rt) => Response.json(modelList(rt)))
+  add(
+    '/metrics',
+    'GET',
+    (rt) =>
+      new Response(
+        rt.metrics.render({
+          running: rt.scheduler.running.size,
+          waiting: rt.scheduler.numWaiting,
+          kvUsage: rt.scheduler.kvUsage(),
+        }),
+        { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' } },
+      ),
+  )
+  add('/v1/chat/completions', 'POST', (rt, req, server) => inference(rt, req, server, 'chat'))
+  add('/v1/completions', 'POST', (rt, req, server) => inference(rt, req, server, 'completion'))
+  add('/tokenize', 'POST', tokenize)
+  add('/detokenize', 'POST', detokenize)
+  for (const [path, route] of Object.entries(POOLING))
+    add(path, 'POST', (rt, req) => handlePooling(rt, req, route))
+  return table
+}
+
+function devRoutes(): Map<string, Partial<Record<string, Handler>>> {
+  const table = new Map<string, Partial<Record<string, Handler>>>()
+  table.set('/sleep', {
+    POST: async (rt, _req, _server, url) => {
+      const level = Number(url.searchParams.get('level') ?? '1')
+      if (level !== 1 && level !== 2)
+        return simError(rt.knobs.errorShape, 400, `Invalid sleep level: ${level}`, 'level')
+      await rt.sleepEngine(level)
+      return new Response(null, { status: 200 })
+    },
+  })
+  table.set('/wake_up', {
+    POST: async (rt, _req, _server, url) => {
+      const tags = url.searchParams.getAll('tags')
+      const bad = tags.find((t) => t !== 'weights' && t !== 'kv_cache')
+      if (bad !== undefined) return simError(rt.knobs.errorShape, 400, `Invalid tag: ${bad}`, 'tags')
+      await rt.wakeEngine(tags.length > 0 ? (tags as SleepTag[]) : ['weights', 'kv_cache'])
+      return new Response(null, { status: 200 })
+    },
+  })
+  table.set('/is_sleeping', { GET: (rt) => Response.json({ is_sleeping: rt.sleep.sleeping }) })
+  table.set('/reset_prefix_cache', { POST: () => new Response(null, { status: 200 }) })
+  return table
+}
+
+function modelList(rt: EngineRuntime) {
+  const created = rt.createdAt
+  return {
+    object: 'list',
+    data: [rt.args.servedModelNames[0] ?? rt.args.model].map((id) => ({
+      id,
+      object: 'model',
+      created,
+      owned_by: 'vllm',
+      root: rt.args.model,
+      parent: null,
+      max_model_len: rt.maxModelLen,
+      permission: [
+        {
+          id: `modelperm-${rt.createdAt.toString(16)}`,
+          object: 'model_permission',
+          created,
+          allow_create_engine: false,
+          allow_sampling: true,
+          allow_logprobs: true,
+          allow_search_indices: false,
+          allow_view: true,
+          allow_fine_tuning: false,
+          organization: '*',
+          group: null,
+          is_blocking: false,
+        },
+      ],
+    })),
+  }
+}
+
+async function inference(
+  rt: EngineRuntime,
+  req: Request,
+  server: Server<unknown>,
+  kind: 'chat' | 'completion',
+) {
+  const body = await readJson(rt, req)
+  if (body instanceof Response) return body
+  const plan = planInference(rt, kind, body)
+  if (plan instanceof Response) return plan
+  return respondInference(rt, req, server, plan)
+}
+
+async function tokenize(rt: EngineRuntime, req: Request): Promise<Response> {
+  const body = await readJson(rt, req)
+  if (body instanceof Response) return body
+  const model = checkModel(rt, body)
+  if (model instanceof Response) return model
+  let text: string
+  if (Array.isArray(body['messages']))
+    text = renderChat(body['messages'] as ChatMessage[], body['add_generation_prompt'] !== false)
+  else if (typeof body['prompt'] === 'string') text = body['prompt']
+  else return simError(rt.knobs.errorShape, 400, "Field required: 'prompt' or 'messages'", 'prompt')
+  const tokens = rt.tokenizer.encode(text)
+  return Response.json({ count: tokens.length, max_model_len: rt.maxModelLen, tokens, token_strs: null })
+}
+
+async function detokenize(rt: EngineRuntime, req: Request): Promise<Response> {
+  const body = await readJson(rt, req)
+  if (body instanceof Response) return body
+  const model = checkModel(rt, body)
+  if (model instanceof Response) return model
+  const tokens = body['tokens']
+  if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t))) {
+    return simError(rt.knobs.errorShape, 400, "Field required: 'tokens' must be a list of integers", 'tokens')
+  }
+  return Response.json({ prompt: rt.tokenizer.decode(tokens as number[]) })
+}
+
+export function engineFetch(rt: EngineRuntime): (req: Request, server: Server<unknown>) => Promise<Response> {
+  const table = routes()
+  if (rt.knobs.devMode && rt.args.enableSleepMode) for (const [k, v] of devRoutes()) table.set(k, v)
+  return async (req, server) => {
+    const url = new URL(req.url)
+    const methods = table.get(url.pathname)
+    let res: Response
+    if (!methods) res = notFound()
+    else {
+      const handler = methods[req.method] ?? (req.method === 'HEAD' ? methods['GET'] : undefined)
+      try {
+        res = handler ? await handler(rt, req, server, url) : methodNotAllowed()
+      } catch (err) {
+        res = simError(rt.knobs.errorShape, 500, (err as Error).message)
+      }
+    }
+    if (!rt.args.disableAccessLog) {
+      const ip = server.requestIP(req)
+      const client = ip ? `${ip.address}:${ip.port}` : '127.0.0.1:0'
+      rt.log.stdout(
+        `INFO:     ${client} - "${req.method} ${url.pathname}${url.search} HTTP/1.1" ${res.status} ${REASONS[res.status] ?? ''}`,
+      )
+    }
+    return res
+  }
+}

@@ -1,0 +1,214 @@
+import { spawnEngineChildren } from './children.ts'
+import { visibleDevices } from './devices.ts'
+import type { SimEngine } from './engine.ts'
+import {
+  DEV_ROUTE_LINES,
+  engineConfigLine,
+  freeMemoryError,
+  maxModelLenError,
+  ROUTE_LINES,
+  thousands,
+  v0ProfileMessage,
+} from './engine-logs.ts'
+import { initFlock } from './flock.ts'
+import { KVCACHED_PREALLOC_MIB, KvcachedSegment, processGroupId } from './kvcached.ts'
+import { DEFAULT_GPU_MEMORY_UTILIZATION, kvCacheError, nonKvMib, planMemory } from './memory-plan.ts'
+import { configTraceback, engineInitFailed, startupTraceback } from './python-errors.ts'
+import { readLiveEngines, usedMibOnGpu } from './state.ts'
+import { pythonRepr } from './vllm-args.ts'
+
+/**
+ * bootEngine walks vLLM's start-up in order (config, EngineCore, memory check, weights, KV cache
+ * profile, CUDA graphs, API server) with vLLM's log lines and failures, spreading SIM_LOAD_DELAY_MS over
+ * the stages. The port stays closed until the very end.
+ */
+export class Stopped extends Error {}
+
+/** StartFailure ends the start-up with an exit code after its messages were printed. */
+export class StartFailure extends Error {
+  constructor(readonly code: number) {
+    super(`start-up failed with exit code ${code}`)
+  }
+}
+
+function portIsFree(hostname: string, port: number): boolean {
+  if (port === 0) return true
+  try {
+    const probe = Bun.listen({ hostname, port, socket: { data() {} } })
+    probe.stop(true)
+    return true
+  } catch {
+    return false
+  }
+}
+
+export async function bootEngine(e: SimEngine): Promise<void> {
+  const { args, knobs, log, model } = e
+  const v0 = knobs.logStyle === 'v0'
+  const D = knobs.loadDelayMs
+  const t0 = performance.now()
+  const api = e.tags.api
+  const fail = (code: number, stderr: string[] = []): never => {
+    if (stderr.length > 0) log.stderr(...stderr)
+    throw new StartFailure(code)
+  }
+
+  log.info(api, 'api_server.py:1839', `vLLM API server version ${e.version}`)
+  log.info(api, 'utils.py:233', `non-default args: ${pythonRepr(args.nonDefault)}`)
+  if (args.maxModelLen !== undefined && args.maxModelLen > model.maxModelLen && !knobs.allowLongMaxModelLen) {
+    fail(1, configTraceback(maxModelLenError(args.maxModelLen, model)))
+  }
+  e.maxModelLen =
+    args.maxModelLen !== undefined && args.maxModelLen > 0 ? args.maxModelLen : model.maxModelLen
+  const util = args.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION
+  if (!(util > 0 && util <= 1)) {
+    fail(1, configTraceback(`ValueError: GPU memory utilization must be within (0, 1]. Got ${util}.`))
+  }
+  log.info(api, 'model.py:547', `Resolved architecture: ${model.architecture}`)
+  log.info(api, 'model.py:1510', `Using max model len ${e.maxModelLen}`)
+  if (!v0) log.info(api, 'scheduler.py:205', 'Chunked prefill is enabled with max_num_batched_tokens=8192.')
+  if (!portIsFree(args.host, args.port)) fail(1, ['OSError: [Errno 98] Address already in use'])
+
+  e.children = spawnEngineChildren(args.tensorParallelSize)
+  const corePid = e.children[0]?.pid ?? process.pid
+  if (!v0) e.tags.core = `(EngineCore_DP0 pid=${corePid})`
+  const core = e.tags.core
+  const tp = args.tensorParallelSize
+  const workerPids =
+    tp > 1 ? Array.from({ length: tp }, (_, i) => e.children[i + 1]?.pid ?? process.pid) : [corePid]
+  const workerTag = (i: number) => (v0 ? '' : tp > 1 ? `(Worker_TP${i} pid=${workerPids[i]})` : core)
+  const perWorker = (where: string, message: (rank: number) => string): void => {
+    for (let i = 0; i < workerPids.length; i++) log.info(workerTag(i), where, message(i))
+  }
+  const coreFailure = (error: string): never => {
+    log.error(core, 'core.py:708', 'EngineCore failed to start.')
+    log.error(core, 'core.py:708', error)
+    return fail(1, [...startupTraceback(error), ...engineInitFailed()])
+  }
+
+  if (!v0) log.info(core, 'core.py:644', 'Waiting for init message from front-end.')
+  log.info(
+    core,
+    v0 ? 'llm_engine.py:240' : 'core.py:77',
+    engineConfigLine(knobs.logStyle, args, e.maxModelLen),
+  )
+  await e.delay(D * 0.1)
+  if (knobs.failStart) coreFailure(`RuntimeError: ${knobs.failStart}`)
+
+  const visible = visibleDevices(knobs.cudaVisibleDevices, e.gpus.length)
+  if (!visible.ok) return coreFailure(visible.error)
+  if (args.tensorParallelSize > visible.gpus.length) {
+    coreFailure(
+      `ValueError: World size (${args.tensorParallelSize}) is larger than the number of available GPUs ` +
+        `(${visible.gpus.length}) in this node. Make sure to set \`CUDA_VISIBLE_DEVICES\` appropriately.`,
+    )
+  }
+  e.usedGpus = visible.gpus.slice(0, args.tensorParallelSize)
+  const devices = e.usedGpus.map((i) => e.gpus[i]).filter((g) => g !== undefined)
+  const deviceMib = Math.min(...devices.map((g) => g.totalMib))
+  e.plan = planMemory(model, deviceMib, util, args.tensorParallelSize, e.maxModelLen)
+  const plan = e.plan
+  perWorker(
+    'parallel_state.py:1208',
+    (i) =>
+      `rank ${i} in world size ${args.tensorParallelSize} is assigned as DP rank 0, PP rank 0, TP rank ${i}, EP rank ${i}`,
+  )
+
+  const records = readLiveEngines(e.simDir)
+  const desiredMib = knobs.kvcached ? nonKvMib(plan) + KVCACHED_PREALLOC_MIB : plan.budgetMib
+  for (const gpu of devices) {
+    const freeMib = gpu.totalMib - usedMibOnGpu(records, gpu.index, process.pid)
+    if (freeMib < desiredMib)
+      coreFailure(freeMemoryError(freeMib / 1024, gpu.totalMib / 1024, util, desiredMib / 1024))
+  }
+
+  const loadStart = performance.now()
+  perWorker('gpu_model_runner.py:2602', () => `Starting to load model ${args.model}...`)
+  if (!v0) log.info(workerTag(0), 'cuda.py:366', 'Using Flash Attention backend on V1 engine.')
+  log.info(workerTag(0), 'weight_utils.py:392', "Using model weights format ['*.safetensors']")
+  await e.delay(D * 0.4)
+  const loadSecs = (performance.now() - loadStart) / 1000
+  log.info(workerTag(0), 'default_loader.py:267', `Loading weights took ${loadSecs.toFixed(2)} seconds`)
+  e.phase = 'weights'
+  e.writeRecord()
+  const loaded = (performance.now() - loadStart) / 1000
+  const took = `${plan.weightsGiB.toFixed(4)} GiB${v0 ? '' : ' memory'} and ${loaded.toFixed(6)} seconds`
+  perWorker('gpu_model_runner.py:2653', () => `Model loading took ${took}`)
+  if (knobs.hang) return e.keepAlive()
+
+  const profileStart = performance.now()
+  await e.delay(D * 0.25)
+  const kvError = kvCacheError(plan)
+  if (kvError) coreFailure(kvError)
+  if (v0) {
+    log.info('', 'worker.py:267', v0ProfileMessage(plan, (performance.now() - profileStart) / 1000))
+    log.info('', 'executor_base.py:112', `# cuda blocks: ${plan.numBlocks}, # CPU blocks: 4681`)
+    log.info(
+      '',
+      'executor_base.py:117',
+      `Maximum concurrency for ${e.maxModelLen} tokens per request: ${plan.concurrency.toFixed(2)}x`,
+    )
+  } else {
+    perWorker('gpu_worker.py:298', () => `Available KV cache memory: ${plan.kvAvailGiB.toFixed(2)} GiB`)
+    log.info(core, 'kv_cache_utils.py:1087', `GPU KV cache size: ${thousands(plan.kvTokens)} tokens`)
+    log.info(
+      core,
+      'kv_cache_utils.py:1091',
+      `Maximum concurrency for ${thousands(e.maxModelLen)} tokens per request: ${plan.concurrency.toFixed(2)}x`,
+    )
+  }
+  if (knobs.kvcached) {
+    await initFlock()
+    const name = knobs.kvcachedIpcName ?? `kvcached_${processGroupId()}`
+    e.kvSegment = KvcachedSegment.open(
+      knobs.shmDir,
+      name,
+      plan.budgetMib * 2 ** 20,
+      KVCACHED_PREALLOC_MIB * 2 ** 20,
+    )
+  }
+  e.phase = 'ready'
+  e.writeRecord()
+
+  const graphStart = performance.now()
+  await e.delay(D * 0.25)
+  const graphSecs = Math.max(0, Math.round((performance.now() - graphStart) / 1000))
+  log.info(
+    workerTag(0),
+    v0 ? 'model_runner.py:1592' : 'gpu_model_runner.py:3480',
+    `Graph capturing finished in ${graphSecs} secs, took ${plan.graphsGiB.toFixed(2)} GiB`,
+  )
+  log.info(
+    core,
+    v0 ? 'llm_engine.py:437' : 'core.py:210',
+    `init engine (profile, create kv cache, warmup model) took ${((performance.now() - t0) / 1000).toFixed(2)} seconds`,
+  )
+  if (!v0)
+    log.info(
+      api,
+      'loggers.py:147',
+      `Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: ${plan.numBlocks}`,
+    )
+  log.info(
+    api,
+    'api_server.py:1634',
+    `Supported_tasks: ['${model.task === 'pooling' ? 'score' : 'generate'}']`,
+  )
+  log.info(api, 'api_server.py:1912', `Starting vLLM API server 0 on http://${args.host}:${args.port}`)
+  log.info(api, 'launcher.py:34', 'Available routes are:')
+  const dev = knobs.devMode && args.enableSleepMode ? DEV_ROUTE_LINES : []
+  for (const [path, method] of [...ROUTE_LINES, ...dev])
+    log.info(api, 'launcher.py:42', `Route: ${path}, Methods: ${method}`)
+  try {
+    e.startServing()
+  } catch (err) {
+    fail(1, [
+      `OSError: [Errno 98] error while attempting to bind on address ('${args.host}', ${args.port}): ${(err as Error).message}`,
+    ])
+  }
+  log.stderr(
+    `INFO:     Started server process [${process.pid}]`,
+    'INFO:     Waiting for application startup.',
+    'INFO:     Application startup complete.',
+  )
+}

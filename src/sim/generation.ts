@@ -1,0 +1,130 @@
+import type { EngineRuntime } from './runtime.ts'
+import type { Sequence } from './scheduler.ts'
+import { OutputWords } from './tokenizer.ts'
+
+/**
+ * Generation paces one request's output: it waits for admission, for the prefill / SIM_TTFT_MS delay
+ * and for the engine to be awake, then emits one word-token per tick at SIM_TOKENS_PER_SEC with its
+ * own timer (drift-corrected, no busy loop). It stops at max_tokens ("length") or at the request's
+ * pseudo-EOS ("stop", an empty EOS token), and can be aborted at any time.
+ */
+export type FinishReason = 'stop' | 'length'
+
+export interface GenerationRequest {
+  id: string
+  promptTokens: number
+  maxTokens: number
+  /** Number of tokens before the pseudo-EOS (only used when ignoreEos is false). */
+  eosAfter: number
+  ignoreEos: boolean
+  seed: number
+}
+
+export interface GenerationSink {
+  /** token delivers one token's text; `finish` is set on the last one. */
+  token(text: string, index: number, finish: FinishReason | null): void
+  /** done is called once after the last token (not after an abort). */
+  done(completionTokens: number): void
+  /** fail ends the request with an engine error (SIM_CRASH_MODE=error). */
+  fail(message: string): void
+}
+
+const PREFILL_TOKENS_PER_MS = 20
+
+export class Generation {
+  private readonly seq: Sequence
+  private readonly words: OutputWords
+  private readonly interval: number
+  private readonly stopAt: number
+  private readonly reason: FinishReason
+  private readonly arrivedAt = performance.now()
+  private timer: ReturnType<typeof setTimeout> | undefined
+  private due = 0
+  private finished = false
+  private unregister: () => void = () => {}
+
+  constructor(
+    private readonly rt: EngineRuntime,
+    private readonly req: GenerationRequest,
+    private readonly sink: GenerationSink,
+  ) {
+    this.seq = { id: req.id, promptTokens: req.promptTokens, generated: 0, admit: () => this.admitted() }
+    this.words = new OutputWords(req.seed)
+    this.interval = 1000 / rt.knobs.tokensPerSec
+    const eos = Math.max(1, req.eosAfter)
+    this.stopAt = req.ignoreEos || eos >= req.maxTokens ? req.maxTokens : eos
+    this.reason = this.stopAt === req.maxTokens ? 'length' : 'stop'
+  }
+
+  get done(): boolean {
+    return this.finished
+  }
+
+  start(): void {
+    this.unregister = this.rt.register({
+      cancel: () => this.cancel(),
+      fail: (message) => {
+        if (this.finished) return
+        this.cancel()
+        this.sink.fail(message)
+      },
+    })
+    this.rt.scheduler.submit(this.seq)
+  }
+
+  /** abort stops a live request the way a client disconnect does, and logs it like vLLM. */
+  abort(): void {
+    if (this.finished) return
+    this.cancel()
+    this.rt.metrics.finish('abort', 0)
+    this.rt.log.info(this.rt.tags.api, 'async_llm.py:436', `Aborted request ${this.req.id}.`)
+  }
+
+  private cancel(): void {
+    if (this.finished) return
+    this.finished = true
+    clearTimeout(this.timer)
+    this.rt.scheduler.drop(this.seq)
+    this.unregister()
+  }
+
+  private admitted(): void {
+    if (this.finished) return
+    const prefill = this.req.promptTokens / PREFILL_TOKENS_PER_MS
+    this.due = performance.now() + Math.max(this.rt.knobs.ttftMs, prefill)
+    this.schedule()
+  }
+
+  private schedule(): void {
+    this.timer = setTimeout(() => this.tick(), Math.max(0, this.due - performance.now()))
+  }
+
+  private tick(): void {
+    if (this.finished || this.rt.dying) return
+    if (this.rt.sleep.sleeping) {
+      this.rt.sleep.whenAwake(() => {
+        this.due = performance.now()
+        if (!this.finished) this.tick()
+      })
+      return
+    }
+    const index = this.seq.generated
+    if (index === 0)
+      this.rt.metrics.firstToken((performance.now() - this.arrivedAt) / 1000, this.req.promptTokens)
+    this.rt.scheduler.addToken(this.seq)
+    this.rt.metrics.generationTokens++
+    const last = this.seq.generated >= this.stopAt
+    const isEos = last && this.reason === 'stop'
+    const word = isEos ? '' : this.words.next()
+    this.sink.token(isEos || index === 0 ? word : ` ${word}`, index, last ? this.reason : null)
+    this.rt.countToken()
+    if (last) {
+      this.cancel()
+      this.rt.metrics.finish(this.reason, (performance.now() - this.arrivedAt) / 1000)
+      this.sink.done(this.stopAt)
+      return
+    }
+    this.due += this.interval
+    this.schedule()
+  }
+}

@@ -1,0 +1,183 @@
+import type { Server } from 'bun'
+import { simError, streamErrorFrame } from './errors.ts'
+import { type FinishReason, Generation } from './generation.ts'
+import type { InferencePlan } from './openai-request.ts'
+import type { EngineRuntime } from './runtime.ts'
+
+/**
+ * respondInference runs a planned request through a Generation and renders vLLM's OpenAI responses:
+ * SSE chunks (role chunk for chat, one chunk per token, finish_reason on the last, optional usage
+ * chunk, `[DONE]`) or a single JSON body. A client disconnect aborts the generation at once.
+ */
+const encoder = new TextEncoder()
+
+function usageOf(plan: InferencePlan, completion: number) {
+  const prompt = plan.gen.promptTokens
+  return {
+    prompt_tokens: prompt,
+    total_tokens: prompt + completion,
+    completion_tokens: completion,
+    prompt_tokens_details: null,
+  }
+}
+
+function head(plan: InferencePlan) {
+  return {
+    id: plan.id,
+    object: plan.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+    created: plan.created,
+    model: plan.model,
+  }
+}
+
+function tokenChoice(plan: InferencePlan, text: string, finish: FinishReason | null) {
+  if (plan.kind === 'chat') {
+    return finish
+      ? { index: 0, delta: { content: text }, logprobs: null, finish_reason: finish, stop_reason: null }
+      : { index: 0, delta: { content: text }, logprobs: null, finish_reason: null }
+  }
+  return { index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null }
+}
+
+function frame(value: unknown): string {
+  return `data: ${JSON.stringify(value)}\n\n`
+}
+
+export function respondInference(
+  rt: EngineRuntime,
+  req: Request,
+  server: Server<unknown>,
+  plan: InferencePlan,
+): Response | Promise<Response> {
+  server.timeout(req, 0)
+  if (rt.sleep.sleeping && rt.knobs.sleepInference === 'crash') {
+    rt.crash('RuntimeError: CUDA error: an illegal memory access was encountered (engine is asleep)')
+  }
+  return plan.stream ? streamResponse(rt, req, plan) : collectResponse(rt, req, plan)
+}
+
+function streamResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): Response {
+  let gen: Generation | undefined
+  let open = true
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      const send = (text: string): void => {
+        if (!open) return
+        try {
+          controller.enqueue(encoder.encode(text))
+        } catch {
+          open = false
+          gen?.abort()
+        }
+      }
+      const close = (): void => {
+        if (!open) return
+        open = false
+        try {
+          controller.close()
+        } catch {}
+      }
+      if (plan.kind === 'chat') {
+        send(
+          frame({
+            ...head(plan),
+            choices: [
+              { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
+            ],
+          }),
+        )
+      }
+      gen = new Generation(rt, plan.gen, {
+        token: (text, _index, finish) =>
+          send(frame({ ...head(plan), choices: [tokenChoice(plan, text, finish)] })),
+        done: (completion) => {
+          if (plan.includeUsage) send(frame({ ...head(plan), choices: [], usage: usageOf(plan, completion) }))
+          send('data: [DONE]\n\n')
+          close()
+        },
+        fail: (message) => {
+          send(streamErrorFrame(rt.knobs.errorShape, 500, message))
+          close()
+        },
+      })
+      gen.start()
+    },
+    cancel() {
+      open = false
+      gen?.abort()
+    },
+  })
+  req.signal.addEventListener('abort', () => {
+    open = false
+    gen?.abort()
+  })
+  return new Response(stream, {
+    headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' },
+  })
+}
+
+function collectResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): Promise<Response> {
+  return new Promise<Response>((resolve) => {
+    let text = ''
+    let reason: FinishReason = 'length'
+    const gen = new Generation(rt, plan.gen, {
+      token: (t, _index, finish) => {
+        text += t
+        if (finish) reason = finish
+      },
+      done: (completion) => resolve(Response.json(completionBody(plan, text, reason, completion))),
+      fail: (message) => resolve(simError(rt.knobs.errorShape, 500, message)),
+    })
+    req.signal.addEventListener('abort', () => {
+      gen.abort()
+      resolve(new Response(null, { status: 499 }))
+    })
+    gen.start()
+  })
+}
+
+function completionBody(plan: InferencePlan, text: string, reason: FinishReason, completion: number) {
+  const usage = usageOf(plan, completion)
+  if (plan.kind === 'chat') {
+    return {
+      id: plan.id,
+      object: 'chat.completion',
+      created: plan.created,
+      model: plan.model,
+      choices: [
+        {
+          index: 0,
+          message: {
+            role: 'assistant',
+            content: text,
+            refusal: null,
+            annotations: null,
+            audio: null,
+            function_call: null,
+            tool_calls: [],
+            reasoning_content: null,
+          },
+          logprobs: null,
+          finish_reason: reason,
+          stop_reason: null,
+        },
+      ],
+      service_tier: null,
+      system_fingerprint: null,
+      usage,
+      prompt_logprobs: null,
+      kv_transfer_params: null,
+    }
+  }
+  return {
+    id: plan.id,
+    object: 'text_completion',
+    created: plan.created,
+    model: plan.model,
+    choices: [
+      { index: 0, text, logprobs: null, finish_reason: reason, stop_reason: null, prompt_logprobs: null },
+    ],
+    usage,
+    kv_transfer_params: null,
+  }
+}

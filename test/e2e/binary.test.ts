@@ -1,0 +1,166 @@
+import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import type { Subprocess } from 'bun'
+import pkg from '../../package.json' with { type: 'json' }
+
+/**
+ * End to end on the compiled binary: built once, copied alone into an empty directory with only a
+ * YAML beside it, then driven over HTTP and signals like an operator would.
+ */
+const ROOT = resolve(import.meta.dir, '../..')
+const dir = mkdtempSync(join(tmpdir(), 'modelgate-bin-'))
+const BIN = join(dir, 'modelgate')
+const PORT = 18390
+const URL = `http://127.0.0.1:${PORT}`
+const SECRET = 'e2e-secret-that-is-long-enough-0123456789'
+const children: Subprocess[] = []
+
+function run(args: string[], env: Record<string, string> = {}) {
+  const r = Bun.spawnSync([BIN, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? '', ...env } })
+  return { code: r.exitCode, stdout: r.stdout.toString(), stderr: r.stderr.toString() }
+}
+
+beforeAll(() => {
+  const build = Bun.spawnSync([process.execPath, join(ROOT, 'build/compile.ts')], { cwd: ROOT })
+  if (build.exitCode !== 0) throw new Error(`build failed: ${build.stderr.toString()}`)
+  copyFileSync(join(ROOT, 'build/dist/modelgate'), BIN)
+  writeFileSync(
+    join(dir, 'modelgate.yaml'),
+    `server: { host: 127.0.0.1, port: ${PORT} }
+data_dir: ./data
+shutdown: { timeout_ms: 10000 }
+plugins:
+  gateway:
+    engine:
+      command: ['@self', sim, engine, --sim-dir, ./sim, --sim-gpus, 2x80]
+      env: { SIM_LOAD_DELAY_MS: '200' }
+      port_range: { start: 18391, end: 18399 }
+      stop_grace_seconds: 3
+    gpu:
+      smi_command: ['@self', sim, smi, --sim-dir, ./sim, --sim-gpus, 2x80]
+`,
+  )
+  writeFileSync(join(dir, 'bad.yaml'), 'server: { port: 70000, prot: 1 }\nplugins: { nope: {} }\n')
+})
+
+afterAll(() => {
+  for (const c of children) c.kill('SIGKILL')
+  rmSync(dir, { recursive: true, force: true })
+})
+
+describe('the compiled binary', () => {
+  it('prints its version', () => {
+    const r = run(['version'])
+    expect(r.code).toBe(0)
+    expect(r.stdout.trim()).toBe(pkg.version)
+  })
+
+  it('checks a config: exit 0, or exit 2 listing every problem by dotted path', () => {
+    expect(run(['check-config', '--config', 'modelgate.yaml']).code).toBe(0)
+    const bad = run(['check-config', '--config', 'bad.yaml'])
+    expect(bad.code).toBe(2)
+    expect(bad.stderr).toContain('server.port: must be an integer <= 65535')
+    expect(bad.stderr).toContain('server.prot: unknown key')
+    expect(bad.stderr).toContain('plugins.nope: unknown plugin')
+  })
+
+  it('refuses to start in simple mode with a short JWT secret or no admin password', () => {
+    const r = run(['serve', '--config', 'modelgate.yaml'], { AUTH_MODE: 'simple', JWT_SECRET: 'short' })
+    expect(r.code).toBe(2)
+    expect(r.stderr).toContain('auth.jwt_secret: JWT_SECRET must be at least 32 bytes')
+    expect(r.stderr).toContain('auth.admin_password: ADMIN_PASSWORD is required')
+  })
+
+  it('serves health, offline docs, login, metrics and an engine, and exits 0 on SIGTERM with nothing left', async () => {
+    const child = Bun.spawn([BIN, 'serve', '--config', 'modelgate.yaml'], {
+      cwd: dir,
+      env: {
+        PATH: process.env.PATH ?? '',
+        AUTH_MODE: 'simple',
+        ADMIN_PASSWORD: 'pw-e2e',
+        JWT_SECRET: SECRET,
+      },
+      stdin: 'ignore',
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    children.push(child)
+    const until = Date.now() + 15000
+    while (Date.now() < until) {
+      if (
+        await fetch(`${URL}/api/health/ready`)
+          .then((r) => r.ok)
+          .catch(() => false)
+      )
+        break
+      await Bun.sleep(50)
+    }
+    const health = await fetch(`${URL}/api/health`)
+    expect(health.status).toBe(200)
+    expect(await health.json()).toMatchObject({ status: 'ok', version: pkg.version })
+    expect(await (await fetch(`${URL}/api/health/live`)).json()).toMatchObject({ status: 'alive' })
+
+    const page = await (await fetch(`${URL}/docs`)).text()
+    expect(page).toContain('/docs/assets/swagger-ui-bundle.js')
+    expect(page).not.toMatch(/https?:\/\//)
+    const bundle = await fetch(`${URL}/docs/assets/swagger-ui-bundle.js`)
+    expect(bundle.status).toBe(200)
+    expect((await bundle.arrayBuffer()).byteLength).toBeGreaterThan(500_000)
+    expect((await fetch(`${URL}/docs/assets/swagger-ui.css`)).status).toBe(200)
+    const doc = (await (await fetch(`${URL}/docs/json`)).json()) as {
+      paths: Record<string, unknown>
+      components: { securitySchemes: Record<string, unknown> }
+    }
+    expect(Object.keys(doc.components.securitySchemes).sort()).toEqual(['adminJwt', 'inferenceKey'])
+    expect(doc.paths['/api/v1/models/load']).toBeDefined()
+
+    expect((await fetch(`${URL}/api/v1/models`)).status).toBe(401)
+    const login = await fetch(`${URL}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: 'pw-e2e' }),
+    })
+    expect(login.status).toBe(200)
+    const { token } = (await login.json()) as { token: string }
+    const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' }
+    const load = await fetch(`${URL}/api/v1/models/load`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ model_path: 'facebook/opt-125m', gpu_memory_utilization: 0.3 }),
+    })
+    expect(load.status).toBe(202)
+    const { instance_id } = (await load.json()) as { instance_id: string }
+    let model: { status: string; process_id: number } | undefined
+    while (Date.now() < until + 15000) {
+      model = (
+        (await (await fetch(`${URL}/api/v1/models/${instance_id}`, { headers: auth })).json()) as {
+          model: typeof model
+        }
+      ).model
+      if (model?.status === 'active') break
+      await Bun.sleep(50)
+    }
+    expect(model?.status).toBe('active')
+
+    const metrics = await (await fetch(`${URL}/metrics`)).text()
+    expect(metrics).toContain('modelgate_process_resident_memory_bytes')
+    expect(metrics).toContain('modelgate_models_total{status="active"} 1')
+    expect((await fetch(`${URL}/api/v1/metrics`)).status).toBe(401)
+    expect((await fetch(`${URL}/api/v1/metrics`, { headers: auth })).status).toBe(200)
+
+    child.kill('SIGTERM')
+    expect(await child.exited).toBe(0)
+    let gone = false
+    try {
+      process.kill(-model!.process_id, 0)
+    } catch {
+      gone = true
+    }
+    expect(gone).toBe(true)
+    const logs = await new Response(child.stderr).text()
+    expect(logs).toContain('shutting down')
+    expect(logs).not.toContain(token)
+  })
+})

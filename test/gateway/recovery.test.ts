@@ -1,0 +1,173 @@
+import { Database } from 'bun:sqlite'
+import { afterAll, describe, expect, it } from 'bun:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import type { Subprocess } from 'bun'
+import { gatewayYaml, groupGone, startGateway } from '../support/gateway.ts'
+
+const MAIN = resolve(import.meta.dir, '../../src/main.ts')
+
+describe('engine start-up failure', () => {
+  it('fails the instance with the engine’s own error line when the GPU is fuller than it looked', async () => {
+    // The engines see a GPU already taken by another engine; nvidia-smi (another sim dir) sees it free,
+    // so the gateway's own check passes and vLLM's start-up check is what fails.
+    const engineDir = mkdtempSync(join(tmpdir(), 'modelgate-gw-full-'))
+    const smiDir = mkdtempSync(join(tmpdir(), 'modelgate-gw-empty-'))
+    const gw = await startGateway({ ports: [18140, 18149], simDir: engineDir, smiSimDir: smiDir })
+    try {
+      const hog = await gw.load({ model_path: 'Qwen/Qwen2.5-7B-Instruct', gpu_ids: [0] })
+      await gw.waitStatus(hog, 'active')
+      const id = await gw.load({ model_path: 'Qwen/Qwen2.5-7B-Instruct', gpu_ids: [0] })
+      const failed = await gw.waitStatus(id, 'failed')
+      expect(failed.error).toMatch(
+        /^Free memory on device \([\d.]+\/[\d.]+ GiB\) on startup is less than desired GPU memory utilization/,
+      )
+      const events = await fetch(`${gw.url}/api/v1/models/instances/${id}/events?types=status,error`)
+      const text = await readUntil(events, 'event: error')
+      expect(text).toContain('"currentStatus":"failed"')
+      expect((await gw.json(`/api/v1/models/${id}/unload`, { method: 'POST' })).status).toBe(202)
+    } finally {
+      await gw.stop()
+      rmSync(engineDir, { recursive: true, force: true })
+      rmSync(smiDir, { recursive: true, force: true })
+    }
+  })
+})
+
+async function readUntil(res: Response, marker: string, ms = 5000): Promise<string> {
+  const reader = res.body!.getReader()
+  let text = ''
+  const until = Date.now() + ms
+  while (Date.now() < until && !text.includes(marker)) {
+    const r = await Promise.race([reader.read(), Bun.sleep(until - Date.now()).then(() => null)])
+    if (!r || r.done) break
+    text += new TextDecoder().decode(r.value)
+  }
+  await reader.cancel()
+  return text
+}
+
+describe('restart safety', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'modelgate-restart-'))
+  const simDir = join(dir, 'sim')
+  const dataDir = join(dir, 'data')
+  const port = 18290
+  const url = `http://127.0.0.1:${port}`
+  const configPath = join(dir, 'modelgate.yaml')
+  writeFileSync(
+    configPath,
+    `server: { host: 127.0.0.1, port: ${port} }\ndata_dir: ${dataDir}\n${gatewayYaml({ ports: [18150, 18159] }, simDir)}`,
+  )
+  const children: Subprocess[] = []
+  const engineGroups: number[] = []
+  let bystander: Subprocess | undefined
+
+  afterAll(() => {
+    for (const c of children) c.kill('SIGKILL')
+    for (const pgid of engineGroups) if (!groupGone(pgid)) process.kill(-pgid, 'SIGKILL')
+    bystander?.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  async function serve(): Promise<Subprocess> {
+    const child = Bun.spawn([process.execPath, MAIN, 'serve', '--config', configPath], {
+      stdout: 'ignore',
+      stderr: 'ignore',
+      stdin: 'ignore',
+    })
+    children.push(child)
+    const until = Date.now() + 20000
+    while (Date.now() < until) {
+      const ok = await fetch(`${url}/api/health/ready`)
+        .then((r) => r.status === 200)
+        .catch(() => false)
+      if (ok) return child
+      await Bun.sleep(100)
+    }
+    throw new Error('modelgate did not become ready')
+  }
+
+  const api = async <T>(path: string, method = 'GET', body?: unknown) => {
+    const res = await fetch(`${url}${path}`, {
+      method,
+      headers: { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    })
+    return (await res.json()) as T
+  }
+
+  async function waitFor(check: () => Promise<boolean>, ms = 20000) {
+    const until = Date.now() + ms
+    while (Date.now() < until) {
+      if (await check()) return
+      await Bun.sleep(100)
+    }
+    throw new Error('condition not met in time')
+  }
+
+  type Model = { id: string; status: string; process_id: number }
+  const models = async () => (await api<{ models: Model[] }>('/api/v1/models')).models
+
+  it('re-adopts healthy engines, stops unhealthy ones, never signals a reused pid, and leaves nothing behind', async () => {
+    const first = await serve()
+    const keep = (
+      await api<{ instance_id: string }>('/api/v1/models/load', 'POST', {
+        model_path: 'facebook/opt-125m',
+        gpu_ids: [0],
+        gpu_memory_utilization: 0.3,
+        enable_sleep_mode: true,
+      })
+    ).instance_id
+    const drop = (
+      await api<{ instance_id: string }>('/api/v1/models/load', 'POST', {
+        model_path: 'facebook/opt-125m',
+        gpu_ids: [1],
+        gpu_memory_utilization: 0.3,
+      })
+    ).instance_id
+    await waitFor(async () => (await models()).every((m) => m.status === 'active'))
+    await api(`/api/models/instances/${keep}/sleep?level=1`, 'POST')
+    const before = new Map((await models()).map((m) => [m.id, m]))
+
+    // modelgate dies without any chance to clean up; its engines live on in their own sessions.
+    first.kill('SIGKILL')
+    await first.exited
+    const keepPid = before.get(keep)!.process_id
+    const dropPid = before.get(drop)!.process_id
+    engineGroups.push(keepPid, dropPid)
+    expect(groupGone(keepPid)).toBe(false)
+    expect(groupGone(dropPid)).toBe(false)
+    process.kill(-dropPid, 'SIGSTOP') // unhealthy: /health will not answer
+
+    // A row whose pid now belongs to an unrelated process (pid reuse): it must never be signalled.
+    bystander = Bun.spawn(['sleep', '60'], { stdin: 'ignore', stdout: 'ignore', stderr: 'ignore' })
+    const db = new Database(join(dataDir, 'modelgate.db'))
+    db.query(
+      `INSERT INTO gateway_instances SELECT 'ghost', model_path, model_name, served_model_name, 'active', 18159, ?, ?,
+       '1', max_tokens, requested_max_tokens, gpu_memory_utilization, gpu_ids, tensor_parallel_size, sharedcache_enabled,
+       enable_sleep_mode, NULL, NULL, extra_args, launch_argv, launch_command, log_dir, loaded_at, ready_at, NULL,
+       memory_metrics, memory_baseline_by_gpu, updated_at FROM gateway_instances WHERE id = ?`,
+    ).run(bystander.pid, bystander.pid, keep)
+    db.close()
+
+    const second = await serve()
+    const after = new Map((await models()).map((m) => [m.id, m]))
+    expect(after.get(keep)).toMatchObject({ status: 'sleeping', process_id: keepPid })
+    await waitFor(async () => groupGone(dropPid))
+    expect(after.has(drop)).toBe(false)
+    expect(after.get('ghost')).toMatchObject({ status: 'failed' })
+    expect(bystander.exitCode).toBeNull()
+    expect(bystander.signalCode).toBeNull()
+
+    // The re-adopted engine is fully usable: wake it, and its logs keep flowing.
+    const woke = await api<{ status: string }>(`/api/models/instances/${keep}/wake`, 'POST')
+    expect(woke.status).toBe('running')
+    const logs = await api<{ logs: string }>(`/api/v1/models/instances/${keep}/logs`)
+    expect(logs.logs).toContain('wake')
+
+    second.kill('SIGTERM')
+    expect(await second.exited).toBe(0)
+    expect(groupGone(keepPid)).toBe(true)
+  })
+})

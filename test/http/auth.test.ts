@@ -1,0 +1,229 @@
+import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { createHmac } from 'node:crypto'
+import { Type as T } from '@sinclair/typebox'
+import { Elysia } from 'elysia'
+import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
+import { categorize } from '../../src/http/auth.ts'
+import { startHost, type TestHost } from '../support/host.ts'
+
+const SECRET = 's'.repeat(40)
+
+/** probe is a plugin with one admin read, one admin write, one event stream and one inference route. */
+const probe = definePlugin({
+  id: 'probe',
+  description: 'test routes',
+  config: T.Object({}, { additionalProperties: false }),
+  setup: () => ({
+    routes: new Elysia()
+      .get('/api/models/things', () => ({ ok: true }))
+      .post('/api/models/things', () => ({ created: true }))
+      .get('/api/models/things/events', () => ({ stream: true }))
+      .post('/v1/echo', () => ({ echoed: true })),
+  }),
+}) as unknown as PluginDefinition
+
+function b64(o: unknown): string {
+  return Buffer.from(JSON.stringify(o)).toString('base64url')
+}
+
+function forge(
+  header: Record<string, unknown>,
+  payload: Record<string, unknown>,
+  secret = SECRET,
+  hash = 'sha256',
+) {
+  const head = `${b64(header)}.${b64(payload)}`
+  if (header.alg === 'none') return `${head}.`
+  return `${head}.${createHmac(hash, secret).update(head).digest('base64url')}`
+}
+
+const now = () => Math.floor(Date.now() / 1000)
+const claims = (extra: Record<string, unknown> = {}) => ({
+  sub: 'admin',
+  username: 'admin',
+  roles: ['admin'],
+  authMode: 'simple',
+  iat: now(),
+  exp: now() + 600,
+  ...extra,
+})
+
+async function errorOf(res: Response) {
+  return ((await res.json()) as { error: Record<string, unknown> }).error
+}
+
+describe('route categories', () => {
+  it('sorts paths as the spec says', () => {
+    expect(categorize('/api/health/ready')).toBe('public')
+    expect(categorize('/api/auth/login')).toBe('public')
+    expect(categorize('/docs/json')).toBe('public')
+    expect(categorize('/metrics')).toBe('public')
+    expect(categorize('/api/v1/models')).toBe('admin')
+    expect(categorize('/api/v1/metrics')).toBe('admin')
+    expect(categorize('/api/gpu/available')).toBe('admin')
+    expect(categorize('/v1/chat/completions')).toBe('inference')
+    expect(categorize('/api/direct/8001/health')).toBe('inference')
+    expect(categorize('/tokenize')).toBe('inference')
+    expect(categorize('/re-rank')).toBe('inference')
+    expect(categorize('/internal/ping')).toBe('internal')
+  })
+})
+
+describe('auth in simple mode', () => {
+  let th: TestHost
+  beforeAll(async () => {
+    th = await startHost('plugins:\n  probe: {}\n', [probe], {
+      AUTH_MODE: 'simple',
+      ADMIN_PASSWORD: 'hunter2',
+      JWT_SECRET: SECRET,
+      INFERENCE_API_KEY: 'sk-test',
+    })
+  })
+  afterAll(() => th.stop())
+
+  const get = (path: string, token?: string) =>
+    fetch(`${th.url}${path}`, { headers: token ? { authorization: `Bearer ${token}` } : {} })
+
+  it('logs in and uses the token on admin routes', async () => {
+    const res = await fetch(`${th.url}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: 'hunter2' }),
+    })
+    expect(res.status).toBe(200)
+    const body = (await res.json()) as { token: string; expires_in: number }
+    expect(body.expires_in).toBe(43200)
+    const [, payload] = body.token.split('.')
+    const decoded = JSON.parse(Buffer.from(payload!, 'base64url').toString())
+    expect(decoded).toMatchObject({ sub: 'admin', username: 'admin', roles: ['admin'], authMode: 'simple' })
+    expect(decoded.exp - decoded.iat).toBe(43200)
+    expect((await get('/api/models/things', body.token)).status).toBe(200)
+    const me = await get('/api/auth/me', body.token)
+    expect(await me.json()).toMatchObject({ username: 'admin', roles: ['admin'] })
+  })
+
+  it('refuses a wrong password with 401 in the controller shape', async () => {
+    const res = await fetch(`${th.url}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: 'nope' }),
+    })
+    expect(res.status).toBe(401)
+    expect(await errorOf(res)).toEqual({
+      code: 'UNAUTHORIZED',
+      message: 'Invalid username or password',
+      statusCode: 401,
+    })
+  })
+
+  it('refuses a missing token', async () => {
+    const res = await get('/api/models/things')
+    expect(res.status).toBe(401)
+    expect((await errorOf(res)).code).toBe('UNAUTHORIZED')
+  })
+
+  it.each([
+    ['alg=none', () => forge({ alg: 'none', typ: 'JWT' }, claims())],
+    ['HS512 with the same secret', () => forge({ alg: 'HS512', typ: 'JWT' }, claims(), SECRET, 'sha512')],
+    ['a wrong signature', () => forge({ alg: 'HS256', typ: 'JWT' }, claims(), 'w'.repeat(40))],
+    ['a missing exp', () => forge({ alg: 'HS256', typ: 'JWT' }, claims({ exp: undefined }))],
+    [
+      'an expired token',
+      () => forge({ alg: 'HS256', typ: 'JWT' }, claims({ exp: now() - 10, iat: now() - 100 })),
+    ],
+    ['garbage', () => 'not.a.jwt'],
+  ])('rejects %s with 401', async (_name, make) => {
+    const res = await get('/api/models/things', make())
+    expect(res.status).toBe(401)
+    expect(await errorOf(res)).toMatchObject({ code: 'UNAUTHORIZED', statusCode: 401 })
+  })
+
+  it('accepts a well-formed HS256 token it did not issue through login (same secret)', async () => {
+    expect((await get('/api/models/things', forge({ alg: 'HS256', typ: 'JWT' }, claims()))).status).toBe(200)
+  })
+
+  it('lets admin-readonly read but not write (403 naming the role)', async () => {
+    const token = forge({ alg: 'HS256', typ: 'JWT' }, claims({ roles: ['admin-readonly'] }))
+    expect((await get('/api/models/things', token)).status).toBe(200)
+    const res = await fetch(`${th.url}/api/models/things`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+    })
+    expect(res.status).toBe(403)
+    expect((await errorOf(res)).message).toContain("'admin'")
+  })
+
+  it('accepts the token as a query parameter on event streams only, and keeps it out of logs', async () => {
+    const token = forge({ alg: 'HS256', typ: 'JWT' }, claims())
+    expect((await get(`/api/models/things/events?token=${token}`)).status).toBe(200)
+    expect((await get(`/api/models/things?token=${token}`)).status).toBe(401)
+    expect(th.logs.join('\n')).not.toContain(token)
+  })
+
+  it('revokes the token on logout', async () => {
+    const login = await fetch(`${th.url}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: 'hunter2' }),
+    })
+    const { token } = (await login.json()) as { token: string }
+    const out = await fetch(`${th.url}/api/auth/logout`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+    })
+    expect(out.status).toBe(200)
+    expect((await get('/api/models/things', token)).status).toBe(401)
+  })
+
+  it('keeps health, auth info and docs public', async () => {
+    expect((await get('/api/health')).status).toBe(200)
+    expect((await get('/api/auth/info')).status).toBe(200)
+    expect(await (await get('/api/auth/info')).json()).toMatchObject({ mode: 'simple', auth_enabled: true })
+    expect((await get('/docs/json')).status).toBe(200)
+  })
+
+  it('guards inference with the API key in the proxy shape, and not with the admin JWT', async () => {
+    const post = (auth?: string) =>
+      fetch(`${th.url}/v1/echo`, { method: 'POST', headers: auth ? { authorization: auth } : {} })
+    const missing = await post()
+    expect(missing.status).toBe(401)
+    expect(await errorOf(missing)).toEqual({
+      message: 'Missing API key: send Authorization: Bearer <API_KEY>',
+      type: 'authentication_error',
+      code: 'missing_api_key',
+    })
+    const wrong = await post('Bearer sk-wrong')
+    expect(wrong.status).toBe(401)
+    expect((await errorOf(wrong)).code).toBe('invalid_api_key')
+    const jwt = await post(`Bearer ${forge({ alg: 'HS256', typ: 'JWT' }, claims())}`)
+    expect(jwt.status).toBe(401)
+    expect((await post('Bearer sk-test')).status).toBe(200)
+  })
+})
+
+describe('auth in none mode', () => {
+  let th: TestHost
+  beforeAll(async () => {
+    th = await startHost('plugins:\n  probe: {}\n', [probe])
+  })
+  afterAll(() => th.stop())
+
+  it('lets everyone act as admin and leaves inference open', async () => {
+    expect((await fetch(`${th.url}/api/models/things`, { method: 'POST' })).status).toBe(200)
+    expect((await fetch(`${th.url}/v1/echo`, { method: 'POST' })).status).toBe(200)
+    expect(await (await fetch(`${th.url}/api/auth/me`)).json()).toMatchObject({
+      roles: ['admin'],
+      authMode: 'none',
+    })
+  })
+
+  it('refuses login when auth is disabled', async () => {
+    const res = await fetch(`${th.url}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'a', password: 'b' }),
+    })
+    expect(res.status).toBe(400)
+    expect((await errorOf(res)).code).toBe('LOGIN_NOT_AVAILABLE')
+  })
+})

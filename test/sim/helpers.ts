@@ -1,0 +1,165 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+
+/**
+ * Helpers for simulator tests: spawn `sim engine` / `sim smi` as real child processes (each engine in
+ * its own process group, like the gateway does), capture their output, and always clean up.
+ */
+const ENTRY = join(import.meta.dir, 'sim-entry.ts')
+const BUN = process.execPath
+
+export interface EngineProc {
+  proc: Subprocess<'ignore', 'pipe', 'pipe'>
+  pid: number
+  port: number
+  stdout(): string
+  stderr(): string
+  /** waitForOutput resolves once `pattern` appears on stdout or stderr (rejects at the deadline). */
+  waitForOutput(pattern: RegExp | string, ms?: number): Promise<void>
+  exited: Promise<number>
+}
+
+const live = new Set<EngineProc>()
+
+/** baseEnv is our environment minus every knob the simulators read, so tests start from defaults. */
+export function baseEnv(): Record<string, string> {
+  const env: Record<string, string> = {}
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v === undefined) continue
+    if (/^(SIM_|MODELGATE_SIM|MODELGATE_SHM|VLLM_|KVCACHED_|ENABLE_KVCACHED|CUDA_VISIBLE_DEVICES)/.test(k))
+      continue
+    env[k] = v
+  }
+  return env
+}
+const dirs: string[] = []
+
+export function tempSimDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'modelgate-sim-test-'))
+  dirs.push(dir)
+  return dir
+}
+
+export async function freePort(): Promise<number> {
+  const probe = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+  const port = probe.port
+  probe.stop(true)
+  return port
+}
+
+async function pump(stream: ReadableStream<Uint8Array>, sink: { text: string }): Promise<void> {
+  const decoder = new TextDecoder()
+  for await (const chunk of stream) sink.text += decoder.decode(chunk, { stream: true })
+}
+
+export async function spawnEngine(
+  model: string,
+  args: string[],
+  env: Record<string, string>,
+  port?: number,
+): Promise<EngineProc> {
+  const p = port ?? (await freePort())
+  const proc = Bun.spawn([BUN, ENTRY, 'engine', model, '--port', String(p), ...args], {
+    env: { ...baseEnv(), SIM_LOAD_DELAY_MS: '200', ...env },
+    stdin: 'ignore',
+    stdout: 'pipe',
+    stderr: 'pipe',
+    detached: true,
+  })
+  const out = { text: '' }
+  const err = { text: '' }
+  const pumps = Promise.all([pump(proc.stdout, out), pump(proc.stderr, err)])
+  const engine: EngineProc = {
+    proc,
+    pid: proc.pid,
+    port: p,
+    stdout: () => out.text,
+    stderr: () => err.text,
+    exited: proc.exited.then(async (code) => {
+      await pumps
+      return code
+    }),
+    async waitForOutput(pattern, ms = 10_000) {
+      const deadline = Date.now() + ms
+      const test = (s: string) => (typeof pattern === 'string' ? s.includes(pattern) : pattern.test(s))
+      while (!test(out.text) && !test(err.text)) {
+        if (Date.now() > deadline)
+          throw new Error(`timed out waiting for ${pattern}\n${out.text}\n${err.text}`)
+        await Bun.sleep(20)
+      }
+    },
+  }
+  live.add(engine)
+  void engine.exited.then(() => live.delete(engine))
+  return engine
+}
+
+export async function waitHealthy(engine: EngineProc, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(`http://127.0.0.1:${engine.port}/health`, { signal: AbortSignal.timeout(500) })
+      if (res.status === 200) return
+    } catch {}
+    if (engine.proc.exitCode !== null)
+      throw new Error(`engine exited ${engine.proc.exitCode}\n${engine.stderr()}`)
+    await Bun.sleep(25)
+  }
+  throw new Error(`engine not healthy after ${ms} ms\n${engine.stdout()}\n${engine.stderr()}`)
+}
+
+export function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal)
+  } catch {}
+}
+
+export function groupAlive(pid: number): boolean {
+  try {
+    process.kill(-pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** cleanupSims SIGKILLs every engine group still alive and removes temp dirs; use in afterEach. */
+export async function cleanupSims(): Promise<void> {
+  const waits: Promise<unknown>[] = []
+  for (const e of live) {
+    signalGroup(e.pid, 'SIGKILL')
+    waits.push(Promise.race([e.exited, Bun.sleep(2000)]))
+  }
+  await Promise.all(waits)
+  live.clear()
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true })
+}
+
+export function runSmiCli(args: string[], env: Record<string, string>): { code: number; stdout: string } {
+  const res = Bun.spawnSync([BUN, ENTRY, 'smi', ...args], { env: { ...baseEnv(), ...env } })
+  return { code: res.exitCode, stdout: res.stdout.toString() }
+}
+
+export async function postJson(
+  port: number,
+  path: string,
+  body: unknown,
+  signal?: AbortSignal,
+): Promise<Response> {
+  return fetch(`http://127.0.0.1:${port}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: signal ?? AbortSignal.timeout(15_000),
+  })
+}
+
+/** sseFrames splits an SSE body into its `data:` payloads. */
+export function sseFrames(body: string): string[] {
+  return body
+    .split('\n\n')
+    .filter((f) => f.startsWith('data: '))
+    .map((f) => f.slice('data: '.length))
+}

@@ -1,0 +1,144 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { plugins } from '../../plugins/index.ts'
+import { startHost, type TestHost } from './host.ts'
+
+/**
+ * startGateway boots a real Host with the gateway plugin driving real simulator processes
+ * (`modelgate sim engine` / `sim smi` from source) on simulated GPUs in a temp state dir.
+ */
+export interface GatewayOptions {
+  ports: [number, number]
+  gpus?: string
+  env?: Record<string, string>
+  extraYaml?: string
+  simDir?: string
+  /** smiSimDir lets nvidia-smi see a different simulated host than the engines (to provoke engine-side failures). */
+  smiSimDir?: string
+  dataDir?: string
+  hostEnv?: Record<string, string>
+  stopGraceSeconds?: number
+}
+
+export interface TestGateway extends TestHost {
+  simDir: string
+  json<T = Record<string, unknown>>(path: string, init?: RequestInit): Promise<{ status: number; body: T }>
+  load(body: Record<string, unknown>): Promise<string>
+  waitStatus(id: string, status: string | string[], timeoutMs?: number): Promise<Record<string, unknown>>
+}
+
+export function gatewayYaml(o: GatewayOptions, simDir: string): string {
+  const gpus = o.gpus ?? '2x80'
+  const env = { SIM_LOAD_DELAY_MS: '300', SIM_TOKENS_PER_SEC: '200', ...o.env }
+  return `
+log: { level: debug }
+shutdown: { timeout_ms: 15000 }
+plugins:
+  gateway:
+    engine:
+      command: ['@self', sim, engine, --sim-dir, '${simDir}', --sim-gpus, '${gpus}']
+      env: ${JSON.stringify(env)}
+      port_range: { start: ${o.ports[0]}, end: ${o.ports[1]} }
+      startup_timeout_seconds: 30
+      stop_grace_seconds: ${o.stopGraceSeconds ?? 3}
+      health_poll_ms: { initial: 50, max: 200 }
+    gpu:
+      smi_command: ['@self', sim, smi, --sim-dir, '${o.smiSimDir ?? simDir}', --sim-gpus, '${gpus}']
+      cache_ms: 0
+${o.extraYaml ?? ''}`
+}
+
+export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
+  const simDir = o.simDir ?? mkdtempSync(join(tmpdir(), 'modelgate-gw-sim-'))
+  const yaml = gatewayYaml(o, simDir)
+  const th = await startHost(yaml, plugins, o.hostEnv ?? {}, o.dataDir)
+  const json = async <T>(path: string, init?: RequestInit) => {
+    const res = await fetch(`${th.url}${path}`, {
+      ...init,
+      headers: { 'content-type': 'application/json', ...(init?.headers ?? {}) },
+    })
+    const text = await res.text()
+    return { status: res.status, body: (text ? JSON.parse(text) : null) as T }
+  }
+  const gw: TestGateway = {
+    ...th,
+    simDir,
+    json,
+    async load(body) {
+      const r = await json<{ instance_id: string }>('/api/v1/models/load', {
+        method: 'POST',
+        body: JSON.stringify(body),
+      })
+      if (r.status !== 202) throw new Error(`load failed: ${r.status} ${JSON.stringify(r.body)}`)
+      return r.body.instance_id
+    },
+    async waitStatus(id, status, timeoutMs = 20000) {
+      const want = Array.isArray(status) ? status : [status]
+      const until = Date.now() + timeoutMs
+      let last: unknown
+      while (Date.now() < until) {
+        const r = await json<{ model: Record<string, unknown> }>(`/api/v1/models/${id}`)
+        last = r.body
+        if (r.status === 200 && want.includes(r.body.model.status as string)) return r.body.model
+        await Bun.sleep(50)
+      }
+      throw new Error(`instance ${id} did not reach ${want.join('|')}: ${JSON.stringify(last)}`)
+    },
+    async stop() {
+      await th.stop()
+      if (!o.simDir) rmSync(simDir, { recursive: true, force: true })
+    },
+  }
+  return gw
+}
+
+/** groupGone tells whether a process group has no process left (`kill(-pgid, 0)` fails). */
+export function groupGone(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0)
+    return false
+  } catch {
+    return true
+  }
+}
+
+/** readSse collects SSE messages from a response until `until` returns true or the deadline. */
+export async function readSse(
+  res: Response,
+  until: (events: { event: string; data: unknown }[]) => boolean,
+  timeoutMs = 15000,
+): Promise<{ event: string; data: unknown }[]> {
+  const events: { event: string; data: unknown }[] = []
+  const reader = res.body!.getReader()
+  const decoder = new TextDecoder()
+  let buf = ''
+  const deadline = Date.now() + timeoutMs
+  try {
+    while (Date.now() < deadline) {
+      const next = await Promise.race([
+        reader.read(),
+        Bun.sleep(Math.max(1, deadline - Date.now())).then(() => null),
+      ])
+      if (!next || next.done) break
+      buf += decoder.decode(next.value, { stream: true })
+      let idx = buf.indexOf('\n\n')
+      while (idx >= 0) {
+        const frame = buf.slice(0, idx)
+        buf = buf.slice(idx + 2)
+        let event = 'message'
+        let data = ''
+        for (const line of frame.split('\n')) {
+          if (line.startsWith('event: ')) event = line.slice(7)
+          else if (line.startsWith('data: ')) data += line.slice(6)
+        }
+        if (data) events.push({ event, data: JSON.parse(data) })
+        idx = buf.indexOf('\n\n')
+      }
+      if (until(events)) break
+    }
+  } finally {
+    await reader.cancel().catch(() => {})
+  }
+  return events
+}
