@@ -97,7 +97,13 @@ function humanize(message: string): string {
   const bound = /^Expected (\w+) to be (greater|less) (?:or equal to|than) (.+)$/.exec(message)
   if (bound) {
     const [, type, dir, n] = bound
-    const op = message.includes('or equal') ? (dir === 'greater' ? '>=' : '<=') : dir === 'greater' ? '>' : '<'
+    const op = message.includes('or equal')
+      ? dir === 'greater'
+        ? '>='
+        : '<='
+      : dir === 'greater'
+        ? '>'
+        : '<'
     return `must be ${type === 'integer' ? 'an integer' : `a ${type}`} ${op} ${n}`
   }
   const m = /^Expected (.+)$/.exec(message)

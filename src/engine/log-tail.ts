@@ -14,7 +14,7 @@ export class FileTail {
   private readonly decoder = new TextDecoder()
 
   constructor(
-    private readonly path: string,
+    path: string,
     private readonly onLine: (line: string) => void,
     opts: { fromEnd?: boolean; intervalMs?: number } = {},
   ) {

@@ -156,7 +156,7 @@ export class AuthService {
   async verifyToken(token: string): Promise<Principal> {
     if (!this.signer) throw unauthorized()
     const header = decodeHeader(token)
-    if (!header || header.alg !== 'HS256') throw unauthorized('Invalid token: algorithm must be HS256')
+    if (header?.alg !== 'HS256') throw unauthorized('Invalid token: algorithm must be HS256')
     const payload = (await this.signer.verify(token, { algorithms: ['HS256'], requiredClaims: ['exp'] })) as
       | Record<string, unknown>
       | false
