@@ -51,6 +51,8 @@ export interface LoadRequest {
   enable_sleep_mode?: boolean
   served_model_name?: string
   gpu_memory_utilization?: number
+  /** force skips the memory-profile pre-load check (a danger verdict otherwise refuses the load). */
+  force?: boolean
 }
 
 export interface LoadResponse {

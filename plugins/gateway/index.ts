@@ -3,6 +3,13 @@ import type { GatewayApi } from './api.ts'
 import { GatewayConfig } from './config.ts'
 import { registerGatewayMetrics } from './metrics.ts'
 import instancesSql from './migrations/0001_instances.sql' with { type: 'text' }
+import presetsProfilesSql from './migrations/0002_presets_profiles.sql' with { type: 'text' }
+import { moveRoutes } from './move-routes.ts'
+import { PresetService } from './presets.ts'
+import { presetRoutes } from './presets-routes.ts'
+import { makePreloadCheck } from './profile-check.ts'
+import { ProfileRecorder, ProfileStore } from './profiles.ts'
+import { profileRoutes } from './profiles-routes.ts'
 import { InstanceRepo } from './repo.ts'
 import { gatewayRoutes } from './routes.ts'
 import { GatewayService } from './service.ts'
@@ -15,7 +22,10 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
   description:
     'Starts and stops vLLM engines, reports GPU and memory, sleeps and wakes models, proxies inference.',
   config: GatewayConfig,
-  migrations: [{ id: '0001_instances', sql: instancesSql }],
+  migrations: [
+    { id: '0001_instances', sql: instancesSql },
+    { id: '0002_presets_profiles', sql: presetsProfilesSql },
+  ],
   setup(ctx, cfg) {
     const service = new GatewayService({
       config: cfg,
@@ -26,11 +36,26 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
       selfCommand: ctx.selfCommand,
     })
     registerGatewayMetrics(ctx.metrics, service)
+    const profiles = new ProfileStore(ctx.store.db)
+    const recorder = new ProfileRecorder(profiles, service, ctx.bus, ctx.log)
+    const checkOptions = { defaultUtilization: cfg.engine.gpu_memory_utilization }
+    service.preloadCheck = makePreloadCheck(profiles, service, checkOptions)
+    const presets = new PresetService(ctx.store.db, service, ctx.bus, ctx.log, {
+      unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
+      readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
+    })
     return {
-      routes: gatewayRoutes(service, cfg.sharedcache.shm_dir),
+      routes: gatewayRoutes(service, cfg.sharedcache.shm_dir)
+        .use(moveRoutes(service.moves))
+        .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
+        .use(presetRoutes(presets, ctx.bus)),
       api: service,
       start: () => service.recover(),
-      stop: (deadline) => service.stop(deadline),
+      stop: async (deadline) => {
+        await presets.stop()
+        await service.stop(deadline)
+        await recorder.stop()
+      },
       kill: () => service.kill(),
     }
   },

@@ -73,6 +73,9 @@ export const LoadBody = t.Object(
         description: 'default: plugins.gateway.engine.gpu_memory_utilization',
       }),
     ),
+    force: t.Optional(
+      t.Boolean({ description: 'load even when the memory-profile pre-load check says danger' }),
+    ),
   },
   { additionalProperties: false },
 )

@@ -35,6 +35,7 @@ import type {
 } from './api.ts'
 import { expandSelf, type GatewayConfig } from './config.ts'
 import { ManagedInstance } from './instance.ts'
+import { MoveManager } from './move.ts'
 import { placeOnGpus, usedMibByGpuForPids } from './placement.ts'
 import type { InstanceRepo } from './repo.ts'
 import type { InstanceRow } from './schema.ts'
@@ -44,6 +45,9 @@ import type { InstanceRow } from './schema.ts'
  * engine process groups, follows their logs to readiness, sleeps and wakes them, hands out
  * routing leases to the proxy, and re-adopts or stops engines found after a restart.
  */
+/** PreloadCheck runs after placement and before spawning; it throws an AppError to refuse a load. */
+export type PreloadCheck = (req: LoadRequest, gpuIds: number[]) => Promise<void>
+
 export interface GatewayDeps {
   config: GatewayConfig
   repo: InstanceRepo
@@ -82,6 +86,10 @@ export class GatewayService implements GatewayApi {
   readonly probe: GpuProbe
   private readonly ports: PortAllocator
   private stopping = false
+  /** preloadCheck is set by the memory-profile feature (a seam, so placement stays independent of it). */
+  preloadCheck: PreloadCheck | null = null
+  /** moves runs blue-green moves of this service's instances. */
+  readonly moves: MoveManager
   private readonly background = new Set<Promise<unknown>>()
 
   constructor(private readonly deps: GatewayDeps) {
@@ -93,6 +101,7 @@ export class GatewayService implements GatewayApi {
       config.engine.port_range.start,
       config.engine.port_range.end,
     )
+    this.moves = new MoveManager(this, deps.bus, deps.log.child('move'))
   }
 
   // ---- queries ----
@@ -279,7 +288,11 @@ export class GatewayService implements GatewayApi {
     return port
   }
 
-  async load(req: LoadRequest): Promise<LoadResponse> {
+  /**
+   * load validates, places and spawns an engine. `opts.routable: false` keeps a new instance out of
+   * routing until someone turns it on (the blue-green move's target).
+   */
+  async load(req: LoadRequest, opts: { routable?: boolean; busy?: string } = {}): Promise<LoadResponse> {
     if (this.stopping) throw new AppError(503, 'SHUTTING_DOWN', 'modelgate is shutting down')
     const { config } = this.deps
     const tp = req.tensor_parallel_size ?? 1
@@ -306,6 +319,7 @@ export class GatewayService implements GatewayApi {
       })
       gpuIds = req.gpu_ids ?? Array.from({ length: tp }, (_, i) => i)
     }
+    if (this.preloadCheck && !req.force) await this.preloadCheck(req, gpuIds)
     const modelName = shortModelName(req.model_path)
     const id = `${slug(modelName)}-${randomBytes(3).toString('hex')}`
     const servedName = req.served_model_name ?? req.model_path
@@ -366,6 +380,8 @@ export class GatewayService implements GatewayApi {
       updated_at: now,
     }
     const inst = this.newInstance(row, deviceTotalGib)
+    inst.routable = opts.routable ?? true
+    inst.busy = opts.busy ?? null
     this.instances.set(id, inst)
     try {
       inst.process = EngineProcess.spawn({

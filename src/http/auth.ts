@@ -53,9 +53,13 @@ export function categorize(pathname: string): RouteCategory {
   return 'public'
 }
 
+/** READ_ONLY_POSTS are POSTs that change nothing (they carry a query body), open to admin-readonly. */
+const READ_ONLY_POSTS = new Set(['/api/memory/profiles/check'])
+
 /** requiredRole: reads may be done by admin-readonly, everything that changes state needs admin. */
-export function requiredRole(method: string): Role {
-  return method === 'GET' || method === 'HEAD' ? 'admin-readonly' : 'admin'
+export function requiredRole(method: string, pathname = ''): Role {
+  if (method === 'GET' || method === 'HEAD') return 'admin-readonly'
+  return method === 'POST' && READ_ONLY_POSTS.has(pathname) ? 'admin-readonly' : 'admin'
 }
 
 function sha256(s: string): Buffer {
@@ -227,7 +231,7 @@ export class AuthService {
     }
     if (req.method === 'OPTIONS') return null
     const principal = await this.adminPrincipal(req, url)
-    const need = requiredRole(req.method)
+    const need = requiredRole(req.method, url.pathname)
     const ok =
       principal.roles.includes('admin') || (need === 'admin-readonly' && principal.roles.includes(need))
     if (!ok) throw forbidden(need === 'admin' ? 'admin' : 'admin-readonly')

@@ -184,8 +184,6 @@ describe('gateway lifecycle against simulated engines', () => {
     const managed = await bad({ model_path: 'm-1b', extra_args: ['--max-model-len', '4096'] })
     expect(managed.status).toBe(400)
     expect(managed.body.error.message).toContain('--max-model-len')
-    const unknown = await bad({ model_path: 'm-1b', max_token: 5 })
-    expect(unknown.status).toBe(400)
     const full = await bad({ model_path: 'meta-llama/Llama-3.1-8B-Instruct', gpu_ids: [1] })
     expect(full.status).toBe(400)
     expect(full.body.error.code).toBe('INSUFFICIENT_MEMORY')

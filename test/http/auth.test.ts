@@ -227,3 +227,13 @@ describe('auth in none mode', () => {
     expect((await errorOf(res)).code).toBe('LOGIN_NOT_AVAILABLE')
   })
 })
+
+describe('required roles', () => {
+  it('lets admin-readonly read and run the memory pre-load check, and nothing else', async () => {
+    const { requiredRole } = await import('../../src/http/auth.ts')
+    expect(requiredRole('GET', '/api/v1/models')).toBe('admin-readonly')
+    expect(requiredRole('POST', '/api/memory/profiles/check')).toBe('admin-readonly')
+    expect(requiredRole('POST', '/api/memory/profiles')).toBe('admin')
+    expect(requiredRole('DELETE', '/api/memory/profiles/x')).toBe('admin')
+  })
+})

@@ -1,0 +1,366 @@
+import { randomBytes } from 'node:crypto'
+import type { EventBus } from '../../src/host/bus.ts'
+import type { Logger } from '../../src/host/logger.ts'
+import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../src/http/errors.ts'
+import type { ManagedInstance } from './instance.ts'
+import { effectiveFreeMib } from './placement.ts'
+import type { GatewayService } from './service.ts'
+
+/**
+ * MoveManager runs blue-green moves of an instance to other GPUs: load a target beside the source,
+ * switch routing to it, drain the source's in-flight requests, unload the source. Any failure rolls
+ * back (source routable and unchanged, target unloaded). One move at a time, system-wide. Cancel is
+ * decided synchronously against the current phase and reaches the running move through its
+ * AbortSignal, so a cancel and the move's own next step can never both act.
+ */
+export type MovePhase =
+  | 'validating'
+  | 'spawning'
+  | 'switching'
+  | 'draining'
+  | 'completing'
+  | 'completed'
+  | 'failed'
+
+export interface MoveEvent {
+  move_id: string
+  phase: MovePhase
+  message: string
+  progress: number | null
+  error: string | null
+}
+
+export interface MoveRecord extends MoveEvent {
+  instance_id: string
+  target_instance_id: string | null
+  source_gpu_ids: number[]
+  target_gpu_ids: number[]
+  drain_timeout_ms: number
+  started_at: string
+  finished_at: string | null
+}
+
+declare module '../../src/host/bus.ts' {
+  interface BusEvents {
+    'gateway.move.progress': MoveEvent
+  }
+}
+
+class Cancelled extends Error {
+  constructor(readonly force: boolean) {
+    super('cancelled')
+  }
+}
+
+interface Move {
+  record: MoveRecord
+  /** target is set as soon as the target instance exists, so a rollback always finds it. */
+  target: ManagedInstance | null
+  controller: AbortController
+  cancel: { force: boolean } | null
+  subscribers: Set<(e: MoveEvent) => void>
+}
+
+const FINISHED: ReadonlySet<MovePhase> = new Set(['completed', 'failed'])
+const TOO_LATE: ReadonlySet<MovePhase> = new Set(['completing', 'completed', 'failed'])
+const KEEP_FINISHED = 50
+
+export class MoveManager {
+  private readonly moves = new Map<string, Move>()
+  private current: Move | null = null
+
+  constructor(
+    private readonly service: GatewayService,
+    private readonly bus: EventBus,
+    private readonly log: Logger,
+  ) {}
+
+  get(moveId: string): MoveRecord | undefined {
+    return this.moves.get(moveId)?.record
+  }
+
+  /** start validates synchronously what it can, then runs the move in the background. */
+  async start(instanceId: string, targetGpuIds: number[], drainTimeoutMs: number): Promise<MoveRecord> {
+    const source = this.service.require(instanceId)
+    if (this.current)
+      throw conflict(`Another move is in progress (${this.current.record.move_id})`, 'MOVE_IN_PROGRESS')
+    if (source.status !== 'active' && source.status !== 'sleeping')
+      throw badRequest(
+        `Instance ${instanceId} is ${source.status}; only a running or sleeping instance can move`,
+      )
+    if (source.busy)
+      throw conflict(`Instance ${instanceId} is busy (${source.busy} in progress)`, 'OPERATION_IN_PROGRESS')
+    const target = [...new Set(targetGpuIds)].sort((a, b) => a - b)
+    if (target.length !== targetGpuIds.length) throw badRequest('target_gpu_ids must not repeat a GPU')
+    const current = [...source.row.gpu_ids].sort((a, b) => a - b)
+    if (target.join(',') === current.join(','))
+      throw badRequest(`target_gpu_ids must differ from the source's GPUs (${current.join(', ')})`)
+    if (target.length !== source.row.tensor_parallel_size)
+      throw badRequest(
+        `target_gpu_ids has ${target.length} GPU(s) but the instance uses tensor_parallel_size ${source.row.tensor_parallel_size}`,
+      )
+    const move: Move = {
+      record: {
+        move_id: `mv-${randomBytes(4).toString('hex')}`,
+        instance_id: instanceId,
+        target_instance_id: null,
+        source_gpu_ids: current,
+        target_gpu_ids: target,
+        drain_timeout_ms: drainTimeoutMs,
+        phase: 'validating',
+        message: 'checking the target GPUs',
+        progress: null,
+        error: null,
+        started_at: new Date().toISOString(),
+        finished_at: null,
+      },
+      target: null,
+      controller: new AbortController(),
+      cancel: null,
+      subscribers: new Set(),
+    }
+    this.current = move
+    source.busy = 'move'
+    this.moves.set(move.record.move_id, move)
+    this.emit(move, 'validating', move.record.message)
+    try {
+      await this.checkTarget(source, target)
+    } catch (err) {
+      this.moves.delete(move.record.move_id)
+      this.current = null
+      source.busy = null
+      throw err
+    }
+    this.prune()
+    const record = { ...move.record }
+    void this.run(move, source)
+    return record
+  }
+
+  /** checkTarget: the target GPUs exist and have room for the source's measured footprint. */
+  private async checkTarget(source: ManagedInstance, target: number[]): Promise<void> {
+    const snap = await this.service.gpuSnapshot()
+    if (!snap.available)
+      throw new AppError(503, 'GPU_PROBE_UNAVAILABLE', `No GPU probe available: ${snap.reason}`)
+    const byIndex = new Map(snap.gpus.map((g) => [g.index, g]))
+    const missing = target.filter((g) => !byIndex.has(g))
+    if (missing.length) throw badRequest(`GPU ${missing.join(', ')} does not exist`)
+    const footprintGib = this.footprintGib(source)
+    if (footprintGib === null)
+      throw badRequest(
+        `No memory measurement for ${source.id} (no memory_baseline_by_gpu or memory metrics); cannot check the target fits`,
+      )
+    for (const idx of target) {
+      const g = byIndex.get(idx)!
+      const freeGib = effectiveFreeMib(g, new Map()) / 1024
+      const total = g.memoryTotalMib ? g.memoryTotalMib / 1024 : null
+      const engineNeeds =
+        source.row.sharedcache_enabled || total === null ? 0 : source.row.gpu_memory_utilization * total
+      const need = Math.max(footprintGib, engineNeeds)
+      if (freeGib < need)
+        throw insufficientMemory(
+          `GPU ${idx} has ${freeGib.toFixed(2)} GiB free; moving ${source.id} needs ${need.toFixed(2)} GiB per GPU`,
+        )
+    }
+  }
+
+  private footprintGib(source: ManagedInstance): number | null {
+    const baseline = source.row.memory_baseline_by_gpu
+    if (baseline && Object.keys(baseline).length) return Math.max(...Object.values(baseline))
+    return source.row.memory_metrics?.total_gpu_memory_gib ?? null
+  }
+
+  private emit(move: Move, phase: MovePhase, message: string, extra: Partial<MoveEvent> = {}): void {
+    const r = move.record
+    r.phase = phase
+    r.message = message
+    r.progress = phase === 'spawning' ? (extra.progress ?? r.progress ?? 0) : null
+    r.error = extra.error ?? null
+    if (FINISHED.has(phase)) r.finished_at = new Date().toISOString()
+    const event = this.event(move)
+    for (const s of move.subscribers) s(event)
+    this.bus.emit('gateway.move.progress', event)
+    this.log.info(`move ${r.move_id}: ${phase}`, { message })
+  }
+
+  private event(move: Move): MoveEvent {
+    const { move_id, phase, message, progress, error } = move.record
+    return { move_id, phase, message, progress, error }
+  }
+
+  /** subscribe sends the current state first; returns null when the move is unknown. */
+  subscribe(moveId: string, fn: (e: MoveEvent) => void): (() => void) | null {
+    const move = this.moves.get(moveId)
+    if (!move) return null
+    fn(this.event(move))
+    if (FINISHED.has(move.record.phase)) return () => {}
+    move.subscribers.add(fn)
+    return () => move.subscribers.delete(fn)
+  }
+
+  /** cancel applies the spec's table: 404 unknown, 409 completing/completed/failed, else 204. */
+  cancel(moveId: string, force: boolean): void {
+    const move = this.moves.get(moveId)
+    if (!move) throw notFound(`No move with id '${moveId}'`, 'MOVE_NOT_FOUND')
+    const phase = move.record.phase
+    if (TOO_LATE.has(phase)) {
+      const why =
+        phase === 'completing' ? 'it is already completing (too late to cancel)' : `it already ${phase}`
+      throw conflict(`Move ${moveId} cannot be cancelled: ${why}`, 'MOVE_NOT_CANCELLABLE')
+    }
+    if (move.cancel) return
+    move.cancel = { force }
+    move.controller.abort(new Cancelled(force))
+  }
+
+  private checkCancel(move: Move): void {
+    if (move.cancel) throw new Cancelled(move.cancel.force)
+  }
+
+  /** wait resolves after `ms` or rejects at once when the move is cancelled. */
+  private wait(move: Move, ms: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const signal = move.controller.signal
+      if (signal.aborted) return reject(signal.reason)
+      const timer = setTimeout(() => {
+        signal.removeEventListener('abort', onAbort)
+        resolve()
+      }, ms)
+      const onAbort = () => {
+        clearTimeout(timer)
+        reject(signal.reason)
+      }
+      signal.addEventListener('abort', onAbort, { once: true })
+    })
+  }
+
+  private async run(move: Move, source: ManagedInstance): Promise<void> {
+    try {
+      this.checkCancel(move)
+      const target = await this.spawn(move, source)
+      this.checkCancel(move)
+      // switching: from here new requests go to the target only.
+      this.emit(move, 'switching', `routing ${source.row.served_model_name} to ${target.id}`)
+      // Switch only to a target that answers now; a cancel may land while we ask.
+      if (!(await target.client.health(5000)))
+        throw new Error(`target ${target.id} stopped answering /health`)
+      this.checkCancel(move)
+      target.routable = true
+      source.routable = false
+      this.emit(move, 'draining', `waiting for ${source.inFlight} in-flight request(s) on the source`)
+      await this.drain(move, source)
+      await this.complete(move, source, target, 'moved')
+    } catch (err) {
+      const cancelled = err instanceof Cancelled ? err : move.cancel ? new Cancelled(move.cancel.force) : null
+      const phase = move.record.phase
+      const target = move.target
+      if (cancelled?.force && target && (phase === 'switching' || phase === 'draining')) {
+        await this.complete(move, source, target, 'forced to complete by cancel(force=true)')
+        return
+      }
+      await this.rollback(move, source, target, cancelled ? 'cancelled' : (err as Error).message)
+    } finally {
+      if (this.current === move) this.current = null
+    }
+  }
+
+  private async spawn(move: Move, source: ManagedInstance): Promise<ManagedInstance> {
+    const r = source.row
+    this.emit(move, 'spawning', `loading ${r.model_path} on GPU ${move.record.target_gpu_ids.join(', ')}`, {
+      progress: 0,
+    })
+    const res = await this.service.load(
+      {
+        model_path: r.model_path,
+        served_model_name: r.served_model_name,
+        ...(r.requested_max_tokens ? { max_tokens: r.requested_max_tokens } : {}),
+        gpu_ids: move.record.target_gpu_ids,
+        tensor_parallel_size: r.tensor_parallel_size,
+        gpu_memory_utilization: r.gpu_memory_utilization,
+        enable_sleep_mode: r.enable_sleep_mode,
+        extra_args: r.extra_args,
+        force: true,
+      },
+      { routable: false, busy: 'move' },
+    )
+    const target = this.service.require(res.instance_id)
+    move.target = target
+    move.record.target_instance_id = target.id
+    const stopProgress = target.events.subscribe(
+      new Set(['progress']),
+      true,
+      (e) => {
+        const percent = Number(e.data.percent ?? 0)
+        if (move.record.phase === 'spawning' && percent !== move.record.progress)
+          this.emit(move, 'spawning', `target ${target.id}: ${String(e.data.phase)}`, { progress: percent })
+      },
+      () => {},
+    )
+    try {
+      while (target.status === 'starting') await this.wait(move, 50)
+    } finally {
+      stopProgress()
+    }
+    if (target.status !== 'active')
+      throw new Error(`target failed to start: ${target.row.error ?? target.status}`)
+    return target
+  }
+
+  private async drain(move: Move, source: ManagedInstance): Promise<void> {
+    const until = Date.now() + move.record.drain_timeout_ms
+    while (source.inFlight > 0 && Date.now() < until) await this.wait(move, 25)
+    if (source.inFlight > 0)
+      this.log.warn(
+        `move ${move.record.move_id}: drain timeout with ${source.inFlight} request(s) still open`,
+      )
+  }
+
+  private async complete(
+    move: Move,
+    source: ManagedInstance,
+    target: ManagedInstance,
+    why: string,
+  ): Promise<void> {
+    target.routable = true
+    source.routable = false
+    this.emit(move, 'completing', `unloading the source ${source.id} (${why})`)
+    target.busy = null
+    source.busy = null
+    await this.unloadAndWait(source)
+    this.emit(
+      move,
+      'completed',
+      `${source.row.served_model_name} now served by ${target.id} on GPU ${target.row.gpu_ids.join(', ')}`,
+    )
+  }
+
+  private async rollback(
+    move: Move,
+    source: ManagedInstance,
+    target: ManagedInstance | null,
+    reason: string,
+  ) {
+    source.routable = true
+    source.busy = null
+    if (target) {
+      target.routable = false
+      target.busy = null
+      await this.unloadAndWait(target).catch((err) =>
+        this.log.error('rollback unload failed', { error: String(err) }),
+      )
+    }
+    this.emit(move, 'failed', `rolled back: ${source.id} keeps serving`, { error: reason })
+  }
+
+  private async unloadAndWait(inst: ManagedInstance): Promise<void> {
+    if (this.service.instances.get(inst.id) !== inst) return
+    await this.service.unload(inst.id)
+    while (this.service.instances.get(inst.id) === inst) await Bun.sleep(25)
+  }
+
+  private prune(): void {
+    const finished = [...this.moves.values()].filter((m) => FINISHED.has(m.record.phase))
+    for (const m of finished.slice(0, Math.max(0, finished.length - KEEP_FINISHED)))
+      this.moves.delete(m.record.move_id)
+  }
+}

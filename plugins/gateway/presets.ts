@@ -1,0 +1,344 @@
+import { randomUUID } from 'node:crypto'
+import { asc, count, desc, eq } from 'drizzle-orm'
+import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
+import type { EventBus } from '../../src/host/bus.ts'
+import type { Logger } from '../../src/host/logger.ts'
+import { badRequest, conflict, notFound } from '../../src/http/errors.ts'
+import type { GatewayApi, InstanceRecord, LoadRequest } from './api.ts'
+import { gatewayPresetEntries, gatewayPresets, type PresetEntryRow } from './schema-presets.ts'
+
+/**
+ * PresetService keeps configuration presets (named sets of models saved from what runs) and loads
+ * one: unload everything, then load the entries, one after another on GPUs they share (in
+ * loadOrder, each waiting for active or failed) and in parallel on disjoint GPUs. Progress goes out
+ * as `gateway.preset.progress` bus events beside the instances' own events.
+ */
+export interface PresetEntry {
+  id: string
+  modelPath: string
+  servedModelName: string
+  maxTokens: number | null
+  sourceType: 'huggingface' | 'local'
+  gpuIds: number[]
+  tensorParallelSize: number
+  extraArgs: string[]
+  loadOrder: number
+  enableSleepMode: boolean
+  gpuMemoryUtilization: number | null
+}
+
+export interface PresetSummary {
+  id: string
+  name: string
+  description: string | null
+  modelCount: number
+  createdAt: string
+  updatedAt: string
+}
+
+export interface PresetDetail extends PresetSummary {
+  entries: PresetEntry[]
+}
+
+export type PresetPhase = 'unloading' | 'loading' | 'completed' | 'failed'
+
+export interface PresetProgressEvent {
+  configId: string
+  configName: string
+  phase: PresetPhase
+  loaded: number
+  failed: number
+  total: number
+  message: string
+  /** modelPath and instanceId name the entry a `loading` event is about. */
+  modelPath?: string
+  instanceId?: string
+}
+
+declare module '../../src/host/bus.ts' {
+  interface BusEvents {
+    'gateway.preset.progress': PresetProgressEvent
+  }
+}
+
+export interface PresetOptions {
+  /** unloadTimeoutMs bounds waiting for the current models to be gone. */
+  unloadTimeoutMs: number
+  /** readyTimeoutMs bounds waiting for one entry to become active or failed. */
+  readyTimeoutMs: number
+}
+
+type Lifecycle = Pick<GatewayApi, 'list' | 'get' | 'load' | 'unload'>
+
+/** sourceType: local paths start with / or .; anything else is a model-hub path. */
+export function sourceType(modelPath: string): 'huggingface' | 'local' {
+  return modelPath.startsWith('/') || modelPath.startsWith('.') ? 'local' : 'huggingface'
+}
+
+const toEntry = (r: PresetEntryRow): PresetEntry => ({
+  id: r.id,
+  modelPath: r.model_path,
+  servedModelName: r.served_model_name,
+  maxTokens: r.max_tokens,
+  sourceType: r.source_type,
+  gpuIds: r.gpu_ids,
+  tensorParallelSize: r.tensor_parallel_size,
+  extraArgs: r.extra_args,
+  loadOrder: r.load_order,
+  enableSleepMode: r.enable_sleep_mode,
+  gpuMemoryUtilization: r.gpu_memory_utilization,
+})
+
+/** loadChains groups entries that share a GPU (transitively) into chains ordered by loadOrder. */
+export function loadChains(entries: PresetEntry[]): PresetEntry[][] {
+  let chains: { gpus: Set<number>; entries: PresetEntry[] }[] = []
+  for (const e of [...entries].sort((a, b) => a.loadOrder - b.loadOrder)) {
+    const gpus = e.gpuIds.length ? e.gpuIds : [-1]
+    const touching = chains.filter((c) => gpus.some((g) => c.gpus.has(g)))
+    chains = chains.filter((c) => !touching.includes(c))
+    chains.push({
+      gpus: new Set([...gpus, ...touching.flatMap((c) => [...c.gpus])]),
+      entries: [...touching.flatMap((c) => c.entries), e],
+    })
+  }
+  return chains.map((c) => c.entries.sort((a, b) => a.loadOrder - b.loadOrder))
+}
+
+/** waitFor re-checks `check` on every instance status event until it yields a value, or undefined at the deadline. */
+function waitFor<T>(bus: EventBus, check: () => T | undefined, timeoutMs: number, signal: AbortSignal) {
+  return new Promise<T | undefined>((resolve, reject) => {
+    let settled = false
+    const finish = (fn: () => void) => {
+      if (settled) return
+      settled = true
+      off()
+      clearTimeout(timer)
+      clearInterval(poll)
+      signal.removeEventListener('abort', onAbort)
+      fn()
+    }
+    const attempt = () => {
+      const v = check()
+      if (v !== undefined) finish(() => resolve(v))
+    }
+    const onAbort = () => finish(() => reject(new Error('preset load aborted')))
+    const off = bus.on('gateway.instance.status', attempt)
+    const timer = setTimeout(() => finish(() => resolve(undefined)), timeoutMs)
+    const poll = setInterval(attempt, 500)
+    signal.addEventListener('abort', onAbort, { once: true })
+    if (signal.aborted) onAbort()
+    else attempt()
+  })
+}
+
+export class PresetService {
+  private running: { id: string; name: string; abort: AbortController; task: Promise<void> } | null = null
+
+  constructor(
+    private readonly db: BunSQLiteDatabase,
+    private readonly gateway: Lifecycle,
+    private readonly bus: EventBus,
+    private readonly log: Logger,
+    private readonly opts: PresetOptions,
+  ) {}
+
+  list(): PresetSummary[] {
+    const counts = new Map(
+      this.db
+        .select({ id: gatewayPresetEntries.preset_id, n: count() })
+        .from(gatewayPresetEntries)
+        .groupBy(gatewayPresetEntries.preset_id)
+        .all()
+        .map((r) => [r.id, r.n]),
+    )
+    return this.db
+      .select()
+      .from(gatewayPresets)
+      .orderBy(desc(gatewayPresets.created_at))
+      .all()
+      .map((p) => ({
+        id: p.id,
+        name: p.name,
+        description: p.description,
+        modelCount: counts.get(p.id) ?? 0,
+        createdAt: p.created_at,
+        updatedAt: p.updated_at,
+      }))
+  }
+
+  detail(id: string): PresetDetail {
+    const p = this.db.select().from(gatewayPresets).where(eq(gatewayPresets.id, id)).get()
+    if (!p) throw notFound(`No configuration with id '${id}'`, 'CONFIGURATION_NOT_FOUND')
+    const entries = this.db
+      .select()
+      .from(gatewayPresetEntries)
+      .where(eq(gatewayPresetEntries.preset_id, id))
+      .orderBy(asc(gatewayPresetEntries.load_order))
+      .all()
+      .map(toEntry)
+    const { created_at: createdAt, updated_at: updatedAt, ...rest } = p
+    return { ...rest, createdAt, updatedAt, modelCount: entries.length, entries }
+  }
+
+  /** save stores the running models (active or sleeping), in the order they were loaded. */
+  save(input: { name: string; description?: string | undefined }): PresetSummary {
+    const name = input.name.trim()
+    if (!name) throw badRequest('body.name: must not be blank')
+    const taken = this.db.select({ name: gatewayPresets.name }).from(gatewayPresets).all()
+    if (taken.some((p) => p.name.toLowerCase() === name.toLowerCase()))
+      throw conflict(`A configuration named '${name}' already exists`, 'CONFIGURATION_EXISTS')
+    const running = this.gateway
+      .list()
+      .filter((i) => i.status === 'active' || i.status === 'sleeping')
+      .sort((a, b) => a.loaded_at.localeCompare(b.loaded_at) || a.id.localeCompare(b.id))
+    if (!running.length) throw badRequest('No running models to save', 'NO_RUNNING_MODELS')
+    const now = new Date().toISOString()
+    const id = randomUUID()
+    const description = input.description?.trim() || null
+    this.db.transaction((tx) => {
+      tx.insert(gatewayPresets).values({ id, name, description, created_at: now, updated_at: now }).run()
+      running.forEach((r: InstanceRecord, i) => {
+        tx.insert(gatewayPresetEntries)
+          .values({
+            id: randomUUID(),
+            preset_id: id,
+            model_path: r.model_path,
+            served_model_name: r.served_model_name,
+            max_tokens: r.max_tokens,
+            source_type: sourceType(r.model_path),
+            gpu_ids: r.gpu_ids,
+            tensor_parallel_size: r.tensor_parallel_size,
+            extra_args: r.extra_args,
+            enable_sleep_mode: r.enable_sleep_mode,
+            gpu_memory_utilization: r.gpu_memory_utilization,
+            load_order: i,
+          })
+          .run()
+      })
+    })
+    this.log.info('configuration saved', { id, name, models: running.length })
+    return { id, name, description, modelCount: running.length, createdAt: now, updatedAt: now }
+  }
+
+  delete(id: string): void {
+    this.detail(id)
+    this.db.transaction((tx) => {
+      tx.delete(gatewayPresetEntries).where(eq(gatewayPresetEntries.preset_id, id)).run()
+      tx.delete(gatewayPresets).where(eq(gatewayPresets.id, id)).run()
+    })
+  }
+
+  /** startLoad begins loading a preset in the background; 409 while another preset load runs. */
+  startLoad(id: string) {
+    const preset = this.detail(id)
+    if (this.running)
+      throw conflict(
+        `Configuration '${this.running.name}' is still loading; wait for it to finish`,
+        'CONFIGURATION_LOAD_IN_PROGRESS',
+      )
+    const abort = new AbortController()
+    const task = this.apply(preset, abort.signal).finally(() => {
+      this.running = null
+    })
+    this.running = { id, name: preset.name, abort, task }
+    return {
+      status: 'started' as const,
+      configId: id,
+      configName: preset.name,
+      modelCount: preset.modelCount,
+    }
+  }
+
+  /** stop abandons a running preset load (no further entries start) and waits for it to notice. */
+  async stop(): Promise<void> {
+    const run = this.running
+    if (!run) return
+    run.abort.abort()
+    await run.task
+  }
+
+  private async apply(preset: PresetDetail, signal: AbortSignal): Promise<void> {
+    const tally = { loaded: 0, failed: 0 }
+    const emit = (phase: PresetPhase, message: string, extra: Partial<PresetProgressEvent> = {}) => {
+      const event = {
+        configId: preset.id,
+        configName: preset.name,
+        phase,
+        ...tally,
+        total: preset.modelCount,
+      }
+      this.bus.emit('gateway.preset.progress', { ...event, message, ...extra })
+      this.log.info(`configuration ${preset.name}: ${message}`, { phase })
+    }
+    try {
+      await this.unloadAll(signal, emit)
+      const chains = loadChains(preset.entries)
+      emit('loading', `loading ${preset.modelCount} model(s) in ${chains.length} parallel chain(s)`)
+      await Promise.all(chains.map((chain) => this.loadChain(chain, signal, tally, emit)))
+      emit('completed', `${tally.loaded} of ${preset.modelCount} model(s) loaded, ${tally.failed} failed`)
+    } catch (err) {
+      emit('failed', `configuration load stopped: ${(err as Error).message}`)
+    }
+  }
+
+  private async unloadAll(signal: AbortSignal, emit: (p: PresetPhase, m: string) => void): Promise<void> {
+    const current = this.gateway.list()
+    emit('unloading', `unloading ${current.length} model(s)`)
+    for (const r of current) if (r.status !== 'stopping') await this.gateway.unload(r.id)
+    const gone = () => (current.every((r) => !this.gateway.get(r.id)) ? true : undefined)
+    if (!(await waitFor(this.bus, gone, this.opts.unloadTimeoutMs, signal))) {
+      const left = current.filter((r) => this.gateway.get(r.id)).map((r) => r.id)
+      throw new Error(`models still present after ${this.opts.unloadTimeoutMs / 1000} s: ${left.join(', ')}`)
+    }
+  }
+
+  private async loadChain(
+    chain: PresetEntry[],
+    signal: AbortSignal,
+    tally: { loaded: number; failed: number },
+    emit: (p: PresetPhase, m: string, extra?: Partial<PresetProgressEvent>) => void,
+  ): Promise<void> {
+    for (const e of chain) {
+      if (signal.aborted) throw new Error('preset load aborted')
+      const where = e.gpuIds.length ? `GPU ${e.gpuIds.join(', ')}` : 'any GPU'
+      let instanceId: string
+      try {
+        instanceId = (await this.gateway.load(loadRequest(e))).instance_id
+      } catch (err) {
+        tally.failed++
+        emit('loading', `${e.modelPath} on ${where} refused: ${(err as Error).message}`, {
+          modelPath: e.modelPath,
+        })
+        continue
+      }
+      emit('loading', `${e.modelPath} starting on ${where}`, { modelPath: e.modelPath, instanceId })
+      const settled = () => {
+        const s = this.gateway.get(instanceId)?.status
+        return s === 'active' || s === 'failed' || s === undefined ? (s ?? 'removed') : undefined
+      }
+      const outcome = await waitFor(this.bus, settled, this.opts.readyTimeoutMs, signal)
+      if (outcome === 'active') tally.loaded++
+      else tally.failed++
+      const error = this.gateway.get(instanceId)?.error
+      const what =
+        outcome === 'active'
+          ? 'is active'
+          : `did not become active (${outcome ?? 'timed out'}${error ? `: ${error}` : ''})`
+      emit('loading', `${e.modelPath} ${what}`, { modelPath: e.modelPath, instanceId })
+    }
+  }
+}
+
+/** loadRequest: an entry as the gateway's load body (sleep mode, extra args and utilization kept). */
+function loadRequest(e: PresetEntry): LoadRequest {
+  return {
+    model_path: e.modelPath,
+    served_model_name: e.servedModelName,
+    ...(e.maxTokens !== null ? { max_tokens: e.maxTokens } : {}),
+    ...(e.gpuIds.length ? { gpu_ids: e.gpuIds } : {}),
+    tensor_parallel_size: e.tensorParallelSize,
+    extra_args: e.extraArgs,
+    enable_sleep_mode: e.enableSleepMode,
+    ...(e.gpuMemoryUtilization !== null ? { gpu_memory_utilization: e.gpuMemoryUtilization } : {}),
+  }
+}
