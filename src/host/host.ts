@@ -161,7 +161,8 @@ export class Host {
     const raw = this.running.flatMap((r) => r.instance.rawRoutes ?? [])
     this.serve('gateway', root.server.host, root.server.port, this.mainApp(order), raw)
     for (const r of this.running) {
-      for (const l of r.instance.listeners ?? []) this.serve(l.name, l.host, l.port, this.listenerApp(l), [])
+      for (const l of r.instance.listeners ?? [])
+        this.serve(l.name, l.host, l.port, this.listenerApp(l), l.rawRoutes ?? [])
     }
   }
 

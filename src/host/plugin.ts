@@ -43,6 +43,8 @@ export interface ListenerSpec {
   host: string
   port: number
   app: AnyElysia
+  /** rawRoutes are served before Elysia routing on this listener (hot paths; documented in `app`). */
+  rawRoutes?: RawRoute[]
   title: string
   description: string
 }
