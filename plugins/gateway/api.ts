@@ -1,3 +1,5 @@
+import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
+
 /**
  * GatewayApi is what other plugins (router, benchmarks, later cluster) may call on the gateway, and
  * the records it returns. Field names follow the spec's Model instance resource (snake_case).
@@ -6,15 +8,8 @@
 /** InstanceStatus: `active` is the serving state; the spec's sleep and move sections call it `running`. */
 export type InstanceStatus = 'starting' | 'active' | 'sleeping' | 'stopping' | 'failed'
 
-export interface MemoryMetrics {
-  total_gpu_memory_gib: number
-  weights_memory_gib: number
-  cuda_graph_memory_gib: number
-  overhead_memory_gib: number
-  kv_cache_available_gib: number
-  kv_cache_per_request_mib: number
-  max_model_len: number
-}
+/** MemoryMetrics: the spec's memory_metrics record, per GPU, as parsed from the engine's log. */
+export type { MemoryMetrics }
 
 export interface InstanceRecord {
   id: string

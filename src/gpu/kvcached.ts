@@ -5,9 +5,9 @@
  * engines still use. Reads take a shared flock through bun:ffi when libc is at hand, without ever
  * blocking; elsewhere they read plainly (a torn read of three aligned words is harmless here).
  */
-import { dlopen, FFIType } from 'bun:ffi'
-import { closeSync, constants, openSync, readSync, unlinkSync, writeSync } from 'node:fs'
+import { closeSync, constants, fstatSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
+import { LOCK_EX, LOCK_SH, withLock } from './flock.ts'
 
 export interface KvcachedUsage {
   totalBytes: number
@@ -17,11 +17,6 @@ export interface KvcachedUsage {
 
 export const KVCACHED_SEGMENT_BYTES = 24
 const SEGMENT_PREFIX = 'modelgate'
-const LOCK_SH = 1
-const LOCK_EX = 2
-const LOCK_NB = 4
-const LOCK_UN = 8
-const LOCK_ATTEMPTS = 20
 
 /** sharedCacheSegmentName names a pool after its GPU set, so engines on the same GPUs share it. */
 export function sharedCacheSegmentName(gpuIds: readonly number[]): string {
@@ -33,37 +28,34 @@ export function defaultShmDir(): string {
   return process.env.MODELGATE_SHM_DIR ?? '/dev/shm'
 }
 
-type Flock = (fd: number, op: number) => number
-let flockFn: Flock | null | undefined
-
-/** loadFlock binds libc's flock once; null where bun:ffi or libc is unavailable. */
-function loadFlock(): Flock | null {
-  if (flockFn !== undefined) return flockFn
-  flockFn = null
-  for (const lib of ['libc.so.6', 'libc.dylib']) {
-    try {
-      const { symbols } = dlopen(lib, { flock: { args: [FFIType.i32, FFIType.i32], returns: FFIType.i32 } })
-      flockFn = (fd, op) => symbols.flock(fd, op)
-      break
-    } catch {
-      // not this platform's libc; try the next name, else read without a lock
-    }
+/** decodeSegment reads the three little-endian int64 counters (null when the file is short). */
+export function decodeSegment(buf: Buffer, length: number): KvcachedUsage | null {
+  if (length < KVCACHED_SEGMENT_BYTES) return null
+  return {
+    totalBytes: Number(buf.readBigInt64LE(0)),
+    usedBytes: Number(buf.readBigInt64LE(8)),
+    preallocBytes: Number(buf.readBigInt64LE(16)),
   }
-  return flockFn
 }
 
-/** tryLock takes a non-blocking flock with a few retries; false means "go on without it". */
-function tryLock(fd: number, op: number): boolean {
-  const flock = loadFlock()
-  if (!flock) return false
-  for (let i = 0; i < LOCK_ATTEMPTS; i++) {
-    if (flock(fd, op | LOCK_NB) === 0) return true
-  }
-  return false
+export function encodeSegment(usage: KvcachedUsage): Buffer {
+  const buf = Buffer.alloc(KVCACHED_SEGMENT_BYTES)
+  buf.writeBigInt64LE(BigInt(Math.max(0, Math.trunc(usage.totalBytes))), 0)
+  buf.writeBigInt64LE(BigInt(Math.max(0, Math.trunc(usage.usedBytes))), 8)
+  buf.writeBigInt64LE(BigInt(Math.max(0, Math.trunc(usage.preallocBytes))), 16)
+  return buf
 }
 
-function unlock(fd: number, locked: boolean): void {
-  if (locked) loadFlock()?.(fd, LOCK_UN)
+/** readSegmentFd reads a segment through an open descriptor (the caller holds any lock). */
+export function readSegmentFd(fd: number): KvcachedUsage | null {
+  const buf = Buffer.alloc(KVCACHED_SEGMENT_BYTES)
+  const n = fstatSync(fd).size >= KVCACHED_SEGMENT_BYTES ? readSync(fd, buf, 0, KVCACHED_SEGMENT_BYTES, 0) : 0
+  return decodeSegment(buf, n)
+}
+
+/** writeSegmentFd writes the counters in place (no truncation: engines may have it mapped). */
+export function writeSegmentFd(fd: number, usage: KvcachedUsage): void {
+  writeSync(fd, encodeSegment(usage), 0, KVCACHED_SEGMENT_BYTES, 0)
 }
 
 function segmentPath(name: string, shmDir: string): string | null {
@@ -82,20 +74,7 @@ export function readKvcachedSegment(name: string, shmDir = defaultShmDir()): Kvc
     return null
   }
   try {
-    const locked = tryLock(fd, LOCK_SH)
-    const buf = Buffer.alloc(KVCACHED_SEGMENT_BYTES)
-    let n = 0
-    try {
-      n = readSync(fd, buf, 0, KVCACHED_SEGMENT_BYTES, 0)
-    } finally {
-      unlock(fd, locked)
-    }
-    if (n < KVCACHED_SEGMENT_BYTES) return null
-    return {
-      totalBytes: Number(buf.readBigInt64LE(0)),
-      usedBytes: Number(buf.readBigInt64LE(8)),
-      preallocBytes: Number(buf.readBigInt64LE(16)),
-    }
+    return withLock(fd, LOCK_SH, () => readSegmentFd(fd), { wait: false })
   } catch {
     return null
   } finally {
@@ -110,18 +89,9 @@ export function readKvcachedSegment(name: string, shmDir = defaultShmDir()): Kvc
 export function writeKvcachedSegment(name: string, usage: KvcachedUsage, shmDir = defaultShmDir()): void {
   const path = segmentPath(name, shmDir)
   if (!path) throw new Error(`invalid kvcached segment name '${name}'`)
-  const buf = Buffer.alloc(KVCACHED_SEGMENT_BYTES)
-  buf.writeBigInt64LE(BigInt(Math.trunc(usage.totalBytes)), 0)
-  buf.writeBigInt64LE(BigInt(Math.trunc(usage.usedBytes)), 8)
-  buf.writeBigInt64LE(BigInt(Math.trunc(usage.preallocBytes)), 16)
   const fd = openSync(path, constants.O_RDWR | constants.O_CREAT, 0o666)
   try {
-    const locked = tryLock(fd, LOCK_EX)
-    try {
-      writeSync(fd, buf, 0, KVCACHED_SEGMENT_BYTES, 0)
-    } finally {
-      unlock(fd, locked)
-    }
+    withLock(fd, LOCK_EX, () => writeSegmentFd(fd, usage), { wait: false })
   } finally {
     closeSync(fd)
   }

@@ -10,7 +10,6 @@ import {
   thousands,
   v0ProfileMessage,
 } from './engine-logs.ts'
-import { initFlock } from './flock.ts'
 import { KVCACHED_PREALLOC_MIB, KvcachedSegment, processGroupId } from './kvcached.ts'
 import { DEFAULT_GPU_MEMORY_UTILIZATION, kvCacheError, nonKvMib, planMemory } from './memory-plan.ts'
 import { configTraceback, engineInitFailed, startupTraceback } from './python-errors.ts'
@@ -158,7 +157,6 @@ export async function bootEngine(e: SimEngine): Promise<void> {
     )
   }
   if (knobs.kvcached) {
-    await initFlock()
     const name = knobs.kvcachedIpcName ?? `kvcached_${processGroupId()}`
     e.kvSegment = KvcachedSegment.open(
       knobs.shmDir,

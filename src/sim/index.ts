@@ -3,7 +3,7 @@
  */
 export { runSim } from './cli.ts'
 export { parseGpuSpec, type SimGpu } from './gpus.ts'
-export { KvcachedSegment, readSegmentFile } from './kvcached.ts'
+export { KvcachedSegment } from './kvcached.ts'
 export { lookupModel } from './models.ts'
 export { runSmi } from './smi.ts'
 export { type EngineRecord, readLiveEngines } from './state.ts'

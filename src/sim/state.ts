@@ -1,6 +1,7 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { isAlive } from '../engine/process.ts'
 
 /**
  * EngineRecord is the footprint a running simulated engine leaves in `DIR/engines/<pid>.json`. It is the
@@ -45,21 +46,6 @@ export function removeEngineRecord(simDir: string, pid: number): void {
   rmSync(join(enginesDir(simDir), `${pid}.json`), { force: true })
 }
 
-/** isProcessAlive is false for a missing pid and for a zombie (its GPU memory is already free). */
-export function isProcessAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z'
-  } catch {
-    return true
-  }
-}
-
 /** readLiveEngines lists the records of live engines and deletes those whose process is gone. */
 export function readLiveEngines(simDir: string): EngineRecord[] {
   const dir = enginesDir(simDir)
@@ -80,7 +66,7 @@ export function readLiveEngines(simDir: string): EngineRecord[] {
       continue
     }
     if (typeof record.pid !== 'number' || !Array.isArray(record.gpus)) continue
-    if (!isProcessAlive(record.pid)) {
+    if (!isAlive(record.pid)) {
       rmSync(path, { force: true })
       continue
     }

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'bun:test'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { readSegmentFile } from '../../src/sim/kvcached.ts'
+import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import {
   cleanupSims,
   postJson,
@@ -80,9 +80,9 @@ describe('sim engine faults', () => {
     const b = await spawnEngine(MODEL, [], env)
     await waitHealthy(b)
     const path = join(shm, 'modelgate_GPU0')
-    const seg = readSegmentFile(path)
-    expect(seg?.total).toBe(Math.floor(0.9 * 81559) * 2 ** 20)
-    expect(seg?.prealloc).toBe(4 * GIB)
+    const seg = readKvcachedSegment('modelgate_GPU0', shm)
+    expect(seg?.totalBytes).toBe(Math.floor(0.9 * 81559) * 2 ** 20)
+    expect(seg?.preallocBytes).toBe(4 * GIB)
     const stream = postJson(a.port, '/v1/completions', {
       prompt: 'a b c',
       max_tokens: 30,
@@ -90,7 +90,7 @@ describe('sim engine faults', () => {
       stream: true,
     })
     await Bun.sleep(400)
-    expect(readSegmentFile(path)?.used).toBeGreaterThan(0)
+    expect(readKvcachedSegment('modelgate_GPU0', shm)?.usedBytes).toBeGreaterThan(0)
     await (await stream).text()
     const used = Number(
       runSmiCli(['--query-gpu=memory.used', '--format=csv,noheader,nounits', '-i', '0'], env).stdout,

@@ -2,11 +2,11 @@ import { describe, expect, it } from 'bun:test'
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { visibleDevices } from '../../src/sim/devices.ts'
 import { freeMemoryError } from '../../src/sim/engine-logs.ts'
-import { initFlock } from '../../src/sim/flock.ts'
 import { parseGpuSpec } from '../../src/sim/gpus.ts'
-import { KvcachedSegment, readSegmentFile } from '../../src/sim/kvcached.ts'
+import { KvcachedSegment } from '../../src/sim/kvcached.ts'
 import { kvCacheError, planMemory, pyRound } from '../../src/sim/memory-plan.ts'
 import { lookupModel, paramsFromName, weightsGiB } from '../../src/sim/models.ts'
 import { extractSimFlags } from '../../src/sim/sim-flags.ts'
@@ -181,7 +181,6 @@ describe('sleep state', () => {
 
 describe('kvcached segment', () => {
   it('is created with the budget, shared by engines, and removed on clean exit', async () => {
-    await initFlock()
     const dir = mkdtempSync(join(tmpdir(), 'modelgate-shm-'))
     try {
       const a = KvcachedSegment.open(dir, 'seg', 1000, 100)
@@ -190,12 +189,12 @@ describe('kvcached segment', () => {
       b.setUsed(30)
       a.setUsed(20)
       expect(statSync(join(dir, 'seg')).size).toBe(24)
-      expect(readSegmentFile(join(dir, 'seg'))).toEqual({ total: 1000, used: 50, prealloc: 200 })
+      expect(readKvcachedSegment('seg', dir)).toEqual({ totalBytes: 1000, usedBytes: 50, preallocBytes: 200 })
       const raw = readFileSync(join(dir, 'seg'))
       expect(raw.readBigInt64LE(0)).toBe(1000n)
       b.close()
       a.remove()
-      expect(readSegmentFile(join(dir, 'seg'))).toBeUndefined()
+      expect(readKvcachedSegment('seg', dir)).toBeNull()
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
