@@ -1,4 +1,5 @@
 import type { PluginDefinition } from '../src/host/plugin.ts'
+import benchmarks from './benchmarks/index.ts'
 import gateway from './gateway/index.ts'
 
 /**
@@ -6,4 +7,7 @@ import gateway from './gateway/index.ts'
  * contains what is imported, so plugins are never discovered from disk). Order here is the
  * tie-break after dependency order.
  */
-export const plugins: readonly PluginDefinition[] = [gateway as unknown as PluginDefinition]
+export const plugins: readonly PluginDefinition[] = [
+  gateway as unknown as PluginDefinition,
+  benchmarks as unknown as PluginDefinition,
+]

@@ -1,0 +1,24 @@
+import type { BenchmarkEvent } from './events.ts'
+import type { Bundle, ImportResult } from './export.ts'
+import type { BenchmarkRun } from './model.ts'
+
+/**
+ * BenchmarksApi is what other plugins (the cluster plugin) may call: the export/import bundle of
+ * finished runs and read access to runs.
+ */
+export interface BenchmarksApi {
+  get(id: string): BenchmarkRun | null
+  exportBundle(): Bundle
+  importBundle(bundle: Bundle): ImportResult
+}
+
+/** Bus event: every benchmark stream event, for dashboards or the cluster relay. */
+export interface BenchmarkBusEvent extends BenchmarkEvent {
+  benchmark_id: string
+}
+
+declare module '../../src/host/bus.ts' {
+  interface BusEvents {
+    'benchmarks.event': BenchmarkBusEvent
+  }
+}

@@ -1,0 +1,213 @@
+import type { ScenarioMetrics } from './model.ts'
+import type { RequestSample } from './request.ts'
+
+/**
+ * Statistics of one scenario, defined as `vllm bench serve` defines them (times in ms):
+ *
+ * - TTFT = first content chunk − send time; E2E = last content chunk − send time;
+ * - per-request TPS = output tokens ÷ (E2E − TTFT) in seconds; TPOT = (E2E − TTFT) ÷ (output − 1);
+ *   ITL = gaps between consecutive content chunks;
+ * - requests_per_second and tokens_per_second_total divide by the measured phase's wall-clock
+ *   duration (first send → last response end), never by a sum of latencies;
+ * - percentiles interpolate linearly between closest ranks (numpy's default);
+ * - a request is good when it succeeded and met every SLA that was set (E2E ≤ sla_threshold_ms,
+ *   TTFT ≤ sla_ttft_ms, TPOT ≤ sla_tpot_ms); goodput_percent is over all measured requests,
+ *   failed ones included.
+ */
+
+/** percentile of an ascending array, q in [0, 100], linear interpolation; 0 for an empty array. */
+export function percentile(sorted: readonly number[], q: number): number {
+  const n = sorted.length
+  if (n === 0) return 0
+  if (n === 1) return sorted[0]!
+  const rank = (Math.min(100, Math.max(0, q)) / 100) * (n - 1)
+  const lo = Math.floor(rank)
+  const hi = Math.min(n - 1, lo + 1)
+  const frac = rank - lo
+  return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * frac
+}
+
+export function mean(values: readonly number[]): number {
+  if (values.length === 0) return 0
+  let sum = 0
+  for (const v of values) sum += v
+  return sum / values.length
+}
+
+/** Reservoir keeps a uniform sample of at most `capacity` values (exact below the capacity). */
+export class Reservoir {
+  private readonly values: number[] = []
+  private seen = 0
+  private state: number
+
+  constructor(
+    private readonly capacity: number,
+    seed = 1,
+  ) {
+    this.state = seed >>> 0 || 1
+  }
+
+  add(v: number): void {
+    this.seen++
+    if (this.values.length < this.capacity) {
+      this.values.push(v)
+      return
+    }
+    const j = Math.floor(this.random() * this.seen)
+    if (j < this.capacity) this.values[j] = v
+  }
+
+  get count(): number {
+    return this.seen
+  }
+
+  sorted(): number[] {
+    return [...this.values].sort((a, b) => a - b)
+  }
+
+  private random(): number {
+    // xorshift32
+    let x = this.state
+    x ^= x << 13
+    x ^= x >>> 17
+    x ^= x << 5
+    this.state = x >>> 0
+    return this.state / 4294967296
+  }
+}
+
+export interface Sla {
+  e2eMs: number | null
+  ttftMs: number | null
+  tpotMs: number | null
+}
+
+const ITL_CAPACITY = 200_000
+const round = (v: number) => Math.round(v * 1000) / 1000
+
+/** ScenarioRecorder accumulates the measured requests of one scenario. */
+export class ScenarioRecorder {
+  readonly itl = new Reservoir(ITL_CAPACITY)
+  private readonly ttft: number[] = []
+  private readonly e2e: number[] = []
+  private readonly tps: number[] = []
+  private readonly tpot: number[] = []
+  private readonly errors = new Map<string, number>()
+  private success = 0
+  private failed = 0
+  private cancelled = 0
+  private good = 0
+  private outputTokens = 0
+  private inputTokens = 0
+  private inputReported = 0
+  private usageMissing = 0
+
+  constructor(private readonly sla: Sla) {}
+
+  get successCount(): number {
+    return this.success
+  }
+  get errorCount(): number {
+    return this.failed
+  }
+
+  add(s: RequestSample): void {
+    if (s.cancelled) {
+      this.cancelled++
+      return
+    }
+    if (!s.ok) {
+      this.failed++
+      const key = (s.error ?? 'unknown error').slice(0, 200)
+      this.errors.set(key, (this.errors.get(key) ?? 0) + 1)
+      return
+    }
+    this.success++
+    this.ttft.push(s.ttftMs)
+    this.e2e.push(s.e2eMs)
+    this.outputTokens += s.outputTokens
+    if (!s.usageReported) this.usageMissing++
+    if (s.promptTokens !== null) {
+      this.inputTokens += s.promptTokens
+      this.inputReported++
+    }
+    const decodeMs = s.e2eMs - s.ttftMs
+    let tpot: number | null = null
+    if (s.outputTokens > 1 && decodeMs > 0) {
+      this.tps.push(s.outputTokens / (decodeMs / 1000))
+      tpot = decodeMs / (s.outputTokens - 1)
+      this.tpot.push(tpot)
+    }
+    const { e2eMs, ttftMs, tpotMs } = this.sla
+    const meets =
+      (e2eMs === null || s.e2eMs <= e2eMs) &&
+      (ttftMs === null || s.ttftMs <= ttftMs) &&
+      (tpotMs === null || tpot === null || tpot <= tpotMs)
+    if (meets) this.good++
+  }
+
+  summarize(durationSec: number): ScenarioMetrics {
+    const ttft = [...this.ttft].sort((a, b) => a - b)
+    const e2e = [...this.e2e].sort((a, b) => a - b)
+    const tps = [...this.tps].sort((a, b) => a - b)
+    const tpot = [...this.tpot].sort((a, b) => a - b)
+    const itl = this.itl.sorted()
+    const measured = this.success + this.failed
+    const perSec = (v: number) => (durationSec > 0 ? v / durationSec : 0)
+    const errors = [...this.errors.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 10)
+      .map(([message, count]) => ({ message, count }))
+    return {
+      ttft_avg: round(mean(ttft)),
+      ttft_p50: round(percentile(ttft, 50)),
+      ttft_p90: round(percentile(ttft, 90)),
+      ttft_p95: round(percentile(ttft, 95)),
+      ttft_p99: round(percentile(ttft, 99)),
+      ttft_min: round(ttft[0] ?? 0),
+      ttft_max: round(ttft[ttft.length - 1] ?? 0),
+      tps_avg: round(mean(tps)),
+      tps_p50: round(percentile(tps, 50)),
+      tps_p90: round(percentile(tps, 90)),
+      tps_p95: round(percentile(tps, 95)),
+      tps_p99: round(percentile(tps, 99)),
+      e2e_avg: round(mean(e2e)),
+      e2e_p50: round(percentile(e2e, 50)),
+      e2e_p90: round(percentile(e2e, 90)),
+      e2e_p95: round(percentile(e2e, 95)),
+      e2e_p99: round(percentile(e2e, 99)),
+      e2e_min: round(e2e[0] ?? 0),
+      e2e_max: round(e2e[e2e.length - 1] ?? 0),
+      tpot_avg: round(mean(tpot)),
+      tpot_p50: round(percentile(tpot, 50)),
+      tpot_p90: round(percentile(tpot, 90)),
+      tpot_p95: round(percentile(tpot, 95)),
+      tpot_p99: round(percentile(tpot, 99)),
+      itl_avg: round(mean(itl)),
+      itl_p50: round(percentile(itl, 50)),
+      itl_p90: round(percentile(itl, 90)),
+      itl_p95: round(percentile(itl, 95)),
+      itl_p99: round(percentile(itl, 99)),
+      goodput_count: this.good,
+      goodput_percent: measured > 0 ? round((this.good / measured) * 100) : 0,
+      goodput_requests_per_second: round(perSec(this.good)),
+      requests_per_second: round(perSec(this.success)),
+      tokens_per_second_total: round(perSec(this.outputTokens)),
+      total_tokens_per_second: round(perSec(this.outputTokens + this.inputTokens)),
+      input_tokens_total: this.inputTokens,
+      output_tokens_total: this.outputTokens,
+      input_tokens_avg: this.inputReported > 0 ? round(this.inputTokens / this.inputReported) : 0,
+      output_tokens_avg: this.success > 0 ? round(this.outputTokens / this.success) : 0,
+      duration_seconds: round(durationSec),
+      total_requests: measured,
+      successful_requests: this.success,
+      failed_requests: this.failed,
+      cancelled_requests: this.cancelled,
+      usage_reported: this.usageMissing === 0,
+      sla_threshold_ms: this.sla.e2eMs,
+      sla_ttft_ms: this.sla.ttftMs,
+      sla_tpot_ms: this.sla.tpotMs,
+      errors,
+    }
+  }
+}
