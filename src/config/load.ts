@@ -79,15 +79,58 @@ function pointerToDotted(prefix: string, pointer: string): string {
 
 /** validate applies defaults and returns the value plus one message per problem, by dotted path. */
 export function validateAgainst<T>(schema: TSchema, input: unknown, prefix: string, problems: string[]): T {
-  // Convert coerces interpolated strings (`port: ${PORT:-3000}`) to the type the schema expects.
-  const value = Value.Convert(schema, Value.Default(schema, Value.Clone(input ?? {})))
+  const value = coerceStrings(schema, Value.Default(schema, Value.Clone(input ?? {})))
   for (const e of Value.Errors(schema, value)) {
     const path = pointerToDotted(prefix, e.path)
-    const msg = humanize(e.message)
+    const choices = literalChoices(e.schema)
+    const msg = choices ? `must be one of ${choices}` : humanize(e.message)
     const line = `${path}: ${msg}`
     if (!problems.includes(line)) problems.push(line)
   }
   return value as T
+}
+
+/**
+ * coerceStrings turns strings into the numbers or booleans the schema expects (what `${PORT:-3000}`
+ * interpolation produces) and changes nothing else: `1.5` for an integer stays an error.
+ */
+function coerceStrings(schema: TSchema, value: unknown): unknown {
+  const s = schema as TSchema & {
+    type?: string
+    properties?: Record<string, TSchema>
+    items?: TSchema
+    patternProperties?: Record<string, TSchema>
+    anyOf?: TSchema[]
+  }
+  if (typeof value === 'string') {
+    const types = s.anyOf ? s.anyOf.map((x) => (x as { type?: string }).type) : [s.type]
+    if (
+      (types.includes('integer') || types.includes('number')) &&
+      value.trim() !== '' &&
+      !Number.isNaN(Number(value))
+    )
+      return Number(value)
+    if (types.includes('boolean') && (value === 'true' || value === 'false')) return value === 'true'
+    return value
+  }
+  if (Array.isArray(value) && s.items) return value.map((v) => coerceStrings(s.items!, v))
+  if (value && typeof value === 'object' && !Array.isArray(value)) {
+    const out: Record<string, unknown> = {}
+    const record = s.patternProperties ? Object.values(s.patternProperties)[0] : undefined
+    for (const [k, v] of Object.entries(value)) {
+      const sub = s.properties?.[k] ?? record
+      out[k] = sub ? coerceStrings(sub, v) : v
+    }
+    return out
+  }
+  return value
+}
+
+/** literalChoices lists a union of literals (`'reject' | 'hold'`) for a readable message. */
+function literalChoices(schema: unknown): string | null {
+  const anyOf = (schema as { anyOf?: { const?: unknown }[] } | undefined)?.anyOf
+  if (!anyOf?.length || !anyOf.every((x) => x.const !== undefined)) return null
+  return anyOf.map((x) => JSON.stringify(x.const)).join(', ')
 }
 
 /** humanize rewrites TypeBox's messages as rules: `must be an integer >= 1024`. */
@@ -107,7 +150,9 @@ function humanize(message: string): string {
     return `must be ${type === 'integer' ? 'an integer' : `a ${type}`} ${op} ${n}`
   }
   const m = /^Expected (.+)$/.exec(message)
-  return m ? `must be ${m[1]}` : message.toLowerCase()
+  if (!m) return message.toLowerCase()
+  const what = m[1]!
+  return `must be ${/^(integer|array|object)$/.test(what) ? 'an ' : /^(string|number|boolean)$/.test(what) ? 'a ' : ''}${what}`
 }
 
 function isEnabled(section: unknown): boolean {

@@ -6,6 +6,7 @@ import { createBaseApp, renderError } from '../http/app.ts'
 import { AuthService, categorize } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
+import type { ErrorShape } from '../http/errors.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { EventBus } from './bus.ts'
 import { Logger } from './logger.ts'
@@ -162,12 +163,17 @@ export class Host {
     this.serve('gateway', root.server.host, root.server.port, this.mainApp(order), raw)
     for (const r of this.running) {
       for (const l of r.instance.listeners ?? [])
-        this.serve(l.name, l.host, l.port, this.listenerApp(l), l.rawRoutes ?? [])
+        this.serve(l.name, l.host, l.port, this.listenerApp(l), l.rawRoutes ?? [], l.errorShape)
     }
   }
 
   private listenerApp(l: ListenerSpec): AnyElysia {
-    return createBaseApp({ name: l.name, auth: null, log: this.log })
+    return createBaseApp({
+      name: l.name,
+      auth: null,
+      log: this.log,
+      ...(l.errorShape ? { shape: l.errorShape } : {}),
+    })
       .use(
         docsPlugin({
           title: l.title,
@@ -180,7 +186,14 @@ export class Host {
       .use(l.app)
   }
 
-  private serve(name: string, host: string, port: number, app: AnyElysia, raw: RawRoute[]): void {
+  private serve(
+    name: string,
+    host: string,
+    port: number,
+    app: AnyElysia,
+    raw: RawRoute[],
+    shape?: ErrorShape,
+  ): void {
     const log = this.log
     const auth = this.auth
     const idleTimeout = this.opts.config.root.server.idle_timeout_seconds
@@ -199,13 +212,13 @@ export class Host {
             res = denied ? denied.toResponse('proxy') : await rawRoute.handle(req, srv)
           } else res = await handle(req)
         } catch (err) {
-          res = renderError(err, new URL(req.url).pathname, log)
+          res = renderError(err, new URL(req.url).pathname, log, shape)
         }
         logRequest(log, name, req, res.status, performance.now() - started)
         return res
       },
       error(err) {
-        return renderError(err, '/', log)
+        return renderError(err, '/', log, shape)
       },
     })
     this.servers.push({ name, server })

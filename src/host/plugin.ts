@@ -43,6 +43,8 @@ export interface ListenerSpec {
   host: string
   port: number
   app: AnyElysia
+  /** errorShape fixes the error shape of every response on this listener (default: by path). */
+  errorShape?: import('../http/errors.ts').ErrorShape
   /** rawRoutes are served before Elysia routing on this listener (hot paths; documented in `app`). */
   rawRoutes?: RawRoute[]
   title: string

@@ -28,8 +28,8 @@ function pathOf(url: string): string {
   return q < 0 ? url.slice(start) : url.slice(start, q)
 }
 
-export function renderError(err: unknown, pathname: string, log: Logger): Response {
-  const shape = shapeFor(pathname)
+export function renderError(err: unknown, pathname: string, log: Logger, fixed?: ErrorShape): Response {
+  const shape = fixed ?? shapeFor(pathname)
   if (err instanceof AppError) return err.toResponse(shape)
   log.error('unhandled error', {
     path: pathname,
@@ -42,10 +42,13 @@ export interface BaseAppOptions {
   name: string
   auth: AuthService | null
   log: Logger
+  /** shape fixes the error shape for every path (the router's listener speaks only the proxy shape). */
+  shape?: ErrorShape
 }
 
 export function createBaseApp(opts: BaseAppOptions) {
   const { auth, log } = opts
+  const shapeOf = (pathname: string) => opts.shape ?? shapeFor(pathname)
   return new Elysia({ name: opts.name })
     .onRequest(async ({ request }) => {
       if (!auth) return
@@ -54,12 +57,12 @@ export function createBaseApp(opts: BaseAppOptions) {
         const principal = await auth.guard(request, url)
         if (principal) principals.set(request, principal)
       } catch (err) {
-        return renderError(err, url.pathname, log)
+        return renderError(err, url.pathname, log, opts.shape)
       }
     })
     .onError({ as: 'global' }, ({ code, error, request }) => {
       const pathname = pathOf(request.url)
-      const shape = shapeFor(pathname)
+      const shape = shapeOf(pathname)
       if (code === 'VALIDATION') {
         const message = describeValidationError(error)
         const err =
@@ -87,6 +90,6 @@ export function createBaseApp(opts: BaseAppOptions) {
             : new AppError(404, 'NOT_FOUND', `No route for ${request.method} ${pathname}`)
         return err.toResponse(shape)
       }
-      return renderError(error, pathname, log)
+      return renderError(error, pathname, log, opts.shape)
     })
 }

@@ -149,3 +149,52 @@ describe('config loading', () => {
     expect(problems('server: [\n')[0]).toStartWith('(yaml): ')
   })
 })
+
+describe('config value checks', () => {
+  const k = new Map<string, PluginSchemaInfo>([
+    [
+      'r',
+      {
+        schema: T.Object(
+          {
+            mode: T.Union([T.Literal('reject'), T.Literal('hold')], { default: 'reject' }),
+            every: T.Integer({ default: 30, minimum: 1 }),
+            on: T.Boolean({ default: false }),
+          },
+          { additionalProperties: false },
+        ),
+        dependsOn: [],
+      },
+    ],
+  ])
+  const errs = (yaml: string, env: Record<string, string> = {}) => {
+    try {
+      loadConfig(yaml, env, k)
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
+
+  it('lists the choices of a union of literals', () => {
+    expect(errs('plugins:\n  r: { mode: queue }\n')).toEqual([
+      'plugins.r.mode: must be one of "reject", "hold"',
+    ])
+  })
+
+  it('refuses a fraction for an integer instead of rounding it', () => {
+    expect(errs('plugins:\n  r: { every: 1.5 }\n')).toEqual(['plugins.r.every: must be an integer'])
+  })
+
+  it('coerces interpolated strings to numbers and booleans, and nothing else', () => {
+    const { plugins } = loadConfig(
+      'plugins:\n  r: { every: "${E}", on: "${ON}" }\n',
+      { E: '5', ON: 'true' },
+      k,
+    )
+    expect(plugins.get('r')).toEqual({ mode: 'reject', every: 5, on: true })
+    expect(errs('plugins:\n  r: { every: "${E}" }\n', { E: 'five' })[0]).toStartWith(
+      'plugins.r.every: must be',
+    )
+  })
+})
