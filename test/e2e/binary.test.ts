@@ -42,6 +42,22 @@ plugins:
       smi_command: ['@self', sim, smi, --sim-dir, ./sim, --sim-gpus, 2x80]
 `,
   )
+  writeFileSync(
+    join(dir, 'stubborn.yaml'),
+    `server: { host: 127.0.0.1, port: ${PORT} }
+data_dir: ./data-stubborn
+shutdown: { timeout_ms: 60000 }
+plugins:
+  gateway:
+    engine:
+      command: ['@self', sim, engine, --sim-dir, ./sim-stubborn, --sim-gpus, 2x80]
+      env: { SIM_LOAD_DELAY_MS: '200', SIM_HANG_ON_TERM: '1' }
+      port_range: { start: 18391, end: 18399 }
+      stop_grace_seconds: 60
+    gpu:
+      smi_command: ['@self', sim, smi, --sim-dir, ./sim-stubborn, --sim-gpus, 2x80]
+`,
+  )
   writeFileSync(join(dir, 'bad.yaml'), 'server: { port: 70000, prot: 1 }\nplugins: { nope: {} }\n')
 })
 
@@ -162,5 +178,60 @@ describe('the compiled binary', () => {
     const logs = await new Response(child.stderr).text()
     expect(logs).toContain('shutting down')
     expect(logs).not.toContain(token)
+  })
+
+  it('exits at once on a second signal, killing an engine that ignores SIGTERM', async () => {
+    const child = Bun.spawn([BIN, 'serve', '--config', 'stubborn.yaml'], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? '' },
+      stdin: 'ignore',
+      stdout: 'ignore',
+      stderr: 'ignore',
+    })
+    children.push(child)
+    const until = Date.now() + 15000
+    while (Date.now() < until) {
+      if (
+        await fetch(`${URL}/api/health/ready`)
+          .then((r) => r.ok)
+          .catch(() => false)
+      )
+        break
+      await Bun.sleep(50)
+    }
+    const load = await fetch(`${URL}/api/v1/models/load`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model_path: 'facebook/opt-125m', gpu_memory_utilization: 0.3 }),
+    })
+    const { instance_id } = (await load.json()) as { instance_id: string }
+    let pid = 0
+    while (Date.now() < until + 15000) {
+      const m = (
+        (await (await fetch(`${URL}/api/v1/models/${instance_id}`)).json()) as {
+          model: { status: string; process_id: number }
+        }
+      ).model
+      pid = m.process_id
+      if (m.status === 'active') break
+      await Bun.sleep(50)
+    }
+    child.kill('SIGTERM')
+    await Bun.sleep(500)
+    expect(child.exitCode).toBeNull() // still waiting for the stubborn engine's grace period
+    const started = performance.now()
+    child.kill('SIGINT')
+    expect(await child.exited).toBe(130)
+    expect(performance.now() - started).toBeLessThan(5000)
+    let gone = false
+    for (let i = 0; i < 50 && !gone; i++) {
+      try {
+        process.kill(-pid, 0)
+        await Bun.sleep(50)
+      } catch {
+        gone = true
+      }
+    }
+    expect(gone).toBe(true)
   })
 })
