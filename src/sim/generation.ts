@@ -102,7 +102,10 @@ export class Generation {
   private tick(): void {
     if (this.finished || this.rt.dying) return
     // Timers may fire a little early; a token never leaves before its time (TTFT ≥ SIM_TTFT_MS).
-    if (performance.now() < this.due) return this.schedule()
+    if (performance.now() < this.due) {
+      this.schedule()
+      return
+    }
     if (this.rt.sleep.sleeping) {
       this.rt.sleep.whenAwake(() => {
         this.due = performance.now()
