@@ -1,4 +1,5 @@
 import { type Static, Type as T } from '@sinclair/typebox'
+import { ProxyConfig } from './proxy-config.ts'
 
 /**
  * GatewayConfig is `plugins.gateway` in the YAML. `@self` in a command list stands for this
@@ -53,6 +54,7 @@ export const GatewayConfig = T.Object(
       },
       { additionalProperties: false, default: {} },
     ),
+    proxy: ProxyConfig,
     sharedcache: T.Object(
       {
         enabled: T.Boolean({ default: false, description: 'launch engines with kvcached (TP=1 only)' }),

@@ -1,6 +1,7 @@
 import { definePlugin } from '../../src/host/plugin.ts'
 import type { GatewayApi } from './api.ts'
 import { GatewayConfig } from './config.ts'
+import { createInference } from './inference.ts'
 import { registerGatewayMetrics } from './metrics.ts'
 import instancesSql from './migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './migrations/0002_presets_profiles.sql' with { type: 'text' }
@@ -44,8 +45,21 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
       unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
       readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
     })
+    const inference = createInference({
+      api: service,
+      bus: ctx.bus,
+      metrics: ctx.metrics,
+      log: ctx.log,
+      config: {
+        firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
+        connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+        idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
+      },
+    })
     return {
+      rawRoutes: inference.rawRoutes,
       routes: gatewayRoutes(service, cfg.sharedcache.shm_dir)
+        .use(inference.routes)
         .use(moveRoutes(service.moves))
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
         .use(presetRoutes(presets, ctx.bus)),

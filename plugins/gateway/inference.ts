@@ -1,0 +1,223 @@
+import type { Server } from 'bun'
+import type { Registry } from 'prom-client'
+import type { EventBus } from '../../src/host/bus.ts'
+import type { Logger } from '../../src/host/logger.ts'
+import type { AnyElysia, RawRoute } from '../../src/host/plugin.ts'
+import { AppError, proxyError, toAppError } from '../../src/http/errors.ts'
+import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
+import { readModelField, replaceModel } from '../../src/proxy/model-field.ts'
+import { type InferenceHandlers, openaiRoutes } from '../../src/proxy/openai-routes.ts'
+import type { GatewayApi, Lease } from './api.ts'
+import { ProxyMetrics } from './proxy-metrics.ts'
+
+/**
+ * createInference builds the gateway's inference proxy: the OpenAI-compatible routes (`/v1/...`,
+ * `/tokenize` and friends), `GET /v1/models` and `ALL /api/direct/:port/*`. They are served as raw
+ * routes (before Elysia, inference key already checked by the host) and also declared in Elysia
+ * for /docs and `app.handle()`. Bodies are forwarded as sent, except that a `model` naming the
+ * instance by id or model path is replaced by the served name the engine answers to (a splice of
+ * that one JSON string). Model resolution and load balancing are the gateway's
+ * (`api.acquire`); moving bytes is `forward`'s. Each proxied request holds a lease on its instance
+ * until its response has fully ended, then is counted in the metrics and announced on the bus as
+ * `proxy.request`.
+ */
+export interface InferenceDeps {
+  api: GatewayApi
+  bus: EventBus
+  metrics: Registry
+  log: Logger
+  config: {
+    firstByteTimeoutMs: number
+    connectTimeoutMs: number
+    /** The main listener's keep-alive idle timeout (server.idle_timeout_seconds), restored after a request. */
+    idleTimeoutSeconds?: number
+  }
+}
+
+/** ENGINE_PATHS maps each model route of the gateway to the engine's path. */
+export const ENGINE_PATHS: Readonly<Record<string, string>> = {
+  '/v1/chat/completions': '/v1/chat/completions',
+  '/v1/completions': '/v1/completions',
+  '/v1/embeddings': '/v1/embeddings',
+  '/tokenize': '/tokenize',
+  '/detokenize': '/detokenize',
+  '/pooling': '/pooling',
+  '/classification': '/classify',
+  '/score': '/score',
+  '/re-rank': '/rerank',
+}
+
+const enginePaths = new Map(Object.entries(ENGINE_PATHS))
+const DIRECT = '/api/direct/'
+
+export function createInference(deps: InferenceDeps): {
+  rawRoutes: RawRoute[]
+  routes: AnyElysia
+  handlers: InferenceHandlers
+} {
+  const handlers = new GatewayInference(deps)
+  const rawRoutes: RawRoute[] = [
+    {
+      match: (path, method) => method === 'POST' && enginePaths.has(path),
+      handle: (req, server) => handlers.model(req, server),
+    },
+    { match: (path, method) => method === 'GET' && path === '/v1/models', handle: () => handlers.models() },
+    { match: (path) => path.startsWith(DIRECT), handle: (req, server) => handlers.direct(req, server) },
+  ]
+  return { rawRoutes, routes: openaiRoutes(handlers, { tag: 'gateway', paths: ENGINE_PATHS }), handlers }
+}
+
+class GatewayInference implements InferenceHandlers {
+  private readonly metrics: ProxyMetrics
+
+  constructor(private readonly deps: InferenceDeps) {
+    this.metrics = new ProxyMetrics(deps.metrics)
+  }
+
+  async model(
+    req: Request,
+    server: Server<unknown> | null,
+    body?: Uint8Array<ArrayBuffer>,
+  ): Promise<Response> {
+    const startedAt = performance.now()
+    const url = req.url
+    const { path, query } = splitUrl(url)
+    const enginePath = enginePaths.get(path)
+    if (enginePath === undefined) return notFound(req.method, path)
+    let bytes = body
+    if (bytes === undefined) {
+      try {
+        bytes = await req.bytes()
+      } catch {
+        return new Response(null, { status: 499 })
+      }
+    }
+    const model = readModelField(bytes)
+    if (typeof model !== 'string') return model.toResponse('proxy')
+    let lease: Lease
+    try {
+      lease = this.deps.api.acquire(model)
+    } catch (err) {
+      return this.refuse(err, path)
+    }
+    // The engine answers only to its served name: an instance id or model path is swapped for it.
+    const served = lease.instance.served_model_name
+    if (served && model !== served) bytes = replaceModel(bytes, served)
+    return this.send(req, server, lease, lease.baseUrl + enginePath + query, bytes, startedAt, model, path)
+  }
+
+  models(): Response {
+    const data: Record<string, unknown>[] = []
+    const seen = new Set<string>()
+    for (const i of this.deps.api.list()) {
+      if (i.status !== 'active') continue
+      const created = Math.floor(Date.parse(i.ready_at ?? i.loaded_at) / 1000)
+      const max = i.max_tokens ?? i.memory_metrics?.max_model_len ?? null
+      for (const id of [i.served_model_name, i.id]) {
+        if (seen.has(id)) continue
+        seen.add(id)
+        data.push({
+          id,
+          object: 'model',
+          created,
+          owned_by: 'modelgate',
+          root: i.model_path,
+          max_model_len: max,
+          instance_id: i.id,
+        })
+      }
+    }
+    return Response.json({ object: 'list', data })
+  }
+
+  async direct(req: Request, server: Server<unknown> | null): Promise<Response> {
+    const startedAt = performance.now()
+    const { path, query } = splitUrl(req.url)
+    const rest = path.slice(DIRECT.length)
+    const slash = rest.indexOf('/')
+    const portText = slash < 0 ? rest : rest.slice(0, slash)
+    const port = /^\d{1,5}$/.test(portText) ? Number(portText) : Number.NaN
+    const lease = port >= 1 && port <= 65535 ? this.deps.api.acquireByPort(port) : null
+    if (!lease) {
+      return proxyError(
+        404,
+        'invalid_request_error',
+        'unknown_port',
+        `No engine managed by this gateway listens on port ${portText}`,
+      ).toResponse('proxy')
+    }
+    const subPath = slash < 0 ? '/' : rest.slice(slash)
+    const model = lease.instance.served_model_name
+    return this.send(req, server, lease, lease.baseUrl + subPath + query, undefined, startedAt, model, path)
+  }
+
+  private send(
+    req: Request,
+    server: Server<unknown> | null,
+    lease: Lease,
+    upstreamUrl: string,
+    body: Uint8Array<ArrayBuffer> | undefined,
+    startedAt: number,
+    model: string,
+    path: string,
+  ): Promise<Response> {
+    const { config } = this.deps
+    // forward calls onEnd exactly once, even on its own unexpected failures (it never rejects).
+    return forward(req, upstreamUrl, {
+      server,
+      body,
+      startedAt,
+      firstByteTimeoutMs: config.firstByteTimeoutMs,
+      connectTimeoutMs: config.connectTimeoutMs,
+      idleTimeoutSeconds: config.idleTimeoutSeconds,
+      onEnd: (info) => {
+        lease.release()
+        this.record(lease, model, path, info)
+      },
+    })
+  }
+
+  private record(lease: Lease, model: string, path: string, info: ForwardEnd): void {
+    const instanceId = lease.instance.id
+    this.metrics.observe(instanceId, info.status, info.durationMs)
+    this.deps.bus.emit('proxy.request', {
+      model,
+      instance_id: instanceId,
+      status: info.status,
+      duration_ms: info.durationMs,
+      ttft_ms: info.ttftMs,
+      streamed: info.streamed,
+      path,
+    })
+    if (info.error) {
+      this.deps.log.warn('upstream failure', {
+        instance_id: instanceId,
+        path,
+        status: info.status,
+        error: info.error,
+        ms: Math.round(info.durationMs),
+      })
+    }
+  }
+
+  /** refuse renders acquire's refusals (400 invalid_model, 503 not ready / sleeping) in the proxy shape. */
+  private refuse(err: unknown, path: string): Response {
+    if (!(err instanceof AppError))
+      this.deps.log.error('model resolution failed', { path, error: String(err) })
+    return toAppError(err).toResponse('proxy')
+  }
+}
+
+function notFound(method: string, path: string): Response {
+  return proxyError(404, 'invalid_request_error', 'not_found', `No route for ${method} ${path}`).toResponse(
+    'proxy',
+  )
+}
+
+/** splitUrl: path and `?query` of a request URL by slicing (no URL parsing on the hot path). */
+function splitUrl(url: string): { path: string; query: string } {
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  if (start < 0) return { path: '/', query: '' }
+  const q = url.indexOf('?', start)
+  return q < 0 ? { path: url.slice(start), query: '' } : { path: url.slice(start, q), query: url.slice(q) }
+}

@@ -1,0 +1,27 @@
+import { type Static, Type as T } from '@sinclair/typebox'
+
+/**
+ * ProxyConfig is `plugins.gateway.proxy` in the YAML: the inference proxy's upstream deadlines.
+ * Once the first byte has arrived there is no deadline, so a long generation is never cut.
+ */
+export const ProxyConfig = T.Object(
+  {
+    first_byte_timeout_ms: T.Integer({
+      default: 600_000,
+      minimum: 1,
+      description:
+        'deadline for the first byte from the engine (response of a non-streamed request, first chunk ' +
+        'of a stream); prefill of a long prompt in a busy engine can take minutes → 504 upstream_timeout',
+    }),
+    connect_timeout_ms: T.Integer({
+      default: 5_000,
+      minimum: 0,
+      description:
+        'deadline for reaching the engine: with no response headers by then, the engine address is ' +
+        'probed and an unreachable one fails with 504 upstream_connect_timeout; 0 disables the probe',
+    }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+export type ProxyConfig = Static<typeof ProxyConfig>

@@ -1,0 +1,256 @@
+/**
+ * ResponseParser reads HTTP/1.x responses from a byte stream, incrementally: it is fed whatever the
+ * socket delivers and reports the head, each body piece (as a view of the bytes received, no copy)
+ * and the end. Body framing follows RFC 9112 §6.3: no body (HEAD, 1xx, 204, 304), chunked,
+ * Content-Length, or until the connection closes. Interim 1xx responses are skipped.
+ */
+export type Framing = 'none' | 'length' | 'chunked' | 'close'
+
+export interface ResponseHead {
+  status: number
+  /** Header pairs as received (names lower-cased). */
+  headers: [string, string][]
+  framing: Framing
+  /** Content-Length, or -1 when absent. */
+  length: number
+  /** The connection may carry another request after this response. */
+  keepAlive: boolean
+  /** The Connection header (lower-cased), '' when absent. */
+  connection: string
+  contentType: string | null
+}
+
+export interface ParserEvents {
+  head(head: ResponseHead): void
+  body(piece: Uint8Array): void
+  end(): void
+}
+
+export class ProtocolError extends Error {
+  readonly code = 'UpstreamProtocolError'
+}
+
+enum State {
+  Head,
+  Length,
+  ChunkSize,
+  ChunkData,
+  ChunkDataEnd,
+  Trailers,
+  Close,
+  Done,
+}
+
+const MAX_HEAD = 64 * 1024
+const MAX_LINE = 8 * 1024
+const CR = 13
+const LF = 10
+
+/** hexValue: 0-15 for an ASCII hex digit, -1 otherwise. */
+function hexValue(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48
+  if (c >= 97 && c <= 102) return c - 87
+  if (c >= 65 && c <= 70) return c - 55
+  return -1
+}
+
+export class ResponseParser {
+  private state = State.Head
+  private pending: Buffer | null = null
+  private remaining = 0
+  /** A chunk's data is followed by CRLF: how many of those bytes are still to skip. */
+  private crlfLeft = 0
+  /** trailingBytes: bytes arrived after the end of the response (the connection must be closed). */
+  trailingBytes = false
+
+  constructor(
+    private readonly events: ParserEvents,
+    /** headOnly: the request was HEAD, so the response has no body whatever its headers say. */
+    private readonly headOnly: boolean,
+  ) {}
+
+  get done(): boolean {
+    return this.state === State.Done
+  }
+
+  /** closeDelimited: the body runs until the connection closes (the close is its end). */
+  get closeDelimited(): boolean {
+    return this.state === State.Close
+  }
+
+  /** feed parses the next bytes; it throws ProtocolError on a malformed response. */
+  feed(input: Buffer): void {
+    let buf = input
+    if (this.pending) {
+      buf = Buffer.concat([this.pending, input])
+      this.pending = null
+    }
+    let off = 0
+    const n = buf.length
+    while (off < n) {
+      switch (this.state) {
+        case State.Head: {
+          const end = buf.indexOf('\r\n\r\n', off, 'latin1')
+          if (end < 0) {
+            if (n - off > MAX_HEAD) throw new ProtocolError('response head too large')
+            this.pending = Buffer.from(buf.subarray(off))
+            return
+          }
+          const head = this.parseHead(buf.toString('latin1', off, end))
+          off = end + 4
+          if (head) this.startBody(head)
+          break
+        }
+        case State.Length:
+        case State.ChunkData: {
+          const take = Math.min(this.remaining, n - off)
+          this.events.body(buf.subarray(off, off + take))
+          off += take
+          this.remaining -= take
+          if (this.remaining === 0) {
+            if (this.state === State.Length) this.finish()
+            else {
+              this.state = State.ChunkDataEnd
+              this.crlfLeft = 2
+            }
+          }
+          break
+        }
+        case State.ChunkDataEnd: {
+          const c = buf[off]!
+          if (c !== (this.crlfLeft === 2 ? CR : LF))
+            throw new ProtocolError('chunk data not followed by CRLF')
+          off++
+          if (--this.crlfLeft === 0) this.state = State.ChunkSize
+          break
+        }
+        case State.ChunkSize: {
+          // Hex digits, optional `;extensions`, CRLF — parsed from the bytes, no strings.
+          const eol = buf.indexOf(LF, off)
+          if (eol < 0) {
+            if (n - off > MAX_LINE) throw new ProtocolError('chunk size line too long')
+            this.pending = Buffer.from(buf.subarray(off))
+            return
+          }
+          let size = 0
+          let digits = 0
+          let i = off
+          for (; i < eol; i++) {
+            const d = hexValue(buf[i]!)
+            if (d < 0) break
+            size = size * 16 + d
+            if (++digits > 12) throw new ProtocolError('chunk size too large')
+          }
+          const stop = buf[i]!
+          if (
+            digits === 0 ||
+            (stop !== CR && stop !== 59 && stop !== 32 && stop !== 9) ||
+            buf[eol - 1] !== CR
+          )
+            throw new ProtocolError('bad chunk size line')
+          off = eol + 1
+          if (size === 0) this.state = State.Trailers
+          else {
+            this.state = State.ChunkData
+            this.remaining = size
+          }
+          break
+        }
+        case State.Trailers: {
+          const eol = buf.indexOf('\r\n', off, 'latin1')
+          if (eol < 0) {
+            if (n - off > MAX_HEAD) throw new ProtocolError('trailers too large')
+            this.pending = Buffer.from(buf.subarray(off))
+            return
+          }
+          const empty = eol === off
+          off = eol + 2
+          if (empty) this.finish()
+          break
+        }
+        case State.Close:
+          this.events.body(buf.subarray(off))
+          off = n
+          break
+        case State.Done:
+          // Bytes after the end of a response we did not ask for: the connection is not reusable.
+          this.trailingBytes = true
+          return
+      }
+    }
+  }
+
+  /** closed: the connection ended; true when that completes a close-delimited body. */
+  closed(): boolean {
+    if (this.state !== State.Close) return false
+    this.finish()
+    return true
+  }
+
+  private parseHead(text: string): ResponseHead | null {
+    const lines = text.split('\r\n')
+    const statusLine = lines[0]!
+    if (!statusLine.startsWith('HTTP/1.')) throw new ProtocolError('not an HTTP/1.x response')
+    const status = Number(statusLine.slice(9, 12))
+    if (!Number.isInteger(status) || status < 100 || status > 999) throw new ProtocolError('bad status line')
+    const http10 = statusLine[7] === '0'
+    // Interim responses (100 Continue, 103 Early Hints) are followed by the real one.
+    if (status >= 100 && status < 200 && status !== 101) return null
+    if (status === 101) throw new ProtocolError('protocol upgrade is not supported')
+    const headers: [string, string][] = []
+    let length = -1
+    let chunked = false
+    let connection = ''
+    let contentType: string | null = null
+    for (let i = 1; i < lines.length; i++) {
+      const line = lines[i]!
+      const colon = line.indexOf(':')
+      if (colon <= 0) throw new ProtocolError('bad header line')
+      const name = line.slice(0, colon).trim().toLowerCase()
+      const value = line.slice(colon + 1).trim()
+      if (name === 'content-length') {
+        const v = Number(value)
+        if (!Number.isSafeInteger(v) || v < 0 || (length >= 0 && v !== length))
+          throw new ProtocolError('bad content-length')
+        length = v
+      } else if (name === 'transfer-encoding') chunked = value.toLowerCase().includes('chunked')
+      else if (name === 'connection') connection = value.toLowerCase()
+      else if (name === 'content-type') contentType = value
+      headers.push([name, value])
+    }
+    let framing: Framing
+    if (this.headOnly || status === 204 || status === 304) framing = 'none'
+    else if (chunked) framing = 'chunked'
+    else if (length >= 0) framing = length === 0 ? 'none' : 'length'
+    else framing = 'close'
+    const keepAlive =
+      framing !== 'close' && (http10 ? connection.includes('keep-alive') : !connection.includes('close'))
+    return { status, headers, framing, length, keepAlive, connection, contentType }
+  }
+
+  private startBody(head: ResponseHead): void {
+    switch (head.framing) {
+      case 'none':
+        this.state = State.Done
+        this.events.head(head)
+        this.events.end()
+        return
+      case 'length':
+        this.state = State.Length
+        this.remaining = head.length
+        break
+      case 'chunked':
+        this.state = State.ChunkSize
+        break
+      case 'close':
+        this.state = State.Close
+        break
+    }
+    this.events.head(head)
+  }
+
+  private finish(): void {
+    this.state = State.Done
+    this.events.end()
+  }
+}

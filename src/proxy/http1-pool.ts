@@ -1,0 +1,164 @@
+import type { Socket, SocketHandler } from 'bun'
+
+/**
+ * The HTTP/1.1 client's connection pool: one stack of idle keep-alive connections per upstream
+ * origin (most recently used first), and the TCP connect with its deadline. A connection is lent to
+ * one exchange at a time (its `user`), which receives the socket's data, drain and close events.
+ * An idle connection is reused only within IDLE_REUSE_MS: engines' uvicorn closes idle ones after
+ * 5 s, and a request sent on a connection the server is closing would be lost.
+ */
+export interface ConnUser {
+  onData(data: Buffer): void
+  onDrain(): void
+  onClose(conn: Conn): void
+}
+
+export interface Target {
+  key: string
+  hostname: string
+  port: number
+  /** `host: h:p\r\n`, prebuilt. */
+  hostLine: string
+}
+
+const IDLE_REUSE_MS = 3500
+const MAX_IDLE_PER_ORIGIN = 256
+
+const targets = new Map<string, Target>()
+const idle = new Map<string, Conn[]>()
+
+export function codedError(code: string, message: string): Error {
+  return Object.assign(new Error(message), { code })
+}
+
+export class Conn {
+  socket: Socket<Conn> | null = null
+  user: ConnUser | null = null
+  idleSince = 0
+  /** served: the connection already carried a request (a close before any byte may be a stale reuse). */
+  served = false
+  closed = false
+
+  constructor(readonly key: string) {}
+
+  onData(data: Buffer): void {
+    if (this.user) this.user.onData(data)
+    else this.destroy()
+  }
+
+  onClose(): void {
+    if (this.closed) return
+    this.closed = true
+    const list = idle.get(this.key)
+    if (list && !this.user) {
+      const i = list.indexOf(this)
+      if (i >= 0) list.splice(i, 1)
+    }
+    this.user?.onClose(this)
+  }
+
+  destroy(): void {
+    if (this.closed) return
+    this.closed = true
+    this.socket?.terminate()
+  }
+}
+
+const handlers: SocketHandler<Conn> = {
+  data(s, d) {
+    s.data.onData(d as Buffer)
+  },
+  drain(s) {
+    s.data.user?.onDrain()
+  },
+  close(s) {
+    s.data.onClose()
+  },
+  error(s) {
+    s.data.onClose()
+  },
+}
+
+export function targetOf(url: string): { target: Target; path: string } {
+  const slash = url.indexOf('/', 7)
+  const origin = slash < 0 ? url : url.slice(0, slash)
+  const path = slash < 0 ? '/' : url.slice(slash)
+  let target = targets.get(origin)
+  if (!target) {
+    const u = new URL(origin)
+    const hostname = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname
+    target = { key: origin, hostname, port: u.port ? Number(u.port) : 80, hostLine: `host: ${u.host}\r\n` }
+    targets.set(origin, target)
+  }
+  return { target, path }
+}
+
+export function takeIdle(key: string): Conn | null {
+  const list = idle.get(key)
+  if (!list) return null
+  const now = performance.now()
+  while (list.length > 0) {
+    const c = list.pop()!
+    if (c.closed) continue
+    if (now - c.idleSince > IDLE_REUSE_MS) {
+      // Everything below is older still.
+      c.destroy()
+      for (const old of list.splice(0)) old.destroy()
+      return null
+    }
+    return c
+  }
+  return null
+}
+
+export function release(conn: Conn): void {
+  conn.user = null
+  if (conn.closed) return
+  let list = idle.get(conn.key)
+  if (!list) {
+    list = []
+    idle.set(conn.key, list)
+  }
+  if (list.length >= MAX_IDLE_PER_ORIGIN) {
+    conn.destroy()
+    return
+  }
+  conn.idleSince = performance.now()
+  list.push(conn)
+}
+
+export function connect(target: Target, timeoutMs: number): Promise<Conn> {
+  const conn = new Conn(target.key)
+  const opening = Bun.connect<Conn>({
+    hostname: target.hostname,
+    port: target.port,
+    socket: handlers,
+    data: conn,
+  })
+  return new Promise<Conn>((resolve, reject) => {
+    let settled = false
+    const timer =
+      timeoutMs > 0
+        ? setTimeout(() => {
+            settled = true
+            reject(codedError('ConnectTimeout', `no connection within ${timeoutMs} ms`))
+          }, timeoutMs)
+        : undefined
+    opening.then(
+      (socket) => {
+        conn.socket = socket
+        if (settled) return conn.destroy()
+        settled = true
+        clearTimeout(timer)
+        socket.setNoDelay(true)
+        resolve(conn)
+      },
+      (err) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        reject(err)
+      },
+    )
+  })
+}

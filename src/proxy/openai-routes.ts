@@ -1,0 +1,173 @@
+import type { Server } from 'bun'
+import { Elysia, type t } from 'elysia'
+import { ProxyError } from '../http/schemas.ts'
+import {
+  ChatCompletion,
+  ChatCompletionRequest,
+  Completion,
+  CompletionRequest,
+  DetokenizeRequest,
+  DetokenizeResponse,
+  EngineRequest,
+  EngineResponse,
+  ModelList,
+  TokenizeRequest,
+  TokenizeResponse,
+} from './openai-schemas.ts'
+
+/**
+ * openaiRoutes declares the inference routes in Elysia so /docs shows their shapes. On a listener
+ * they are shadowed by the raw routes (which the host checks before Elysia routing); they still
+ * serve `app.handle()` and delegate to the same handlers, so both paths behave alike. Request
+ * bodies are documented, not validated: Elysia does not parse them (`parse: 'none'`), the handler
+ * reads the bytes once, checks `model` and forwards them unchanged (the engine validates the rest).
+ */
+export interface InferenceHandlers {
+  /** model proxies a JSON request with a `model` field to the engine serving that model. */
+  model(req: Request, server: Server<unknown> | null, body?: Uint8Array<ArrayBuffer>): Promise<Response>
+  /** models lists the models that can be named in `model`. */
+  models(): Response
+  /** direct proxies `/api/direct/:port/*` to a managed engine port. */
+  direct?(req: Request, server: Server<unknown> | null): Promise<Response>
+}
+
+export interface OpenaiRoutesOptions {
+  /** OpenAPI tag of every route. */
+  tag: string
+  /** Which model routes exist (gateway path → engine path), in the order to document them. */
+  paths: Readonly<Record<string, string>>
+}
+
+/** jsonBody documents a request body without Elysia validating it (the proxy forwards the bytes). */
+function jsonBody(schema: unknown) {
+  return { required: true, content: { 'application/json': { schema } } }
+}
+
+const errors = {
+  400: ProxyError,
+  401: ProxyError,
+  502: ProxyError,
+  503: ProxyError,
+  504: ProxyError,
+}
+
+const ERROR_NOTES =
+  'Errors use the proxy shape `{error: {message, type, param?, code}}`: 400 `invalid_json`, `missing_model`, ' +
+  '`invalid_model` (param model) for an unknown model; 401 `missing_api_key` / `invalid_api_key` when ' +
+  'INFERENCE_API_KEY is set; 503 `model_not_ready` (starting) or `model_sleeping`, with Retry-After; ' +
+  '502 `upstream_unavailable` (engine refused or reset the connection); 504 `upstream_connect_timeout` / ' +
+  '`upstream_timeout` (no first byte within the deadline). Engine errors (4xx/5xx) pass through unchanged.'
+
+interface RouteDoc {
+  summary: string
+  body: ReturnType<typeof t.Object>
+  ok: ReturnType<typeof t.Object> | ReturnType<typeof t.Record>
+}
+
+const DOCS: Record<string, RouteDoc> = {
+  '/v1/chat/completions': {
+    summary: 'Chat completion (OpenAI-compatible; stream or not)',
+    body: ChatCompletionRequest,
+    ok: ChatCompletion,
+  },
+  '/v1/completions': {
+    summary: 'Text completion (OpenAI-compatible)',
+    body: CompletionRequest,
+    ok: Completion,
+  },
+  '/v1/embeddings': {
+    summary: 'Embeddings (pooling models)',
+    body: EngineRequest('OpenAI embeddings request: model, input'),
+    ok: EngineResponse('OpenAI embeddings list'),
+  },
+  '/tokenize': { summary: 'Tokenize a prompt or chat messages', body: TokenizeRequest, ok: TokenizeResponse },
+  '/detokenize': {
+    summary: 'Turn token ids back into text',
+    body: DetokenizeRequest,
+    ok: DetokenizeResponse,
+  },
+  '/pooling': {
+    summary: 'Pooling (raw hidden-state outputs of a pooling model)',
+    body: EngineRequest('Engine pooling request: model, input'),
+    ok: EngineResponse('Engine pooling response'),
+  },
+  '/classification': {
+    summary: 'Classification (engine /classify)',
+    body: EngineRequest('Engine classify request: model, input'),
+    ok: EngineResponse('Engine classify response'),
+  },
+  '/score': {
+    summary: 'Score text pairs (engine /score)',
+    body: EngineRequest('Engine score request: model, text_1, text_2'),
+    ok: EngineResponse('Engine score response'),
+  },
+  '/re-rank': {
+    summary: 'Re-rank documents against a query (engine /rerank)',
+    body: EngineRequest('Engine rerank request: model, query, documents'),
+    ok: EngineResponse('Engine rerank response'),
+  },
+}
+
+export function openaiRoutes(h: InferenceHandlers, opts: OpenaiRoutesOptions) {
+  const tags = [opts.tag]
+  let app = new Elysia({ name: `inference-${opts.tag}` }).get('/v1/models', () => h.models(), {
+    detail: {
+      tags,
+      summary: 'List the models that can be named in `model`',
+      description: 'Every active instance, once by served model name and once by instance id.',
+    },
+    response: { 200: ModelList, 401: ProxyError },
+  })
+  for (const [path, enginePath] of Object.entries(opts.paths)) {
+    const doc = DOCS[path] ?? {
+      summary: `Proxied to the engine's ${enginePath}`,
+      body: EngineRequest('Engine request'),
+      ok: EngineResponse('Engine response'),
+    }
+    app = app.post(path, ({ request, server }) => h.model(request, server as Server<unknown> | null), {
+      parse: 'none',
+      response: { 200: doc.ok, ...errors },
+      detail: {
+        tags,
+        summary: doc.summary,
+        requestBody: jsonBody(doc.body) as never,
+        description: `Forwarded unchanged to the engine's \`${enginePath}\` of the instance chosen for \`model\` (least outstanding requests). ${ERROR_NOTES}`,
+      },
+    }) as unknown as typeof app
+  }
+  if (h.direct) {
+    const direct = (request: Request, server: unknown) => h.direct!(request, server as Server<unknown> | null)
+    const doc = {
+      parse: 'none' as const,
+      response: { 404: ProxyError, 401: ProxyError, 502: ProxyError, 504: ProxyError },
+      detail: {
+        tags,
+        summary: 'Direct proxy to one engine port (testing)',
+        description:
+          'Forwards method, sub-path, query, headers (minus hop-by-hop ones and host) and body to the engine ' +
+          'listening on `port`, bypassing model routing; JSON replies are returned as they are and streams are ' +
+          'piped. Only ports of instances this gateway manages are reachable (any other port: 404 ' +
+          '`unknown_port`). Engine replies pass through with their status. Any method is forwarded; `path` is the ' +
+          'rest of the URL and may contain slashes (e.g. `v1/chat/completions`).',
+      },
+    }
+    // The OpenAPI generator skips wildcard paths: document `{path}` (which may hold slashes, see the
+    // description), and let hidden catch-alls serve deeper paths and the other methods.
+    const route = '/api/direct/:port/:path'
+    const hidden = { parse: 'none' as const, detail: { hide: true } }
+    app = app
+      .get(route, ({ request, server }) => direct(request, server), doc)
+      .post(route, ({ request, server }) => direct(request, server), doc)
+      .put(route, ({ request, server }) => direct(request, server), doc)
+      .patch(route, ({ request, server }) => direct(request, server), doc)
+      .delete(route, ({ request, server }) => direct(request, server), doc)
+      .all(route, ({ request, server }) => direct(request, server), hidden)
+      .all('/api/direct/:port/*', ({ request, server }) => direct(request, server), hidden)
+      .all(
+        '/api/direct/:port',
+        ({ request, server }) => direct(request, server),
+        hidden,
+      ) as unknown as typeof app
+  }
+  return app
+}

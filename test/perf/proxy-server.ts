@@ -1,0 +1,42 @@
+/**
+ * proxy-server boots modelgate's gateway listener in its own process for the proxy benchmark and
+ * the leak test: a real Host whose plugin serves the inference proxy (`createInference`) over a
+ * fake GatewayApi with one active instance per `--upstream` port (named `m0`, `m1`, … and served
+ * as `bench-model`). Prints one JSON line `{url, pid}` on stdout once listening; stops on SIGTERM.
+ *
+ *   bun test/perf/proxy-server.ts --upstream 9101 [--upstream 9102] [--api-key KEY]
+ */
+import { FakeGateway, instance, startProxyHost } from '../proxy/support.ts'
+
+const args = process.argv.slice(2)
+const upstreams: number[] = []
+let apiKey: string | undefined
+for (let i = 0; i < args.length; i++) {
+  if (args[i] === '--upstream') upstreams.push(Number(args[++i]))
+  else if (args[i] === '--api-key') apiKey = args[++i]
+}
+if (upstreams.length === 0) {
+  console.error('usage: proxy-server.ts --upstream PORT [--upstream PORT] [--api-key KEY]')
+  process.exit(2)
+}
+
+const api = new FakeGateway()
+upstreams.forEach((port, n) => {
+  api.add(instance(`m${n}`, port, { served_model_name: 'bench-model', model_path: 'bench/model' }))
+})
+const px = await startProxyHost(api, {
+  firstByteTimeoutMs: 600_000,
+  connectTimeoutMs: 5_000,
+  env: apiKey ? { INFERENCE_API_KEY: apiKey } : {},
+  logSink: (line) => process.stderr.write(`${line}\n`),
+  logLevel: 'error',
+  captureEvents: false,
+})
+process.stdout.write(`${JSON.stringify({ url: px.url, pid: process.pid })}\n`)
+
+const stop = async () => {
+  await px.stop()
+  process.exit(0)
+}
+process.on('SIGTERM', stop)
+process.on('SIGINT', stop)

@@ -1,0 +1,87 @@
+/**
+ * proxy-stub is the benchmark's upstream engine: `POST /v1/chat/completions` answers a fixed chat
+ * completion, or with `"stream": true` an SSE stream of 64 chunks 20 ms apart, ending with
+ * `data: [DONE]`. Like an engine's batched decode steps, one ticker emits the next chunk of every
+ * open stream at once; each chunk carries its send time `"t"` in wall-clock ms
+ * (performance.timeOrigin + now(): sub-µs, consistent across processes), so a client in another
+ * process can measure pass-through delay.
+ * Prints `{port, pid}` on stdout once listening.
+ *
+ *   bun test/perf/proxy-stub.ts [--chunks 64] [--interval-ms 20]
+ */
+const args = process.argv.slice(2)
+const opt = (name: string, fallback: number) => {
+  const i = args.indexOf(name)
+  return i >= 0 ? Number(args[i + 1]) : fallback
+}
+const CHUNKS = opt('--chunks', 64)
+const INTERVAL_MS = opt('--interval-ms', 20)
+
+const REPLY = JSON.stringify({
+  id: 'chatcmpl-bench',
+  object: 'chat.completion',
+  created: 1_700_000_000,
+  model: 'bench-model',
+  choices: [
+    {
+      index: 0,
+      message: { role: 'assistant', content: 'A fixed answer from the stub engine.' },
+      finish_reason: 'stop',
+    },
+  ],
+  usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
+})
+const encoder = new TextEncoder()
+const DONE = encoder.encode('data: [DONE]\n\n')
+const PREFIX =
+  'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model",' +
+  '"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}],"t":'
+
+interface Live {
+  controller: ReadableStreamDefaultController<Uint8Array>
+  sent: number
+}
+const live = new Set<Live>()
+
+/** nowMs: wall-clock ms with sub-µs resolution, consistent across processes (unlike hrtime). */
+export const nowMs = () => performance.timeOrigin + performance.now()
+
+setInterval(() => {
+  for (const s of live) {
+    try {
+      s.controller.enqueue(encoder.encode(`${PREFIX}${nowMs().toFixed(3)}}\n\n`))
+      if (++s.sent === CHUNKS) {
+        s.controller.enqueue(DONE)
+        s.controller.close()
+        live.delete(s)
+      }
+    } catch {
+      live.delete(s)
+    }
+  }
+}, INTERVAL_MS)
+
+const server = Bun.serve({
+  hostname: '127.0.0.1',
+  port: 0,
+  idleTimeout: 0,
+  async fetch(req) {
+    const body = await req.text()
+    if (!body.includes('"stream":true'))
+      return new Response(REPLY, { headers: { 'content-type': 'application/json' } })
+    let entry: Live | null = null
+    return new Response(
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          entry = { controller, sent: 0 }
+          live.add(entry)
+        },
+        cancel() {
+          if (entry) live.delete(entry)
+        },
+      }),
+      { headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' } },
+    )
+  },
+})
+process.stdout.write(`${JSON.stringify({ port: server.port, pid: process.pid })}\n`)

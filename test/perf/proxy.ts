@@ -1,0 +1,411 @@
+/**
+ * Proxy benchmark (`npm run bench:proxy`): modelgate's inference proxy against nginx as a reverse
+ * proxy, same machine, same run, same upstream stub (test/perf/proxy-stub.ts).
+ *
+ * Columns: the stub directly (baseline), modelgate `/v1/chat/completions`, modelgate
+ * `/api/direct/:port/…`, nginx (skipped with a note when not installed). Each server runs in its own
+ * process, and so do the load generators (wrk when installed, else test/perf/proxy-load.ts; the
+ * stream client test/perf/proxy-stream-client.ts), so client load and proxy never share an event
+ * loop. Everything listens on 127.0.0.1; every loop is bounded; the whole run takes ~2 minutes.
+ *
+ * Measures: non-streaming requests/s and added latency (p50/p99 minus the stub's) at concurrency 1
+ * and 32; per-chunk pass-through delay p50/p99/max at 256 and 1024 concurrent streams (64 chunks
+ * 20 ms apart), streams completed, errors; modelgate's RSS idle and peak at 1024 streams.
+ *
+ *   bun test/perf/proxy.ts [--quick]
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+
+const HERE = import.meta.dir
+const BUN = process.execPath
+const QUICK = process.argv.includes('--quick')
+const NON_STREAM_SECONDS = QUICK ? 2 : 4
+const STREAM_LEVELS = [256, 1024]
+const CONCURRENCY = [1, 32]
+const tmp = mkdtempSync(join(tmpdir(), 'modelgate-bench-proxy-'))
+const children: Subprocess[] = []
+
+interface Target {
+  name: string
+  url: string
+  /** pid whose CPU is charged to this target (the proxy process), if measured. */
+  pid?: number
+}
+
+interface NonStream {
+  rps: number
+  p50: number
+  p99: number
+  errors: number
+  requests: number
+  /** CPU µs per request of the proxy process (NaN when not measured). */
+  cpuPerReq?: number
+}
+
+interface StreamResult {
+  /** CPU µs per chunk of the proxy process (NaN when not measured). */
+  cpuPerChunk?: number
+  streams: number
+  completed: number
+  errors: number
+  samples: number
+  p50: number
+  p99: number
+  max: number
+  first_errors: string[]
+}
+
+function spawnJson(
+  argv: string[],
+  env: Record<string, string> = {},
+): Promise<{ proc: Subprocess; info: Record<string, unknown> }> {
+  const proc = Bun.spawn(argv, {
+    stdout: 'pipe',
+    stderr: 'inherit',
+    stdin: 'ignore',
+    env: { ...process.env, ...env },
+  })
+  children.push(proc)
+  return (async () => {
+    const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader()
+    const { value } = await reader.read()
+    reader.releaseLock()
+    return { proc, info: JSON.parse(new TextDecoder().decode(value).split('\n')[0]!) }
+  })()
+}
+
+async function freePort(): Promise<number> {
+  const s = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+  const port = s.port
+  s.stop(true)
+  return port
+}
+
+async function waitListening(port: number, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    try {
+      const s = await Bun.connect({ hostname: '127.0.0.1', port, socket: { data() {} } })
+      s.end()
+      return
+    } catch {
+      await Bun.sleep(50)
+    }
+  }
+  throw new Error(`nothing listens on ${port}`)
+}
+
+/** cpuMs: user+system CPU of a process and its children (nginx workers), in ms (USER_HZ = 100). */
+function cpuMs(pid: number): number {
+  let ticks = 0
+  const pids = [pid]
+  try {
+    for (const c of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/))
+      if (c) pids.push(Number(c))
+  } catch {}
+  for (const p of pids) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      ticks += Number(fields[11]) + Number(fields[12])
+    } catch {}
+  }
+  return ticks * 10
+}
+
+function rssMb(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+  return m ? Number(m[1]) / 1024 : Number.NaN
+}
+
+async function startNginx(upstreamPort: number): Promise<{ url: string; proc: Subprocess } | null> {
+  const nginx = Bun.which('nginx') ?? (Bun.file('/usr/sbin/nginx').size ? '/usr/sbin/nginx' : null)
+  if (!nginx) return null
+  const port = await freePort()
+  const conf = `
+worker_processes auto;
+daemon off;
+pid ${tmp}/nginx.pid;
+error_log ${tmp}/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path ${tmp}/nginx-body;
+  proxy_temp_path ${tmp}/nginx-proxy;
+  fastcgi_temp_path ${tmp}/nginx-fastcgi;
+  uwsgi_temp_path ${tmp}/nginx-uwsgi;
+  scgi_temp_path ${tmp}/nginx-scgi;
+  upstream engine { server 127.0.0.1:${upstreamPort}; keepalive 256; }
+  server {
+    listen 127.0.0.1:${port} reuseport;
+    location / {
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 600s;
+    }
+  }
+}
+`
+  writeFileSync(join(tmp, 'nginx.conf'), conf)
+  const proc = Bun.spawn([nginx, '-p', tmp, '-c', join(tmp, 'nginx.conf')], {
+    stdout: 'ignore',
+    stderr: 'inherit',
+  })
+  children.push(proc)
+  await waitListening(port)
+  return { url: `http://127.0.0.1:${port}`, proc }
+}
+
+/** parseWrkTime: `34.00us`, `1.20ms`, `2.00s` → microseconds. */
+function parseWrkTime(s: string): number {
+  const m = /([\d.]+)(us|ms|s)/.exec(s)
+  if (!m) return Number.NaN
+  const v = Number(m[1])
+  return m[2] === 'us' ? v : m[2] === 'ms' ? v * 1000 : v * 1e6
+}
+
+const BODY = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'hi' }] })
+
+async function nonStream(url: string, concurrency: number, seconds: number): Promise<NonStream> {
+  const wrk = Bun.which('wrk')
+  if (wrk) {
+    const script = join(tmp, 'post.lua')
+    writeFileSync(
+      script,
+      `wrk.method = "POST"\nwrk.body = '${BODY}'\nwrk.headers["Content-Type"] = "application/json"\n`,
+    )
+    const p = Bun.spawn([wrk, '-t1', `-c${concurrency}`, `-d${seconds}s`, '--latency', '-s', script, url], {
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    const out = await new Response(p.stdout).text()
+    await p.exited
+    const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? Number.NaN)
+    const p50 = parseWrkTime(/\s50%\s+(\S+)/.exec(out)?.[1] ?? '')
+    const p99 = parseWrkTime(/\s99%\s+(\S+)/.exec(out)?.[1] ?? '')
+    const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0)
+    const sock = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out)
+    const errors = non2xx + (sock ? sock.slice(1).reduce((a, b) => a + Number(b), 0) : 0)
+    const requests = Number(/(\d+) requests in/.exec(out)?.[1] ?? 0)
+    return { rps, p50, p99, errors, requests }
+  }
+  const p = Bun.spawn(
+    [
+      BUN,
+      join(HERE, 'proxy-load.ts'),
+      '--url',
+      url,
+      '--concurrency',
+      String(concurrency),
+      '--duration-ms',
+      String(seconds * 1000),
+    ],
+    { stdout: 'pipe', stderr: 'inherit', env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: '8192' } },
+  )
+  const r = JSON.parse(await new Response(p.stdout).text())
+  return { rps: r.rps, p50: r.p50_us, p99: r.p99_us, errors: r.errors, requests: r.requests }
+}
+
+async function streams(
+  url: string,
+  n: number,
+  watchPid?: number,
+): Promise<StreamResult & { peakRss?: number }> {
+  let peak = 0
+  const timer = watchPid
+    ? setInterval(() => {
+        peak = Math.max(peak, rssMb(watchPid))
+      }, 50)
+    : undefined
+  const p = Bun.spawn([BUN, join(HERE, 'proxy-stream-client.ts'), '--url', url, '--streams', String(n)], {
+    stdout: 'pipe',
+    stderr: 'inherit',
+    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: '8192' },
+  })
+  const r = JSON.parse(await new Response(p.stdout).text()) as StreamResult
+  clearInterval(timer)
+  return watchPid ? { ...r, peakRss: Math.max(peak, rssMb(watchPid)) } : r
+}
+
+const fmt = (v: number, digits = 0) => (Number.isFinite(v) ? v.toFixed(digits) : '—')
+
+async function main(): Promise<void> {
+  const t0 = performance.now()
+  const stub = await spawnJson([BUN, join(HERE, 'proxy-stub.ts')])
+  const stubPort = stub.info.port as number
+  const mg = await spawnJson([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort)])
+  const mgUrl = mg.info.url as string
+  const mgPid = mg.info.pid as number
+  const rt = await spawnJson([BUN, join(HERE, 'router-server.ts'), '--upstream', String(stubPort)])
+  const rtUrl = rt.info.url as string
+  const rtPid = rt.info.pid as number
+  const ng = await startNginx(stubPort)
+  const path = '/v1/chat/completions'
+  const targets: Target[] = [
+    { name: 'stub (direct)', url: `http://127.0.0.1:${stubPort}${path}` },
+    { name: 'modelgate /v1', url: `${mgUrl}${path}`, pid: mgPid },
+    { name: 'modelgate /api/direct', url: `${mgUrl}/api/direct/${stubPort}${path}`, pid: mgPid },
+    { name: 'router /v1 (stats on)', url: `${rtUrl}${path}`, pid: rtPid },
+  ]
+  if (ng) targets.push({ name: 'nginx', url: `${ng.url}${path}`, pid: ng.proc.pid })
+  await Bun.sleep(1000)
+  const idleRss = rssMb(mgPid)
+
+  const ns = new Map<string, NonStream>()
+  for (const t of targets) await nonStream(t.url, 32, 1) // warm-up: connections, JIT
+  for (const c of CONCURRENCY) {
+    for (const t of targets) {
+      const cpu0 = t.pid ? cpuMs(t.pid) : 0
+      const r = await nonStream(t.url, c, NON_STREAM_SECONDS)
+      if (t.pid && r.requests > 0) r.cpuPerReq = ((cpuMs(t.pid) - cpu0) * 1000) / r.requests
+      ns.set(`${t.name}|${c}`, r)
+      process.stderr.write('.')
+    }
+  }
+  const st = new Map<string, StreamResult & { peakRss?: number }>()
+  for (const n of STREAM_LEVELS) {
+    for (const t of targets) {
+      const watch = t.name.startsWith('modelgate') ? mgPid : undefined
+      const cpu0 = t.pid ? cpuMs(t.pid) : 0
+      const r = await streams(t.url, n, watch)
+      // 64 token chunks and [DONE] per stream.
+      if (t.pid && r.completed > 0) r.cpuPerChunk = ((cpuMs(t.pid) - cpu0) * 1000) / (r.completed * 65)
+      st.set(`${t.name}|${n}`, r)
+      process.stderr.write('.')
+      await Bun.sleep(300)
+    }
+  }
+  process.stderr.write('\n')
+
+  // Report.
+  const names = targets.map((t) => t.name)
+  const base = names[0]!
+  const rows: string[][] = [['metric', ...names]]
+  for (const c of CONCURRENCY) {
+    rows.push([`req/s c=${c}`, ...names.map((n) => fmt(ns.get(`${n}|${c}`)!.rps))])
+    for (const q of ['p50', 'p99'] as const) {
+      rows.push([
+        `added ${q} µs c=${c}`,
+        ...names.map((n) =>
+          n === base
+            ? `(${fmt(ns.get(`${n}|${c}`)![q])})`
+            : fmt(ns.get(`${n}|${c}`)![q] - ns.get(`${base}|${c}`)![q]),
+        ),
+      ])
+    }
+    rows.push([`errors c=${c}`, ...names.map((n) => String(ns.get(`${n}|${c}`)!.errors))])
+    rows.push([
+      `proxy CPU µs/request c=${c}`,
+      ...names.map((n) => fmt(ns.get(`${n}|${c}`)!.cpuPerReq ?? Number.NaN, 1)),
+    ])
+  }
+  for (const n of STREAM_LEVELS) {
+    for (const q of ['p50', 'p99', 'max'] as const)
+      rows.push([`chunk delay ${q} ms @${n}`, ...names.map((x) => fmt(st.get(`${x}|${n}`)![q], 2))])
+    rows.push([
+      `streams ok/errors @${n}`,
+      ...names.map((x) => `${st.get(`${x}|${n}`)!.completed}/${st.get(`${x}|${n}`)!.errors}`),
+    ])
+    rows.push([
+      `proxy CPU µs/chunk @${n}`,
+      ...names.map((x) => fmt(st.get(`${x}|${n}`)!.cpuPerChunk ?? Number.NaN, 1)),
+    ])
+  }
+  const peak = Math.max(
+    st.get(`modelgate /v1|1024`)?.peakRss ?? 0,
+    st.get(`modelgate /api/direct|1024`)?.peakRss ?? 0,
+  )
+  rows.push([
+    'modelgate RSS MB idle / peak @1024',
+    '',
+    `${fmt(idleRss)} / ${fmt(peak)}`,
+    '',
+    ...(ng ? [''] : []),
+  ])
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)))
+  const line = (r: string[]) =>
+    r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
+  console.log(
+    `\nproxy benchmark (${QUICK ? 'quick' : 'full'}; ${navigator.hardwareConcurrency} CPUs; wrk: ${Bun.which('wrk') ? 'yes' : 'no (Bun client)'})\n`,
+  )
+  console.log(line(rows[0]!))
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '))
+  for (const r of rows.slice(1)) console.log(line(r))
+  for (const n of STREAM_LEVELS)
+    for (const t of targets) {
+      const errs = st.get(`${t.name}|${n}`)!.first_errors
+      if (errs.length) console.log(`  ${t.name} @${n} errors: ${errs.join(' | ')}`)
+    }
+
+  if (!ng) {
+    console.log(
+      '\nnginx is not installed: the nginx column and the ratios are skipped (apt-get install nginx-light).',
+    )
+  } else {
+    const mgName = 'modelgate /v1'
+    const nsM = (c: number) => ns.get(`${mgName}|${c}`)!
+    const nsN = (c: number) => ns.get(`nginx|${c}`)!
+    const added = (name: string, c: number) => ns.get(`${name}|${c}`)!.p50 - ns.get(`${base}|${c}`)!.p50
+    const checks: [string, number, string, boolean][] = [
+      [
+        'throughput c=32, modelgate/nginx',
+        nsM(32).rps / nsN(32).rps,
+        '≥ 0.8',
+        nsM(32).rps / nsN(32).rps >= 0.8,
+      ],
+      [
+        'added p50 latency c=1, modelgate/nginx',
+        added(mgName, 1) / added('nginx', 1),
+        '≤ 1.2',
+        added(mgName, 1) <= 1.2 * added('nginx', 1),
+      ],
+      [
+        'chunk delay p99 @1024, modelgate/nginx',
+        st.get(`${mgName}|1024`)!.p99 / st.get('nginx|1024')!.p99,
+        '≤ 1.0',
+        st.get(`${mgName}|1024`)!.p99 <= st.get('nginx|1024')!.p99,
+      ],
+    ]
+    console.log('\nratios (modelgate /v1 vs nginx):')
+    for (const [what, ratio, target, ok] of checks)
+      console.log(
+        `  ${what.padEnd(42)} ${fmt(ratio, 2).padStart(6)}   target ${target}   ${ok ? 'ok' : 'MISSED'}`,
+      )
+    const cpuReq = nsM(32).cpuPerReq! / nsN(32).cpuPerReq!
+    const cpuChunk = st.get(`${mgName}|1024`)!.cpuPerChunk! / st.get('nginx|1024')!.cpuPerChunk!
+    console.log(`  ${'CPU per request c=32, modelgate/nginx'.padEnd(42)} ${fmt(cpuReq, 2).padStart(6)}`)
+    console.log(`  ${'CPU per chunk @1024, modelgate/nginx'.padEnd(42)} ${fmt(cpuChunk, 2).padStart(6)}`)
+  }
+  const rName = 'router /v1 (stats on)'
+  const gName = 'modelgate /v1'
+  const rps = ns.get(`${rName}|32`)!.rps / ns.get(`${gName}|32`)!.rps
+  const lat =
+    (ns.get(`${rName}|1`)!.p50 - ns.get(`${base}|1`)!.p50) /
+    (ns.get(`${gName}|1`)!.p50 - ns.get(`${base}|1`)!.p50)
+  console.log('\nratios (router vs gateway /v1, target: within 5%):')
+  console.log(
+    `  ${'throughput c=32, router/gateway'.padEnd(42)} ${fmt(rps, 2).padStart(6)}   ${rps >= 0.95 ? 'ok' : 'MISSED'}`,
+  )
+  console.log(
+    `  ${'added p50 latency c=1, router/gateway'.padEnd(42)} ${fmt(lat, 2).padStart(6)}   ${lat <= 1.05 ? 'ok' : 'MISSED'}`,
+  )
+  console.log(
+    `  modelgate RSS idle ${fmt(idleRss)} MB (target ≤ 80): ${idleRss <= 80 ? 'ok' : 'MISSED'}; ` +
+      `peak at 1024 streams ${fmt(peak)} MB (target ≤ 250): ${peak <= 250 ? 'ok' : 'MISSED'}`,
+  )
+  console.log(`\ntook ${fmt((performance.now() - t0) / 1000, 1)} s`)
+}
+
+try {
+  await main()
+} finally {
+  for (const c of children) c.kill('SIGTERM')
+  await Promise.race([Promise.all(children.map((c) => c.exited)), Bun.sleep(3000)])
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL')
+  rmSync(tmp, { recursive: true, force: true })
+}

@@ -1,0 +1,173 @@
+import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import {
+  errorOf,
+  FakeGateway,
+  instance,
+  type ProxyHost,
+  readChunks,
+  type Stub,
+  sseResponse,
+  startProxyHost,
+  startStub,
+  streamFrames,
+  waitFor,
+} from './support.ts'
+
+describe('direct proxy /api/direct/:port/*', () => {
+  const api = new FakeGateway()
+  let stub: Stub
+  let px: ProxyHost
+
+  beforeAll(async () => {
+    stub = startStub((req, seen) => {
+      if (seen.path === '/stream') return sseResponse(streamFrames(5), 20)
+      if (seen.path === '/binary') return new Response(new Uint8Array([0, 255, 1, 254]), { status: 201 })
+      return Response.json({ method: req.method, path: seen.path }, { headers: { 'x-engine': 'stub' } })
+    })
+    api.add(instance('m', stub.port))
+    px = await startProxyHost(api)
+  })
+  afterAll(async () => {
+    await px.stop()
+    stub.stop()
+  })
+
+  it('keeps method, sub-path, query, headers and body', async () => {
+    const body = new Uint8Array([123, 34, 97, 34, 58, 32, 49, 125, 0, 200]) // not even valid UTF-8 at the end
+    const res = await fetch(`${px.url}/api/direct/${stub.port}/v1/some/path?x=1&y=%20two`, {
+      method: 'PUT',
+      headers: { 'x-custom': 'kept', 'content-type': 'application/octet-stream', connection: 'keep-alive' },
+      body,
+    })
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-engine')).toBe('stub')
+    expect(await res.json()).toEqual({ method: 'PUT', path: '/v1/some/path' })
+    const seen = stub.seen.at(-1)!
+    expect(seen.method).toBe('PUT')
+    expect(seen.path).toBe('/v1/some/path')
+    expect(seen.query).toBe('?x=1&y=%20two')
+    expect([...seen.body]).toEqual([...body])
+    expect(seen.headers['x-custom']).toBe('kept')
+    expect(seen.headers['content-type']).toBe('application/octet-stream')
+    expect(seen.headers.host).toBe(`127.0.0.1:${stub.port}`)
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+  })
+
+  it('drops hop-by-hop request headers, including those named in Connection', async () => {
+    const raw = await rawRequest(
+      px.url,
+      `GET /api/direct/${stub.port}/hop HTTP/1.1\r\nhost: gateway.example\r\nconnection: keep-alive, x-hop-secret\r\n` +
+        'x-hop-secret: 1\r\nkeep-alive: timeout=9\r\nte: trailers\r\nproxy-authorization: Basic Zm9vOmJhcg==\r\n' +
+        'x-end-to-end: yes\r\n\r\n',
+    )
+    expect(raw).toContain('200 OK')
+    const h = stub.seen.at(-1)!.headers
+    expect(h['x-end-to-end']).toBe('yes')
+    for (const name of ['x-hop-secret', 'keep-alive', 'te', 'proxy-authorization'])
+      expect(h[name]).toBeUndefined()
+    expect(h.host).toBe(`127.0.0.1:${stub.port}`)
+  })
+
+  it('drops hop-by-hop response headers of the engine', async () => {
+    const engine = Bun.listen({
+      hostname: '127.0.0.1',
+      port: 0,
+      socket: {
+        data(s) {
+          s.write(
+            'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive, x-hop\r\nx-hop: 1\r\n' +
+              'keep-alive: timeout=5\r\nx-kept: 1\r\nset-cookie: a=1\r\nset-cookie: b=2\r\ncontent-length: 2\r\n\r\n{}',
+          )
+        },
+      },
+    })
+    api.add(instance('hop', engine.port))
+    try {
+      const res = await fetch(`${px.url}/api/direct/${engine.port}/x`)
+      expect(await res.text()).toBe('{}')
+      expect(res.headers.get('x-kept')).toBe('1')
+      expect(res.headers.get('x-hop')).toBeNull()
+      expect(res.headers.get('keep-alive')).toBeNull()
+      expect(res.headers.getSetCookie()).toEqual(['a=1', 'b=2'])
+    } finally {
+      api.instances.delete('hop')
+      engine.stop(true)
+    }
+  })
+
+  it.each(['GET', 'DELETE', 'PATCH', 'POST', 'HEAD', 'OPTIONS'])('forwards %s', async (method) => {
+    const res = await fetch(`${px.url}/api/direct/${stub.port}/echo`, { method })
+    expect(res.status).toBe(200)
+    expect(stub.seen.at(-1)!.method).toBe(method)
+    if (method !== 'HEAD') expect(await res.json()).toEqual({ method, path: '/echo' })
+  })
+
+  it('maps a bare port to the engine root', async () => {
+    const res = await fetch(`${px.url}/api/direct/${stub.port}`)
+    expect(await res.json()).toEqual({ method: 'GET', path: '/' })
+  })
+
+  it('returns binary replies and their status as they are', async () => {
+    const res = await fetch(`${px.url}/api/direct/${stub.port}/binary`)
+    expect(res.status).toBe(201)
+    expect([...new Uint8Array(await res.arrayBuffer())]).toEqual([0, 255, 1, 254])
+  })
+
+  it('pipes streamed replies chunk by chunk', async () => {
+    const res = await fetch(`${px.url}/api/direct/${stub.port}/stream`)
+    expect((await readChunks(res)).chunks).toEqual(streamFrames(5))
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    expect(px.events.at(-1)).toMatchObject({
+      instance_id: 'm',
+      streamed: true,
+      path: `/api/direct/${stub.port}/stream`,
+    })
+  })
+
+  it.each([
+    ['an unmanaged port', '1'],
+    ['a port out of range', '70000'],
+    ['a non-numeric port', 'abc'],
+  ])('answers %s with 404 unknown_port in the proxy shape', async (_name, port) => {
+    const before = stub.seen.length
+    const res = await fetch(`${px.url}/api/direct/${port}/v1/models`)
+    expect(res.status).toBe(404)
+    expect(await errorOf(res)).toEqual({
+      message: `No engine managed by this gateway listens on port ${port}`,
+      type: 'invalid_request_error',
+      code: 'unknown_port',
+    })
+    expect(stub.seen.length).toBe(before)
+  })
+
+  it('releases every lease exactly once', async () => {
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'in-flight back to 0')
+    expect(api.released).toBe(api.acquired)
+    expect(api.doubleReleases).toBe(0)
+  })
+})
+
+/** rawRequest writes an HTTP request as given (headers fetch would normalise) and returns the raw reply. */
+async function rawRequest(base: string, text: string): Promise<string> {
+  const port = Number(base.slice(base.lastIndexOf(':') + 1))
+  const { promise, resolve } = Promise.withResolvers<string>()
+  let got = ''
+  const socket = await Bun.connect({
+    hostname: '127.0.0.1',
+    port,
+    socket: {
+      data(s, d) {
+        got += new TextDecoder().decode(d)
+        if (got.includes('\r\n\r\n')) {
+          s.end()
+          resolve(got)
+        }
+      },
+      close() {
+        resolve(got)
+      },
+    },
+  })
+  socket.write(text)
+  return promise
+}

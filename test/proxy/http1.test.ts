@@ -1,0 +1,241 @@
+import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import type { Socket } from 'bun'
+import { type ResponseHead, ResponseParser } from '../../src/proxy/http1-parser.ts'
+import { sendUpstream } from '../../src/proxy/upstream.ts'
+import { FakeGateway, instance, type ProxyHost, startProxyHost, startStub, waitFor } from './support.ts'
+
+interface Parsed {
+  heads: ResponseHead[]
+  body: string
+  ended: number
+}
+
+function parse(
+  raw: string,
+  opts: { headOnly?: boolean; split?: number } = {},
+): Parsed & { parser: ResponseParser } {
+  const out: Parsed = { heads: [], body: '', ended: 0 }
+  const parser = new ResponseParser(
+    {
+      head: (h) => out.heads.push(h),
+      body: (p) => {
+        out.body += Buffer.from(p).toString('latin1')
+      },
+      end: () => {
+        out.ended++
+      },
+    },
+    opts.headOnly ?? false,
+  )
+  const bytes = Buffer.from(raw, 'latin1')
+  const step = opts.split ?? bytes.length
+  for (let i = 0; i < bytes.length; i += step) parser.feed(Buffer.from(bytes.subarray(i, i + step)))
+  return Object.assign(out, { parser })
+}
+
+describe('HTTP/1.1 response parser', () => {
+  const chunked =
+    'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n' +
+    '7\r\ndata: 1\r\n9;ext=1\r\n\ndata: 2\n\r\n0\r\nx-trailer: t\r\n\r\n'
+
+  it.each([1, 2, 3, 7, 1000])('decodes a chunked body fed %i bytes at a time', (split) => {
+    const r = parse(chunked, { split })
+    expect(r.heads).toHaveLength(1)
+    expect(r.heads[0]).toMatchObject({ status: 200, framing: 'chunked', keepAlive: true, length: -1 })
+    expect(r.heads[0]!.headers).toContainEqual(['content-type', 'text/event-stream'])
+    expect(r.body).toBe('data: 1\ndata: 2\n')
+    expect(r.ended).toBe(1)
+  })
+
+  it('reads a Content-Length body split anywhere', () => {
+    const r = parse('HTTP/1.1 201 Created\r\ncontent-length: 5\r\n\r\nhello', { split: 4 })
+    expect(r.heads[0]).toMatchObject({ status: 201, framing: 'length', length: 5 })
+    expect(r.body).toBe('hello')
+    expect(r.ended).toBe(1)
+  })
+
+  it('skips interim 1xx responses', () => {
+    const r = parse('HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok')
+    expect(r.heads.map((h) => h.status)).toEqual([200])
+    expect(r.body).toBe('ok')
+  })
+
+  it.each([
+    ['204', 'HTTP/1.1 204 No Content\r\ncontent-length: 10\r\n\r\n', false],
+    ['304', 'HTTP/1.1 304 Not Modified\r\n\r\n', false],
+    ['HEAD', 'HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n', true],
+  ])('knows a %s response has no body', (_name, raw, headOnly) => {
+    const r = parse(raw, { headOnly })
+    expect(r.heads[0]!.framing).toBe('none')
+    expect(r.ended).toBe(1)
+  })
+
+  it('reads an HTTP/1.0 body until the connection closes, and does not keep it alive', () => {
+    const r = parse('HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nsome text')
+    expect(r.heads[0]).toMatchObject({ framing: 'close', keepAlive: false })
+    expect(r.ended).toBe(0)
+    expect(r.parser.closed()).toBe(true)
+    expect(r.body).toBe('some text')
+    expect(r.ended).toBe(1)
+  })
+
+  it('honours Connection: close', () => {
+    expect(
+      parse('HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 0\r\n\r\n').heads[0]!.keepAlive,
+    ).toBe(false)
+  })
+
+  it('notices bytes after the end of a response', () => {
+    expect(parse('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA').parser.trailingBytes).toBe(true)
+  })
+
+  it.each([
+    ['a bad status line', 'HTXP/1.1 200 OK\r\n\r\n'],
+    ['a bad chunk size', 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n'],
+    ['conflicting lengths', 'HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n'],
+    ['chunk data without CRLF', 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nab'],
+  ])('rejects %s', (_name, raw) => {
+    expect(() => parse(raw)).toThrow()
+  })
+})
+
+describe('HTTP/1.1 upstream client', () => {
+  let opened = 0
+  let closeAfterReply = false
+  const server = Bun.listen<{ buf: string }>({
+    hostname: '127.0.0.1',
+    port: 0,
+    socket: {
+      open(s) {
+        opened++
+        s.data = { buf: '' }
+      },
+      data(s: Socket<{ buf: string }>, d) {
+        s.data.buf += d.toString()
+        const end = s.data.buf.indexOf('\r\n\r\n')
+        if (end < 0) return
+        const len = Number(/content-length: (\d+)/i.exec(s.data.buf.slice(0, end))?.[1] ?? 0)
+        if (s.data.buf.length < end + 4 + len) return
+        const body = s.data.buf.slice(end + 4, end + 4 + len)
+        s.data.buf = ''
+        const reply = JSON.stringify({ len: body.length })
+        s.write(
+          `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${reply.length}\r\n\r\n${reply}`,
+        )
+        // A server that silently drops idle keep-alive connections right after replying.
+        if (closeAfterReply) setTimeout(() => s.end(), 5)
+      },
+    },
+  })
+  const url = `http://127.0.0.1:${server.port}/x`
+  const send = (body: string | null = null) =>
+    sendUpstream({
+      url,
+      method: 'POST',
+      headers: new Headers({ 'content-type': 'application/json' }),
+      body: body === null ? null : (new TextEncoder().encode(body) as Uint8Array<ArrayBuffer>),
+      connectTimeoutMs: 1000,
+    })
+
+  afterAll(() => server.stop(true))
+
+  it('reuses a keep-alive connection', async () => {
+    const before = opened
+    for (let i = 0; i < 5; i++) {
+      const r = await send('{}').reply
+      expect(new TextDecoder().decode((await r.readAll())!)).toBe('{"len":2}')
+    }
+    expect(opened - before).toBe(1)
+  })
+
+  it('resends once on a new connection when a reused one was closed by the server', async () => {
+    closeAfterReply = true
+    try {
+      await (await send('{}').reply).readAll()
+      await Bun.sleep(50) // the server has closed it; the client may not have noticed yet
+      const r = await send('{"a":1}').reply
+      expect(new TextDecoder().decode((await r.readAll())!)).toBe('{"len":7}')
+    } finally {
+      closeAfterReply = false
+    }
+  })
+
+  it('writes a large body completely', async () => {
+    const big = 'x'.repeat(8 * 1024 * 1024)
+    const r = await send(big).reply
+    expect(JSON.parse(new TextDecoder().decode((await r.readAll())!))).toEqual({ len: big.length })
+  })
+
+  it('refuses with ECONNREFUSED when nothing listens', async () => {
+    const probe = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    const port = probe.port
+    probe.stop(true)
+    const err = await sendUpstream({
+      url: `http://127.0.0.1:${port}/`,
+      method: 'GET',
+      headers: new Headers(),
+      body: null,
+      connectTimeoutMs: 1000,
+    }).reply.then(
+      () => null,
+      (e: { code?: string }) => e,
+    )
+    expect(err?.code).toBe('ECONNREFUSED')
+  })
+})
+
+describe('proxy concurrency', () => {
+  const api = new FakeGateway()
+  let px: ProxyHost
+  let open = 0
+  let maxOpen = 0
+  const stub = startStub(() => {
+    open++
+    maxOpen = Math.max(maxOpen, open)
+    let n = 0
+    return new Response(
+      new ReadableStream({
+        async pull(c) {
+          await Bun.sleep(300)
+          if (n++ < 1) c.enqueue(new TextEncoder().encode('data: x\n\n'))
+          else {
+            open--
+            c.close()
+          }
+        },
+      }),
+      { headers: { 'content-type': 'text/event-stream' } },
+    )
+  })
+
+  beforeAll(async () => {
+    api.add(instance('m', stub.port))
+    px = await startProxyHost(api)
+  })
+  afterAll(async () => {
+    await px.stop()
+    stub.stop()
+  })
+
+  // fetch() would queue everything past 256 requests in flight (BUN_CONFIG_MAX_HTTP_REQUESTS). The
+  // client side uses the proxy's own client too, as this test process's fetch has the same cap.
+  it('keeps more than 256 upstream streams open at once', async () => {
+    const n = 400
+    const body = new TextEncoder().encode('{"model":"m","stream":true}') as Uint8Array<ArrayBuffer>
+    const results = await Promise.all(
+      Array.from({ length: n }, async () => {
+        const reply = await sendUpstream({
+          url: `${px.url}/v1/chat/completions`,
+          method: 'POST',
+          headers: new Headers({ 'content-type': 'application/json' }),
+          body,
+          connectTimeoutMs: 5000,
+        }).reply
+        return new TextDecoder().decode((await reply.readAll())!)
+      }),
+    )
+    expect(results.every((t) => t === 'data: x\n\n')).toBe(true)
+    expect(maxOpen).toBe(n)
+    await waitFor(() => api.totalInFlight() === 0, 3000, 'leases released')
+  }, 30_000)
+})

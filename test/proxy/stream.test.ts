@@ -1,0 +1,293 @@
+import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import type { Socket, TCPSocketListener } from 'bun'
+import {
+  CHAT_REPLY,
+  chatHandler,
+  encoder,
+  FakeGateway,
+  instance,
+  type ProxyHost,
+  postJson,
+  readChunks,
+  type Stub,
+  sseResponse,
+  startProxyHost,
+  startStub,
+  streamFrames,
+  waitFor,
+} from './support.ts'
+
+const msg = { messages: [{ role: 'user', content: 'hi' }] }
+
+/**
+ * brokenEngine is a raw TCP engine that starts a chunked SSE reply, sends `frames`, then drops the
+ * connection without the terminating chunk: what the client sees when an engine process dies.
+ */
+function brokenEngine(frames: string[]): TCPSocketListener<undefined> {
+  return Bun.listen({
+    hostname: '127.0.0.1',
+    port: 0,
+    socket: {
+      async data(socket: Socket<undefined>) {
+        socket.write(
+          'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n',
+        )
+        for (const f of frames) {
+          await Bun.sleep(15)
+          const bytes = encoder.encode(f)
+          socket.write(`${bytes.length.toString(16)}\r\n`)
+          socket.write(bytes)
+          socket.write('\r\n')
+        }
+        await Bun.sleep(15)
+        socket.terminate()
+      },
+    },
+  })
+}
+
+describe('streaming pass-through', () => {
+  const api = new FakeGateway()
+  let stub: Stub
+  let px: ProxyHost
+
+  beforeAll(async () => {
+    stub = startStub()
+    api.add(instance('m', stub.port))
+    px = await startProxyHost(api, { firstByteTimeoutMs: 800, idleTimeoutSeconds: 1 })
+  })
+  afterAll(async () => {
+    await px.stop()
+    stub.stop()
+  })
+
+  it('hands every engine chunk on as it arrives, unchanged, with the engine status and headers', async () => {
+    const frames = streamFrames(12)
+    stub.handler = () => sseResponse(frames, 25)
+    const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', stream: true, ...msg })
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8')
+    expect(res.headers.get('x-engine')).toBe('stub')
+    const { chunks, at } = await readChunks(res)
+    expect(chunks).toEqual(frames)
+    expect(chunks.at(-1)).toBe('data: [DONE]\n\n')
+    // Not batched: chunks arrive spread over the stream's duration, not all at the end.
+    expect(at.at(-1)! - at[0]!).toBeGreaterThan(200)
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    const ev = px.events.at(-1)!
+    expect(ev).toMatchObject({
+      model: 'm',
+      instance_id: 'm',
+      status: 200,
+      streamed: true,
+      path: '/v1/chat/completions',
+    })
+    expect(ev.ttft_ms).toBeGreaterThan(0)
+    expect(ev.duration_ms).toBeGreaterThan(ev.ttft_ms!)
+  })
+
+  it('carries a non-200 engine status on a stream', async () => {
+    stub.handler = () => {
+      const r = sseResponse(streamFrames(2), 5)
+      return new Response(r.body, { status: 207, headers: r.headers })
+    }
+    const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', stream: true, ...msg })
+    expect(res.status).toBe(207)
+    expect(await res.text()).toBe(streamFrames(2).join(''))
+  })
+
+  it('aborts the upstream request at once when the client goes away', async () => {
+    stub.handler = () => sseResponse(streamFrames(1000), 20)
+    const before = stub.aborts
+    const ac = new AbortController()
+    const res = await fetch(`${px.url}/v1/chat/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: 'm', stream: true, ...msg }),
+      signal: ac.signal,
+    })
+    const reader = res.body!.getReader()
+    await reader.read()
+    await reader.read()
+    const t0 = performance.now()
+    ac.abort()
+    await waitFor(() => stub.aborts > before, 2000, 'the engine to see the cancel')
+    expect(performance.now() - t0).toBeLessThan(500)
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    expect(px.events.at(-1)).toMatchObject({ status: 499, streamed: true })
+    expect(api.doubleReleases).toBe(0)
+  })
+
+  it('ends a stream whose engine dies with an error event, then [DONE]', async () => {
+    const frames = streamFrames(3).slice(0, 3)
+    const engine = brokenEngine(frames)
+    api.add(instance('dies', engine.port))
+    try {
+      const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'dies', stream: true, ...msg })
+      expect(res.status).toBe(200)
+      const body = await res.text()
+      expect(body.startsWith(frames.join(''))).toBe(true)
+      const tail = body.slice(frames.join('').length).split('\n\n').filter(Boolean)
+      expect(tail).toHaveLength(2)
+      expect(JSON.parse(tail[0]!.slice('data: '.length))).toEqual({
+        error: {
+          message: expect.stringContaining('The model engine stopped before the response ended'),
+          type: 'bad_gateway',
+          code: 'upstream_disconnected',
+        },
+      })
+      expect(tail[1]).toBe('data: [DONE]')
+      await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+      expect(px.events.at(-1)).toMatchObject({ instance_id: 'dies', status: 502, streamed: true })
+    } finally {
+      api.instances.delete('dies')
+      engine.stop(true)
+    }
+  })
+
+  it('closes a frame cut in half before appending the error event', async () => {
+    const engine = brokenEngine(['data: {"id":"x","choi'])
+    api.add(instance('half', engine.port))
+    try {
+      const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'half', stream: true, ...msg })
+      const frames = (await res.text()).split('\n\n').filter(Boolean)
+      expect(frames[0]).toBe('data: {"id":"x","choi')
+      expect(JSON.parse(frames[1]!.slice(6)).error.code).toBe('upstream_disconnected')
+      expect(frames[2]).toBe('data: [DONE]')
+    } finally {
+      api.instances.delete('half')
+      engine.stop(true)
+    }
+  })
+
+  it('reports a stream whose first token misses the first-byte deadline as upstream_timeout in-band', async () => {
+    let closed = false
+    // Headers at once (as uvicorn sends them), then nothing: a prefill that never ends.
+    const engine = Bun.listen({
+      hostname: '127.0.0.1',
+      port: 0,
+      socket: {
+        data(socket: Socket<undefined>) {
+          socket.write(
+            'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n',
+          )
+        },
+        close() {
+          closed = true
+        },
+      },
+    })
+    api.add(instance('stuck', engine.port))
+    try {
+      const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'stuck', stream: true, ...msg })
+      expect(res.status).toBe(200)
+      const frames = (await res.text()).split('\n\n').filter(Boolean)
+      expect(JSON.parse(frames[0]!.slice(6))).toEqual({
+        error: {
+          message: 'The model engine sent nothing within 800 ms',
+          type: 'gateway_timeout',
+          code: 'upstream_timeout',
+        },
+      })
+      expect(frames[1]).toBe('data: [DONE]')
+      await waitFor(() => closed, 2000, 'the upstream connection to be closed')
+      expect(px.events.at(-1)).toMatchObject({ instance_id: 'stuck', status: 504, streamed: true })
+    } finally {
+      api.instances.delete('stuck')
+      engine.stop(true)
+    }
+  })
+
+  // Bun.serve closes connections idle past idleTimeout (here 1 s, effective ~4 s): a slow token or a
+  // long non-streamed generation must not be cut (bun#27479).
+  it('does not let the idle timeout cut a stream that pauses for longer than it', async () => {
+    const frames = streamFrames(3)
+    stub.handler = () => sseResponse(frames, 0, pauseOnce(1, 5500))
+    const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', stream: true, ...msg })
+    expect(await res.text()).toBe(frames.join(''))
+  }, 15_000)
+
+  // Bun.serve applies the idle timeout to a GET whose handler is still waiting (not to a POST whose
+  // body it read): the direct proxy's GET catches a regression.
+  it('does not let the idle timeout cut a long non-streamed reply (POST and GET)', async () => {
+    stub.handler = async () => {
+      await Bun.sleep(5500)
+      return Response.json(CHAT_REPLY)
+    }
+    const slow = await startProxyHost(api, { firstByteTimeoutMs: 20_000, idleTimeoutSeconds: 1 })
+    try {
+      const [post, get] = await Promise.all([
+        postJson(`${slow.url}/v1/chat/completions`, { model: 'm', ...msg }),
+        fetch(`${slow.url}/api/direct/${stub.port}/slow`),
+      ])
+      expect(post.status).toBe(200)
+      expect(await post.json()).toEqual(CHAT_REPLY)
+      expect(get.status).toBe(200)
+      expect(await get.json()).toEqual(CHAT_REPLY)
+    } finally {
+      await slow.stop()
+      stub.handler = chatHandler()
+    }
+  }, 15_000)
+
+  it('pauses a fast engine while the client does not read, and resumes when it does', async () => {
+    let pulls = 0
+    const big = encoder.encode(`data: ${'x'.repeat(65_000)}\n\n`)
+    stub.handler = () =>
+      new Response(
+        new ReadableStream<Uint8Array>(
+          {
+            pull(c) {
+              pulls++
+              c.enqueue(big)
+            },
+          },
+          { highWaterMark: 0 },
+        ),
+        { headers: { 'content-type': 'text/event-stream' } },
+      )
+    const before = stub.aborts
+    const ac = new AbortController()
+    const res = await fetch(`${px.url}/v1/chat/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: 'm', stream: true, ...msg }),
+      signal: ac.signal,
+    })
+    const reader = res.body!.getReader()
+    try {
+      await reader.read()
+      // Wait until the engine stops being pulled: the buffers between it and the client are full.
+      let last = -1
+      for (let i = 0; i < 30 && pulls !== last; i++) {
+        last = pulls
+        await Bun.sleep(200)
+      }
+      const settled = pulls
+      await Bun.sleep(1000)
+      // Bounded by kernel socket buffers on two hops (a few MB each), not growing any more.
+      expect(settled).toBeLessThan(600)
+      expect(pulls - settled).toBeLessThanOrEqual(16)
+      // Reading again resumes the engine.
+      for (let i = 0; i < 2000 && pulls <= settled + 5; i++) await reader.read()
+      expect(pulls).toBeGreaterThan(settled + 5)
+    } finally {
+      ac.abort()
+    }
+    await waitFor(() => stub.aborts > before, 2000, 'the engine to see the cancel')
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+  })
+
+  it('releases every lease exactly once', async () => {
+    stub.handler = chatHandler()
+    await waitFor(() => api.totalInFlight() === 0, 3000, 'in-flight back to 0')
+    expect(api.released).toBe(api.acquired)
+    expect(api.doubleReleases).toBe(0)
+  })
+})
+
+/** pauseOnce: an onPull hook that sleeps once, before the `at`-th frame. */
+function pauseOnce(at: number, ms: number): () => Promise<void> {
+  let n = 0
+  return async () => {
+    if (n++ === at) await Bun.sleep(ms)
+  }
+}

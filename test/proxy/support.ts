@@ -1,0 +1,381 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Type as T } from '@sinclair/typebox'
+import type { Server } from 'bun'
+import type {
+  GatewayApi,
+  InstanceRecord,
+  InstanceStatus,
+  Lease,
+  ProxyRequestEvent,
+} from '../../plugins/gateway/api.ts'
+import { createInference } from '../../plugins/gateway/inference.ts'
+import { knownPlugins } from '../../src/config/file.ts'
+import { loadConfig } from '../../src/config/load.ts'
+import { Host } from '../../src/host/host.ts'
+import { Logger } from '../../src/host/logger.ts'
+import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
+import { proxyError } from '../../src/http/errors.ts'
+
+/**
+ * Test support for the inference proxy: a fake GatewayApi whose instances point at test upstreams,
+ * a plugin mounting `createInference` on a real Host, and a scriptable upstream engine stub.
+ */
+
+export function instance(id: string, port: number, over: Partial<InstanceRecord> = {}): InstanceRecord {
+  return {
+    id,
+    model_path: `org/${id}`,
+    model_name: id,
+    served_model_name: `${id}-served`,
+    status: 'active',
+    port,
+    process_id: null,
+    max_tokens: 4096,
+    gpu_memory_utilization: 0.9,
+    gpu_ids: [0],
+    tensor_parallel_size: 1,
+    sharedcache_enabled: false,
+    enable_sleep_mode: false,
+    sleep_level: null,
+    slept_at: null,
+    loaded_at: '2026-01-01T00:00:00.000Z',
+    ready_at: '2026-01-01T00:00:10.000Z',
+    extra_args: [],
+    error: null,
+    memory_metrics: null,
+    memory_baseline_by_gpu: null,
+    launch_command: '',
+    ...over,
+  }
+}
+
+/** FakeGateway resolves models like the real service and counts leases and releases. */
+export class FakeGateway implements GatewayApi {
+  readonly instances = new Map<string, InstanceRecord>()
+  readonly inflight = new Map<string, number>()
+  acquired = 0
+  released = 0
+  doubleReleases = 0
+
+  add(rec: InstanceRecord): InstanceRecord {
+    this.instances.set(rec.id, rec)
+    return rec
+  }
+  setStatus(id: string, status: InstanceStatus): void {
+    this.instances.get(id)!.status = status
+  }
+  list(): InstanceRecord[] {
+    return [...this.instances.values()]
+  }
+  get(id: string): InstanceRecord | undefined {
+    return this.instances.get(id)
+  }
+  engineBaseUrl(i: InstanceRecord): string {
+    return `http://127.0.0.1:${i.port}`
+  }
+  inFlight(id: string): number {
+    return this.inflight.get(id) ?? 0
+  }
+  totalInFlight(): number {
+    let n = 0
+    for (const v of this.inflight.values()) n += v
+    return n
+  }
+  private lease(i: InstanceRecord): Lease {
+    this.acquired++
+    this.inflight.set(i.id, this.inFlight(i.id) + 1)
+    let done = false
+    return {
+      instance: i,
+      baseUrl: this.engineBaseUrl(i),
+      release: () => {
+        if (done) {
+          this.doubleReleases++
+          return
+        }
+        done = true
+        this.released++
+        this.inflight.set(i.id, this.inFlight(i.id) - 1)
+      },
+    }
+  }
+  acquire(model: string): Lease {
+    const matches = this.list().filter(
+      (i) => i.id === model || i.served_model_name === model || i.model_path === model,
+    )
+    if (matches.length === 0)
+      throw proxyError(400, 'invalid_request_error', 'invalid_model', `Unknown model '${model}'`, 'model')
+    const active = matches.find((i) => i.status === 'active')
+    if (active) return this.lease(active)
+    if (matches.some((i) => i.status === 'sleeping'))
+      throw proxyError(
+        503,
+        'service_unavailable',
+        'model_sleeping',
+        `Model '${model}' is sleeping; wake it first`,
+        undefined,
+        {
+          'Retry-After': '30',
+        },
+      )
+    throw proxyError(
+      503,
+      'service_unavailable',
+      'model_not_ready',
+      `Model '${model}' is not ready`,
+      undefined,
+      {
+        'Retry-After': '5',
+      },
+    )
+  }
+  acquireByPort(port: number): Lease | null {
+    const i = this.list().find((x) => x.port === port)
+    return i ? this.lease(i) : null
+  }
+  load(): never {
+    throw new Error('not in tests')
+  }
+  unload(): never {
+    throw new Error('not in tests')
+  }
+  sleep(): never {
+    throw new Error('not in tests')
+  }
+  wake(): never {
+    throw new Error('not in tests')
+  }
+}
+
+export interface ProxyHostOptions {
+  firstByteTimeoutMs?: number
+  connectTimeoutMs?: number
+  idleTimeoutSeconds?: number
+  env?: Record<string, string | undefined>
+  /** logSink receives log lines (default: kept in `logs`). */
+  logSink?: (line: string) => void
+  logLevel?: 'debug' | 'info' | 'warn' | 'error'
+  /** captureEvents: keep every proxy.request event in `events` (default true; off for benchmarks). */
+  captureEvents?: boolean
+}
+
+export interface ProxyHost {
+  host: Host
+  url: string
+  events: ProxyRequestEvent[]
+  logs: string[]
+  stop(): Promise<void>
+}
+
+/** startProxyHost boots a real Host whose only plugin serves `createInference` over `api`. */
+export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}): Promise<ProxyHost> {
+  const idle = o.idleTimeoutSeconds ?? 120
+  const plugin = definePlugin({
+    id: 'gateway',
+    description: 'inference proxy under test',
+    config: T.Object({}, { additionalProperties: true }),
+    setup(ctx) {
+      const inf = createInference({
+        api,
+        bus: ctx.bus,
+        metrics: ctx.metrics,
+        log: ctx.log,
+        config: {
+          firstByteTimeoutMs: o.firstByteTimeoutMs ?? 10_000,
+          connectTimeoutMs: o.connectTimeoutMs ?? 1_000,
+          idleTimeoutSeconds: idle,
+        },
+      })
+      return { rawRoutes: inf.rawRoutes, routes: inf.routes, api }
+    },
+  }) as unknown as PluginDefinition
+  const dataDir = mkdtempSync(join(tmpdir(), 'modelgate-proxy-test-'))
+  const yaml = `data_dir: ${dataDir}\nserver: { host: 127.0.0.1, port: 0, idle_timeout_seconds: ${idle} }\nplugins:\n  gateway: {}\n`
+  const config = loadConfig(yaml, o.env ?? {}, knownPlugins([plugin]))
+  const logs: string[] = []
+  const host = new Host({
+    config,
+    definitions: [plugin],
+    version: '0.0.0-test',
+    selfCommand: [process.execPath],
+    logger: new Logger(o.logLevel ?? 'warn', 'test', 'text', o.logSink ?? ((l) => logs.push(l))),
+  })
+  await host.boot()
+  const events: ProxyRequestEvent[] = []
+  if (o.captureEvents !== false) host.bus.on('proxy.request', (e) => events.push(e))
+  return {
+    host,
+    url: host.urls.gateway!,
+    events,
+    logs,
+    async stop() {
+      await host.shutdown('test')
+      rmSync(dataDir, { recursive: true, force: true })
+    },
+  }
+}
+
+export interface SeenRequest {
+  method: string
+  path: string
+  query: string
+  headers: Record<string, string>
+  body: Uint8Array
+}
+
+export type StubHandler = (
+  req: Request,
+  seen: SeenRequest,
+  server: Server<unknown>,
+) => Response | Promise<Response>
+
+/** Stub is an upstream engine whose behaviour each test scripts; it records what it received. */
+export interface Stub {
+  port: number
+  url: string
+  seen: SeenRequest[]
+  aborts: number
+  handler: StubHandler
+  stop(): void
+}
+
+export const encoder = new TextEncoder()
+
+export function startStub(handler: StubHandler = chatHandler()): Stub {
+  const stub: Stub = {
+    port: 0,
+    url: '',
+    seen: [],
+    aborts: 0,
+    handler,
+    stop: () => server.stop(true),
+  }
+  const server = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    idleTimeout: 0,
+    async fetch(req, srv) {
+      const url = req.url
+      const start = url.indexOf('/', 8)
+      const q = url.indexOf('?', start)
+      const body = req.method === 'GET' || req.method === 'HEAD' ? new Uint8Array() : await req.bytes()
+      const seen: SeenRequest = {
+        method: req.method,
+        path: q < 0 ? url.slice(start) : url.slice(start, q),
+        query: q < 0 ? '' : url.slice(q),
+        headers: req.headers.toJSON(),
+        body,
+      }
+      stub.seen.push(seen)
+      req.signal.addEventListener('abort', () => {
+        stub.aborts++
+      })
+      return stub.handler(req, seen, srv)
+    },
+  })
+  stub.port = server.port!
+  stub.url = `http://127.0.0.1:${server.port}`
+  return stub
+}
+
+export const CHAT_REPLY = {
+  id: 'chatcmpl-stub',
+  object: 'chat.completion',
+  created: 1_700_000_000,
+  model: 'stub',
+  choices: [
+    { index: 0, message: { role: 'assistant', content: 'Hello from the stub.' }, finish_reason: 'stop' },
+  ],
+  usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 },
+}
+
+export function sseChunk(i: number, content: string): string {
+  const chunk = {
+    id: 'chatcmpl-stub',
+    object: 'chat.completion.chunk',
+    created: 1_700_000_000,
+    model: 'stub',
+    choices: [
+      { index: 0, delta: i === 0 ? { role: 'assistant', content } : { content }, finish_reason: null },
+    ],
+  }
+  return `data: ${JSON.stringify(chunk)}\n\n`
+}
+
+/** streamFrames: the exact frames a stub stream of `n` tokens sends (the last one is [DONE]). */
+export function streamFrames(n: number): string[] {
+  const frames: string[] = []
+  for (let i = 0; i < n; i++) frames.push(sseChunk(i, `tok${i} `))
+  frames.push('data: [DONE]\n\n')
+  return frames
+}
+
+/** sseResponse sends `frames` one by one, `gapMs` apart, as an engine streams tokens. */
+export function sseResponse(frames: string[], gapMs: number, onPull?: () => void | Promise<void>): Response {
+  let i = 0
+  return new Response(
+    new ReadableStream<Uint8Array>(
+      {
+        async pull(c) {
+          await onPull?.()
+          if (i > 0 && gapMs > 0) await Bun.sleep(gapMs)
+          if (i >= frames.length) return c.close()
+          c.enqueue(encoder.encode(frames[i++]!))
+        },
+      },
+      { highWaterMark: 0 },
+    ),
+    { headers: { 'content-type': 'text/event-stream; charset=utf-8', 'x-engine': 'stub' } },
+  )
+}
+
+/** chatHandler answers like an engine: JSON, or a stream of `tokens` frames when `stream: true`. */
+export function chatHandler(tokens = 8, gapMs = 10): StubHandler {
+  return (_req, seen) => {
+    let stream = false
+    try {
+      stream = JSON.parse(new TextDecoder().decode(seen.body)).stream === true
+    } catch {}
+    if (stream) return sseResponse(streamFrames(tokens), gapMs)
+    return Response.json(CHAT_REPLY, { headers: { 'x-engine': 'stub' } })
+  }
+}
+
+export async function postJson(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<Response> {
+  return fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+}
+
+export async function errorOf(res: Response): Promise<Record<string, unknown>> {
+  return ((await res.json()) as { error: Record<string, unknown> }).error
+}
+
+/** waitFor polls `cond` until it holds or `ms` pass. */
+export async function waitFor(cond: () => boolean, ms = 3000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await Bun.sleep(10)
+  }
+}
+
+/** readChunks reads a body chunk by chunk, noting when each arrived. */
+export async function readChunks(res: Response): Promise<{ chunks: string[]; at: number[] }> {
+  const decoder = new TextDecoder()
+  const chunks: string[] = []
+  const at: number[] = []
+  for await (const c of res.body!) {
+    chunks.push(decoder.decode(c))
+    at.push(performance.now())
+  }
+  return { chunks, at }
+}
