@@ -1,6 +1,7 @@
 import type { PluginDefinition } from '../src/host/plugin.ts'
 import benchmarks from './benchmarks/index.ts'
 import gateway from './gateway/index.ts'
+import router from './router/index.ts'
 
 /**
  * plugins is the static list of every plugin compiled into the binary (a compiled binary only
@@ -10,4 +11,5 @@ import gateway from './gateway/index.ts'
 export const plugins: readonly PluginDefinition[] = [
   gateway as unknown as PluginDefinition,
   benchmarks as unknown as PluginDefinition,
+  router as unknown as PluginDefinition,
 ]

@@ -1,0 +1,115 @@
+import { type Static, Type as T } from '@sinclair/typebox'
+
+/**
+ * RouterConfig is `plugins.router` in the YAML: the controller's own listener, the engines it
+ * routes to, whether it follows the gateway plugin's instances, and the auto-sleep policy. Times
+ * are whole seconds (positive integers) so a typo fails at start with its dotted path, e.g.
+ * `plugins.router.auto_sleep.idle_threshold: must be an integer >= 1`.
+ */
+const Endpoint = T.Object(
+  {
+    host: T.String({ default: '127.0.0.1', minLength: 1, description: 'address of the engine' }),
+    port: T.Integer({ minimum: 1, maximum: 65535, description: 'port of the engine' }),
+  },
+  { additionalProperties: false },
+)
+
+const ModelEndpoint = T.Object(
+  {
+    name: T.String({
+      minLength: 1,
+      description: "model name clients put in `model` (also the engine's served model name)",
+    }),
+    endpoint: Endpoint,
+  },
+  { additionalProperties: false },
+)
+
+const AutoSleep = T.Object(
+  {
+    enabled: T.Boolean({ default: false, description: 'put idle models to sleep automatically' }),
+    idle_threshold: T.Integer({
+      default: 300,
+      minimum: 1,
+      description: 'seconds without traffic before a model is a sleep candidate',
+    }),
+    check_interval: T.Integer({ default: 30, minimum: 1, description: 'seconds between idle checks' }),
+    level: T.Integer({
+      default: 1,
+      minimum: 1,
+      maximum: 2,
+      description: 'vLLM sleep level: 1 offloads weights to CPU RAM, 2 discards them',
+    }),
+    min_sleep_duration: T.Integer({
+      default: 60,
+      minimum: 0,
+      description:
+        'seconds a model stays asleep before a manual wakeup is allowed (requests may always wake it)',
+    }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+const ProxyDeadlines = T.Object(
+  {
+    first_byte_timeout_ms: T.Integer({
+      default: 600_000,
+      minimum: 1,
+      description: 'deadline for the first byte from the engine → 504 upstream_timeout',
+    }),
+    connect_timeout_ms: T.Integer({
+      default: 5_000,
+      minimum: 0,
+      description: 'deadline for reaching the engine → 504 upstream_connect_timeout; 0 disables the probe',
+    }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+export const RouterConfig = T.Object(
+  {
+    host: T.String({ default: 'localhost', minLength: 1, description: 'address of the router listener' }),
+    port: T.Integer({
+      default: 8080,
+      minimum: 0,
+      maximum: 65535,
+      description: 'port of the router listener (0 picks a free port)',
+    }),
+    models: T.Array(ModelEndpoint, {
+      default: [],
+      description: "engines that speak vLLM's API, by model name",
+    }),
+    from_gateway: T.Boolean({
+      default: true,
+      description:
+        "also route to the gateway plugin's instances by served model name, kept in sync as they load, " +
+        'move and unload (nothing to follow when the gateway plugin is off)',
+    }),
+    auto_sleep: AutoSleep,
+    wake_on_request: T.Union([T.Literal('reject'), T.Literal('hold')], {
+      default: 'reject',
+      description:
+        'a request for a sleeping model starts a wake, then: reject → 503 model_waking with Retry-After; ' +
+        'hold → the request waits until the engine is awake (up to hold_timeout)',
+    }),
+    hold_timeout: T.Integer({
+      default: 120,
+      minimum: 1,
+      description: 'seconds a held request waits for a wake before 503 model_waking',
+    }),
+    health_timeout_ms: T.Integer({
+      default: 2_000,
+      minimum: 1,
+      description: 'deadline of engine /health and /is_sleeping probes',
+    }),
+    control_timeout: T.Integer({
+      default: 300,
+      minimum: 1,
+      description: 'seconds an engine sleep or wake_up call may take before it counts as not answering',
+    }),
+    proxy: ProxyDeadlines,
+  },
+  { additionalProperties: false },
+)
+
+export type RouterConfig = Static<typeof RouterConfig>

@@ -1,0 +1,230 @@
+import type { Server } from 'bun'
+import type { Logger } from '../../src/host/logger.ts'
+import type { RawRoute } from '../../src/host/plugin.ts'
+import { AppError } from '../../src/http/errors.ts'
+import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
+import type { Lease } from '../gateway/api.ts'
+import type { EndpointBackend } from './backends.ts'
+import { readInferenceBody } from './body.ts'
+import type { RouterConfig } from './config.ts'
+import { modelNotFound, modelWaking, wakeFailed } from './errors.ts'
+import type { ModelEntry, ModelTable } from './models.ts'
+import type { SleepController } from './sleep.ts'
+import type { TrafficCounter } from './stats.ts'
+
+/**
+ * RouterInference is the router's hot path: `POST /v1/chat/completions` and `/v1/completions`,
+ * served as raw routes on the router listener (the same per-request cost as the gateway's /v1).
+ * It resolves the model in the table, wakes a sleeping model (reject or hold), then hands the
+ * bytes to the shared proxy core (`forward`). Every request naming a known model is counted in
+ * the traffic statistics when its response has fully ended; 2xx is a success.
+ */
+export const INFERENCE_PATHS: readonly string[] = ['/v1/chat/completions', '/v1/completions']
+
+export interface InferenceDeps {
+  table: ModelTable
+  sleep: SleepController
+  overall: TrafficCounter
+  cfg: RouterConfig
+  log: Logger
+  /** the listener's keep-alive idle timeout, restored after a held or proxied request */
+  idleTimeoutSeconds: number
+  lifetime: AbortSignal
+}
+
+const paths = new Set(INFERENCE_PATHS)
+
+export class RouterInference {
+  constructor(private readonly deps: InferenceDeps) {}
+
+  rawRoutes(): RawRoute[] {
+    return [
+      {
+        match: (path, method) => method === 'POST' && paths.has(path),
+        handle: (req, server) => this.handle(req, server),
+      },
+    ]
+  }
+
+  async handle(req: Request, server: Server<unknown> | null): Promise<Response> {
+    const startedAt = performance.now()
+    const { path, query } = splitUrl(req.url)
+    let bytes: Uint8Array<ArrayBuffer>
+    try {
+      bytes = await req.bytes()
+    } catch {
+      return new Response(null, { status: 499 })
+    }
+    const fields = readInferenceBody(bytes)
+    if (fields instanceof AppError) return fields.toResponse('proxy')
+    const entry = this.deps.table.get(fields.model)
+    if (!entry) return modelNotFound(fields.model).toResponse('proxy')
+    entry.touch(Date.now())
+    if (fields.invalid) return this.refuse(entry, fields.invalid, startedAt)
+    if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null)
+      return this.wakeFirst(entry, req, server, path + query, bytes, startedAt)
+    entry.inFlight++
+    return this.send(entry, req, server, path + query, bytes, startedAt)
+  }
+
+  /** wakeFirst: the model sleeps (or is waking): start the one wake, then reject or hold. */
+  private async wakeFirst(
+    entry: ModelEntry,
+    req: Request,
+    server: Server<unknown> | null,
+    pathAndQuery: string,
+    bytes: Uint8Array<ArrayBuffer>,
+    startedAt: number,
+  ): Promise<Response> {
+    const { sleep, cfg, log } = this.deps
+    const wake = sleep.wake(entry)
+    wake.catch((err: Error) => log.warn('wake on request failed', { model: entry.name, error: err.message }))
+    if (cfg.wake_on_request === 'reject')
+      return this.refuse(entry, modelWaking(entry.name, sleep.retryAfterSeconds(entry)), startedAt)
+
+    entry.inFlight++
+    server?.timeout(req, 0)
+    const outcome = await settleWithin(wake, cfg.hold_timeout * 1000, req.signal, this.deps.lifetime)
+    if (outcome !== 'done') {
+      entry.inFlight--
+      server?.timeout(req, this.deps.idleTimeoutSeconds)
+      if (outcome === 'aborted') {
+        this.record(entry, 499, startedAt)
+        return new Response(null, { status: 499 })
+      }
+      const err =
+        outcome === 'timeout'
+          ? modelWaking(
+              entry.name,
+              sleep.retryAfterSeconds(entry),
+              `Model '${entry.name}' did not wake up within ${cfg.hold_timeout} s; retry later`,
+            )
+          : outcome === 'stopped'
+            ? modelWaking(entry.name, 5, 'The router is stopping')
+            : wakeFailed(entry.name, outcome.error)
+      return this.refuse(entry, err, startedAt)
+    }
+    return this.send(entry, req, server, pathAndQuery, bytes, startedAt, true)
+  }
+
+  /** send forwards to the engine; the caller has counted the request in `entry.inFlight`. */
+  private async send(
+    entry: ModelEntry,
+    req: Request,
+    server: Server<unknown> | null,
+    pathAndQuery: string,
+    bytes: Uint8Array<ArrayBuffer>,
+    startedAt: number,
+    afterWake = false,
+  ): Promise<Response> {
+    let baseUrl: string
+    let lease: Lease | null = null
+    const gw = entry.gateway
+    if (gw) {
+      try {
+        lease = gw.api.acquire(gw.servedName)
+      } catch (err) {
+        entry.inFlight--
+        const e = err instanceof AppError ? err : null
+        // The gateway saw the sleep before its event reached us: wake it like any sleeping model.
+        if (e?.code === 'model_sleeping' && !afterWake) {
+          this.deps.table.syncGateway()
+          if (entry.state === 'sleeping')
+            return this.wakeFirst(entry, req, server, pathAndQuery, bytes, startedAt)
+        }
+        const refusal = e && e.status !== 400 ? e : modelNotFound(entry.name)
+        return this.refuse(entry, refusal, startedAt)
+      }
+      baseUrl = lease.baseUrl
+    } else baseUrl = (entry.backend as EndpointBackend).baseUrl
+    const { cfg } = this.deps
+    let ended = false
+    const onEnd = (info: ForwardEnd) => {
+      if (ended) return
+      ended = true
+      entry.inFlight--
+      lease?.release()
+      this.recordEnd(entry, info.status, info.durationMs)
+    }
+    try {
+      return await forward(req, baseUrl + pathAndQuery, {
+        server,
+        body: bytes,
+        startedAt,
+        firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
+        connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+        idleTimeoutSeconds: this.deps.idleTimeoutSeconds,
+        onEnd,
+      })
+    } catch (err) {
+      // forward does not throw; should it ever, the in-flight count and the lease must not leak.
+      onEnd({
+        status: 500,
+        bytes: 0,
+        durationMs: performance.now() - startedAt,
+        ttftMs: null,
+        streamed: false,
+        aborted: false,
+      })
+      throw err
+    }
+  }
+
+  private refuse(entry: ModelEntry, err: AppError, startedAt: number): Response {
+    this.record(entry, err.status, startedAt)
+    return err.toResponse('proxy')
+  }
+
+  private record(entry: ModelEntry, status: number, startedAt: number): void {
+    this.recordEnd(entry, status, performance.now() - startedAt)
+  }
+
+  private recordEnd(entry: ModelEntry, status: number, durationMs: number): void {
+    const now = Date.now()
+    const ok = status >= 200 && status < 300
+    entry.traffic.record(now, ok, durationMs)
+    this.deps.overall.record(now, ok, durationMs)
+    entry.touch(now)
+  }
+}
+
+type Outcome = 'done' | 'timeout' | 'aborted' | 'stopped' | { error: string }
+
+/** settleWithin waits for `p` up to `ms`, or until the client goes away or the router stops. */
+function settleWithin(
+  p: Promise<void>,
+  ms: number,
+  client: AbortSignal,
+  lifetime: AbortSignal,
+): Promise<Outcome> {
+  if (client.aborted) return Promise.resolve('aborted')
+  if (lifetime.aborted) return Promise.resolve('stopped')
+  return new Promise<Outcome>((resolve) => {
+    let done = false
+    const finish = (o: Outcome) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      client.removeEventListener('abort', onClient)
+      lifetime.removeEventListener('abort', onStop)
+      resolve(o)
+    }
+    const onClient = () => finish('aborted')
+    const onStop = () => finish('stopped')
+    const timer = setTimeout(() => finish('timeout'), ms)
+    client.addEventListener('abort', onClient)
+    lifetime.addEventListener('abort', onStop)
+    p.then(
+      () => finish('done'),
+      (err: Error) => finish({ error: err.message }),
+    )
+  })
+}
+
+/** splitUrl: path and `?query` of a request URL by slicing (no URL parsing on the hot path). */
+function splitUrl(url: string): { path: string; query: string } {
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  if (start < 0) return { path: '/', query: '' }
+  const q = url.indexOf('?', start)
+  return q < 0 ? { path: url.slice(start), query: '' } : { path: url.slice(start, q), query: url.slice(q) }
+}

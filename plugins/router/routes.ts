@@ -1,0 +1,273 @@
+import type { Server } from 'bun'
+import { type DocumentDecoration, Elysia } from 'elysia'
+import type { Logger } from '../../src/host/logger.ts'
+import { AppError } from '../../src/http/errors.ts'
+import {
+  ChatCompletion,
+  ChatCompletionRequest,
+  Completion,
+  CompletionRequest,
+} from '../../src/proxy/openai-schemas.ts'
+import { internalError, routeNotFound } from './errors.ts'
+import {
+  intParam,
+  modelParam,
+  positiveInt,
+  type RouteContext,
+  thresholdParam,
+  windowParam,
+} from './params.ts'
+import {
+  ActionResultSchema,
+  ActiveModelsSchema,
+  HealthSchema,
+  IdleModelsSchema,
+  ModelHealthSchema,
+  ModelListSchema,
+  ModelTrafficDetailSchema,
+  RouterError,
+  ServerInfoSchema,
+  SleepCandidatesSchema,
+  SleepStatusSchema,
+  TrafficStatsSchema,
+} from './schemas.ts'
+import type { RouterService } from './service.ts'
+
+/**
+ * routerRoutes: every route of router-api.md on the router listener, thin over RouterService.
+ * Parameters are checked here (not by Elysia's validator) so that every error, including a bad
+ * `threshold`, comes out in the router's one error shape; their schemas are declared in `detail`
+ * for /docs. The two inference routes are served as raw routes on the listener; they are declared
+ * here for /docs and for `app.handle()`, and call the same handler.
+ */
+const tags = ['router']
+
+function render(err: unknown, log: Logger, path: string): Response {
+  if (err instanceof AppError) return err.toResponse('proxy')
+  log.error('router route failed', {
+    path,
+    error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+  })
+  return internalError().toResponse('proxy')
+}
+
+export function routerRoutes(service: RouterService, log: Logger) {
+  const guard =
+    <R>(fn: (c: RouteContext) => R | Promise<R>) =>
+    async (c: RouteContext): Promise<R> => {
+      try {
+        return await fn(c)
+      } catch (err) {
+        // A Response is sent as it is (Elysia validates only plain return values against `response`).
+        return render(err, log, new URL(c.request.url).pathname) as unknown as R
+      }
+    }
+  const inference = ({ request, server }: { request: Request; server: Server<unknown> | null }) =>
+    service.inference.handle(request, server)
+  const inferenceDoc = (summary: string, body: object, ok: unknown) => ({
+    parse: 'none' as const,
+    response: {
+      200: ok as typeof ChatCompletion,
+      400: RouterError,
+      404: RouterError,
+      502: RouterError,
+      503: RouterError,
+      504: RouterError,
+    },
+    detail: {
+      tags,
+      summary,
+      description:
+        'Forwarded unchanged to the engine serving `model` (extra engine parameters pass through). A sleeping ' +
+        'model is woken by the request: with `wake_on_request: reject` the answer is 503 `model_waking` with ' +
+        'Retry-After, with `hold` the request waits until the engine is awake (503 after `hold_timeout`). ' +
+        'Errors: 400 `invalid_parameter` (no model, max_tokens not a positive integer), 400 `invalid_json`, ' +
+        '404 `model_not_found`, 502 `wake_failed` / `upstream_unavailable`, 504 `upstream_timeout`; engine ' +
+        'errors pass through unchanged.',
+      requestBody: {
+        required: true,
+        content: { 'application/json': { schema: body } },
+      } as DocumentDecoration['requestBody'],
+    },
+  })
+
+  return new Elysia({ name: 'router-routes' })
+    .post(
+      '/v1/chat/completions',
+      inference,
+      inferenceDoc('Chat completion (OpenAI-compatible)', ChatCompletionRequest, ChatCompletion),
+    )
+    .post(
+      '/v1/completions',
+      inference,
+      inferenceDoc('Text completion (OpenAI-compatible)', CompletionRequest, Completion),
+    )
+    .get('/v1/models', () => service.models(), {
+      response: ModelListSchema,
+      detail: { tags, summary: 'Models (OpenAI client `models.list()`); same as GET /models' },
+    })
+    .get('/models', () => service.models(), {
+      response: ModelListSchema,
+      detail: {
+        tags,
+        summary: 'Configured models with their endpoints (and gateway models with from_gateway)',
+      },
+    })
+    .get(
+      '/models/idle',
+      guard(({ query }) => service.idleModels(positiveInt(query, 'threshold') ?? 300)),
+      {
+        response: { 200: IdleModelsSchema, 400: RouterError },
+        detail: {
+          tags,
+          summary: 'Models without traffic for at least `threshold` seconds',
+          description:
+            'A model with requests in flight is never idle; one that has had no traffic is idle since the router ' +
+            'started (last_activity null). Sleeping models are listed too.',
+          parameters: [thresholdParam],
+        },
+      },
+    )
+    .get(
+      '/models/active',
+      guard(({ query }) => {
+        const threshold = positiveInt(query, 'threshold') ?? 300
+        return service.activeModels(threshold, positiveInt(query, 'window'))
+      }),
+      {
+        response: { 200: ActiveModelsSchema, 400: RouterError },
+        detail: {
+          tags,
+          summary: 'Models with traffic within the last `threshold` seconds',
+          description:
+            '`request_count` counts requests that ended within `window` seconds (default: `threshold`).',
+          parameters: [thresholdParam, intParam('window', 'seconds (default: threshold)')],
+        },
+      },
+    )
+    .get(
+      '/traffic/stats',
+      guard(({ query }) => service.trafficStats(positiveInt(query, 'window'))),
+      {
+        response: { 200: TrafficStatsSchema, 400: RouterError },
+        detail: {
+          tags,
+          summary: 'Traffic statistics, overall and by model',
+          description:
+            'A request counts when its response has fully ended (a stream at its last byte); 2xx is a success, ' +
+            'anything else (router refusals, engine errors, client aborts) a failure. Requests naming an unknown ' +
+            'model are not counted. `window` limits to the last N seconds (one-second resolution up to an hour, ' +
+            'one-minute up to a day; longer windows cover a day).',
+          parameters: [windowParam],
+        },
+      },
+    )
+    .get(
+      '/traffic/stats/:model_name',
+      guard(({ params, query }) => service.modelTraffic(params.model_name!, positiveInt(query, 'window'))),
+      {
+        response: { 200: ModelTrafficDetailSchema, 400: RouterError, 404: RouterError },
+        detail: { tags, summary: 'Traffic statistics of one model', parameters: [modelParam, windowParam] },
+      },
+    )
+    .get('/sleep/status', () => service.sleepStatus(), {
+      response: SleepStatusSchema,
+      detail: {
+        tags,
+        summary: 'Sleep state of every model',
+        description:
+          'active: {status, last_activity}; sleeping and waking: {status, sleep_time, sleep_duration, sleep_level}.',
+      },
+    })
+    .get('/sleep/candidates', () => service.sleepCandidates(), {
+      response: SleepCandidatesSchema,
+      detail: {
+        tags,
+        summary: 'Models auto-sleep would put to sleep now',
+        description:
+          'Active, idle for at least auto_sleep.idle_threshold, no request in flight, no operation under way, ' +
+          'sleep mode not known to be missing. Listed even when auto-sleep is off.',
+      },
+    })
+    .post(
+      '/action/sleep/:model_name',
+      guard(async ({ params, set }) => {
+        const r = await service.sleepAction(params.model_name!)
+        set.status = r.httpStatus
+        return r.body
+      }),
+      {
+        parse: 'none',
+        response: {
+          200: ActionResultSchema,
+          404: RouterError,
+          409: ActionResultSchema,
+          502: ActionResultSchema,
+        },
+        detail: {
+          tags,
+          summary: 'Put a model to sleep (engine POST /sleep?level=auto_sleep.level)',
+          description:
+            'Body: empty or {} (ignored). Refusals answer 409 with the error result: already sleeping, going ' +
+            'to sleep, waking up, requests in flight, no sleep mode. 502 when the engine does not answer.',
+          parameters: [modelParam],
+        },
+      },
+    )
+    .post(
+      '/action/wakeup/:model_name',
+      guard(async ({ params, set }) => {
+        const r = await service.wakeAction(params.model_name!)
+        set.status = r.httpStatus
+        return r.body
+      }),
+      {
+        parse: 'none',
+        response: {
+          200: ActionResultSchema,
+          404: RouterError,
+          409: ActionResultSchema,
+          502: ActionResultSchema,
+        },
+        detail: {
+          tags,
+          summary: 'Wake a sleeping model (engine POST /wake_up); answers once it is awake',
+          description:
+            'Body: empty or {} (ignored). 409 with the error result when the model is already active, already ' +
+            'waking, or has slept less than auto_sleep.min_sleep_duration (then with min_sleep_duration and ' +
+            'actual_sleep_duration in seconds). 502 when the engine does not answer.',
+          parameters: [modelParam],
+        },
+      },
+    )
+    .get('/health', () => service.health(), {
+      response: HealthSchema,
+      detail: { tags, summary: 'Router health', description: '`models_sleeping` counts waking models too.' },
+    })
+    .get(
+      '/health/:model_name',
+      guard(({ params }) => service.modelHealth(params.model_name!)),
+      {
+        response: { 200: ModelHealthSchema, 404: RouterError },
+        detail: {
+          tags,
+          summary: "Probe one model's engine /health (deadline: health_timeout_ms)",
+          description:
+            'Always 200 for a known model: the body says healthy (with response_time) or unhealthy (with error).',
+          parameters: [modelParam],
+        },
+      },
+    )
+    .get('/get_server_info', () => service.serverInfo(), {
+      response: ServerInfoSchema,
+      detail: { tags, summary: 'modelgate version and controller name' },
+    })
+    .all(
+      '*',
+      ({ request }) => routeNotFound(request.method, new URL(request.url).pathname).toResponse('proxy'),
+      {
+        parse: 'none',
+        detail: { hide: true },
+      },
+    )
+}

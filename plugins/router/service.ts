@@ -1,0 +1,261 @@
+import type { PluginContext } from '../../src/host/plugin.ts'
+import type { GatewayApi } from '../gateway/api.ts'
+import type { RouterConfig } from './config.ts'
+import { ActionRefused, EngineUnavailable, modelNotFound } from './errors.ts'
+import { RouterInference } from './inference.ts'
+import { type ModelEntry, ModelTable } from './models.ts'
+import { SleepController } from './sleep.ts'
+import { TrafficCounter } from './stats.ts'
+import {
+  iso,
+  type ModelTrafficView,
+  type ModelView,
+  modelTrafficView,
+  modelView,
+  type SleepStatusView,
+  seconds,
+  sleepStatusView,
+} from './views.ts'
+
+/**
+ * RouterService is the traffic-routing controller: the model table (configured endpoints plus,
+ * with from_gateway, the gateway's instances), the sleep state machine with auto-sleep, traffic
+ * statistics and health. It knows nothing of HTTP routing; routes.ts renders what it returns.
+ */
+export interface ActionResult {
+  status: 'success' | 'error'
+  model: string
+  message: string
+  timestamp?: string
+  min_sleep_duration?: number
+  actual_sleep_duration?: number
+}
+
+/** ActionOutcome: the result body and its HTTP status (200, 409 refusal, 502 engine). */
+export interface ActionOutcome {
+  httpStatus: 200 | 409 | 502
+  body: ActionResult
+}
+
+export const CONTROLLER_NAME = 'modelgate-router'
+
+export class RouterService {
+  readonly startedAt = Date.now()
+  readonly table: ModelTable
+  readonly overall = new TrafficCounter()
+  readonly sleep: SleepController
+  readonly inference: RouterInference
+  private readonly lifetime = new AbortController()
+  private unsubscribe: (() => void)[] = []
+  private gatewayApi: GatewayApi | undefined
+
+  constructor(
+    readonly cfg: RouterConfig,
+    private readonly ctx: PluginContext,
+  ) {
+    this.table = new ModelTable(cfg, this.startedAt, ctx.log)
+    this.sleep = new SleepController({
+      table: this.table,
+      cfg,
+      log: ctx.log,
+      startedAt: this.startedAt,
+      lifetime: this.lifetime.signal,
+    })
+    this.inference = new RouterInference({
+      table: this.table,
+      sleep: this.sleep,
+      overall: this.overall,
+      cfg,
+      log: ctx.log,
+      idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
+      lifetime: this.lifetime.signal,
+    })
+  }
+
+  /** start follows the gateway (when on and asked to), reads every engine's sleep state, starts the timer. */
+  async start(): Promise<void> {
+    if (this.cfg.from_gateway && this.ctx.has('gateway')) {
+      const api = this.ctx.optionalApi<GatewayApi>('gateway')
+      if (api) {
+        this.gatewayApi = api
+        this.table.followGateway(api)
+        this.unsubscribe.push(
+          this.ctx.bus.on('gateway.instance.status', () => this.table.syncGateway()),
+          // Traffic through the gateway's own /v1 keeps a gateway model from looking idle.
+          this.ctx.bus.on('proxy.request', (ev) => {
+            if (ev.instance_id) this.table.byInstance(ev.instance_id)?.touch(Date.now())
+          }),
+        )
+      }
+    }
+    await Promise.all([...this.table.all()].map((e) => this.sleep.refresh(e)))
+    this.sleep.start()
+    this.ctx.log.info('router ready', {
+      models: [...this.table.all()].map((e) => e.name),
+      from_gateway: this.gatewayApi !== undefined,
+      auto_sleep: this.cfg.auto_sleep.enabled,
+    })
+  }
+
+  async stop(): Promise<void> {
+    for (const off of this.unsubscribe.splice(0)) off()
+    this.lifetime.abort()
+    await this.sleep.stop()
+  }
+
+  require(name: string): ModelEntry {
+    const e = this.table.get(name)
+    if (!e) throw modelNotFound(name)
+    return e
+  }
+
+  // ---- views ----
+
+  models(): { object: 'list'; data: ModelView[] } {
+    return { object: 'list', data: [...this.table.all()].map(modelView) }
+  }
+
+  idleModels(threshold: number) {
+    const now = Date.now()
+    const idle_models = []
+    for (const e of this.table.all()) {
+      const idleMs = e.idleMs(now, this.startedAt)
+      if (idleMs >= threshold * 1000)
+        idle_models.push({ model: e.name, idle_time: seconds(idleMs), last_activity: iso(e.lastActivity) })
+    }
+    return { idle_models, threshold }
+  }
+
+  activeModels(threshold: number, windowSeconds: number | null) {
+    const now = Date.now()
+    const window = windowSeconds ?? threshold
+    const active_models = []
+    for (const e of this.table.all()) {
+      if (e.lastActivity === null && e.busy() === 0) continue
+      const since = e.idleMs(now, this.startedAt)
+      if (since >= threshold * 1000) continue
+      active_models.push({
+        model: e.name,
+        last_activity: iso(e.lastActivity),
+        seconds_since_activity: seconds(since),
+        request_count: e.traffic.snapshot(now, window, this.startedAt).total_requests,
+      })
+    }
+    return { active_models, threshold }
+  }
+
+  trafficStats(windowSeconds: number | null) {
+    const now = Date.now()
+    const by_model: Record<string, Omit<ModelTrafficView, 'model' | 'idle_time'>> = {}
+    for (const e of this.table.all()) {
+      const { model: _m, idle_time: _i, ...rest } = modelTrafficView(e, now, windowSeconds, this.startedAt)
+      by_model[e.name] = rest
+    }
+    return { overall: this.overall.snapshot(now, windowSeconds, this.startedAt), by_model }
+  }
+
+  modelTraffic(name: string, windowSeconds: number | null): ModelTrafficView {
+    return modelTrafficView(this.require(name), Date.now(), windowSeconds, this.startedAt)
+  }
+
+  sleepStatus(): { models: Record<string, SleepStatusView> } {
+    const now = Date.now()
+    const models: Record<string, SleepStatusView> = {}
+    for (const e of this.table.all()) models[e.name] = sleepStatusView(e, now)
+    return { models }
+  }
+
+  sleepCandidates() {
+    const now = Date.now()
+    const threshold = this.cfg.auto_sleep.idle_threshold
+    const candidates = []
+    for (const e of this.table.all()) {
+      if (!this.sleep.isCandidate(e, now, threshold * 1000)) continue
+      candidates.push({
+        model: e.name,
+        idle_time: seconds(e.idleMs(now, this.startedAt)),
+        last_activity: iso(e.lastActivity),
+        threshold,
+      })
+    }
+    return { candidates, auto_sleep_enabled: this.cfg.auto_sleep.enabled, idle_threshold: threshold }
+  }
+
+  health() {
+    let active = 0
+    let sleeping = 0
+    for (const e of this.table.all()) {
+      if (e.state === 'active') active++
+      else sleeping++
+    }
+    return {
+      status: 'healthy' as const,
+      timestamp: new Date().toISOString(),
+      uptime: seconds(Date.now() - this.startedAt),
+      models_active: active,
+      models_sleeping: sleeping,
+    }
+  }
+
+  async modelHealth(name: string) {
+    const e = this.require(name)
+    const endpoint = e.backend.endpoint()
+    const probe = await e.backend.health(this.cfg.health_timeout_ms, this.lifetime.signal)
+    if (probe.ok)
+      return { model: e.name, status: 'healthy' as const, endpoint, response_time: round6(probe.seconds) }
+    return { model: e.name, status: 'unhealthy' as const, endpoint, error: probe.error }
+  }
+
+  serverInfo() {
+    return { version: this.ctx.version, controller: CONTROLLER_NAME }
+  }
+
+  // ---- actions ----
+
+  async sleepAction(name: string): Promise<ActionOutcome> {
+    const e = this.require(name)
+    try {
+      await this.sleep.sleep(e, this.cfg.auto_sleep.level as 1 | 2)
+    } catch (err) {
+      return this.actionFailure(e, err)
+    }
+    return success(e, 'Model put to sleep')
+  }
+
+  async wakeAction(name: string): Promise<ActionOutcome> {
+    const e = this.require(name)
+    try {
+      if (e.state === 'waking' || e.wakePromise) throw new ActionRefused('Model is already waking up')
+      if (e.op === 'sleep') throw new ActionRefused('Model is going to sleep; try again when it sleeps')
+      if (e.state === 'active') throw new ActionRefused('Model is already active')
+      const min = this.cfg.auto_sleep.min_sleep_duration
+      const slept = seconds(Date.now() - (e.sleepTime ?? this.startedAt))
+      if (slept < min)
+        throw new ActionRefused(
+          `Model has been sleeping for ${slept} s; the minimum sleep duration is ${min} s`,
+          { min_sleep_duration: min, actual_sleep_duration: slept },
+        )
+      await this.sleep.wake(e)
+    } catch (err) {
+      return this.actionFailure(e, err)
+    }
+    return success(e, 'Model woken up')
+  }
+
+  private actionFailure(e: ModelEntry, err: unknown): ActionOutcome {
+    if (err instanceof ActionRefused)
+      return { httpStatus: 409, body: { status: 'error', model: e.name, message: err.message, ...err.extra } }
+    if (err instanceof EngineUnavailable)
+      return { httpStatus: 502, body: { status: 'error', model: e.name, message: err.message } }
+    throw err
+  }
+}
+
+function success(e: ModelEntry, message: string): ActionOutcome {
+  return {
+    httpStatus: 200,
+    body: { status: 'success', model: e.name, message, timestamp: new Date().toISOString() },
+  }
+}
+
+const round6 = (x: number) => Math.round(x * 1e6) / 1e6

@@ -1,0 +1,221 @@
+import type { Logger } from '../../src/host/logger.ts'
+import type { EndpointBackend } from './backends.ts'
+import type { RouterConfig } from './config.ts'
+import { ActionRefused, EngineUnavailable } from './errors.ts'
+import type { ModelEntry, ModelTable } from './models.ts'
+
+/**
+ * SleepController is the sleep state machine of every model:
+ *
+ *     active ──sleep──▶ sleeping ──wake──▶ waking ──engine awake──▶ active
+ *
+ * - An operation (`op`) owns the state while it runs; there is at most one per model. A wake is
+ *   one shared promise however many requests wait on it; a wake asked for while the model is still
+ *   falling asleep runs right after the sleep.
+ * - Manual actions are refused (ActionRefused → 409) when the state does not allow them; the
+ *   minimum sleep duration only limits the manual wakeup, a request may always wake a model.
+ * - Auto-sleep (every check_interval): a model idle past idle_threshold, active, with nothing in
+ *   flight and no operation under way is put to sleep. A model never used counts as idle since
+ *   the router started.
+ * - Configured engines are re-read (`/is_sleeping`) at start and at every check, so a restart, or a
+ *   sleep done behind the router's back, is noticed.
+ */
+export interface SleepControllerDeps {
+  table: ModelTable
+  cfg: RouterConfig
+  log: Logger
+  startedAt: number
+  /** aborted when the router stops: ends engine calls and held requests. */
+  lifetime: AbortSignal
+}
+
+export class SleepController {
+  private timer: ReturnType<typeof setInterval> | undefined
+  private readonly running = new Set<Promise<unknown>>()
+
+  constructor(private readonly deps: SleepControllerDeps) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.tick(), this.deps.cfg.auto_sleep.check_interval * 1000)
+  }
+
+  /** stop clears the timer and waits (under the caller's deadline) for operations under way. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer)
+    this.timer = undefined
+    await Promise.allSettled([...this.running])
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.running.add(p)
+    p.finally(() => this.running.delete(p)).catch(() => {})
+    return p
+  }
+
+  /**
+   * tick: re-sync the gateway models, then per model: put it to sleep when it is an auto-sleep
+   * candidate, else re-read a configured engine's sleep state.
+   */
+  tick(): void {
+    const { table, cfg, log, startedAt } = this.deps
+    table.syncGateway()
+    const now = Date.now()
+    const thresholdMs = cfg.auto_sleep.idle_threshold * 1000
+    for (const e of table.all()) {
+      if (cfg.auto_sleep.enabled && this.isCandidate(e, now, thresholdMs)) {
+        log.info('auto-sleep of an idle model', {
+          model: e.name,
+          idle_seconds: Math.round(e.idleMs(now, startedAt) / 1000),
+        })
+        try {
+          this.sleep(e, cfg.auto_sleep.level as 1 | 2).catch((err: Error) =>
+            log.warn('auto-sleep failed', { model: e.name, error: err.message }),
+          )
+        } catch (err) {
+          log.debug('auto-sleep skipped', { model: e.name, reason: (err as Error).message })
+        }
+      } else if (!e.gateway && !e.op) void this.refresh(e)
+    }
+  }
+
+  /** isCandidate: what auto-sleep would put to sleep now (also GET /sleep/candidates). */
+  isCandidate(e: ModelEntry, now: number, thresholdMs: number): boolean {
+    return (
+      e.state === 'active' &&
+      e.op === null &&
+      e.wakePromise === null &&
+      e.backend.sleepable() !== false &&
+      e.busy() === 0 &&
+      e.idleMs(now, this.deps.startedAt) >= thresholdMs
+    )
+  }
+
+  /** refresh re-reads a configured engine's sleep state, unless an operation started meanwhile. */
+  async refresh(e: ModelEntry): Promise<void> {
+    const backend = e.backend
+    if (backend.kind !== 'endpoint') return
+    const generation = e.generation
+    let sleeping: boolean | null
+    try {
+      sleeping = await (backend as EndpointBackend).isSleeping(
+        this.deps.cfg.health_timeout_ms,
+        this.deps.lifetime,
+      )
+    } catch {
+      return // unreachable now: keep what we know
+    }
+    if (sleeping === null || e.op || e.generation !== generation) return
+    if (sleeping && e.state === 'active') {
+      e.state = 'sleeping'
+      e.sleepTime = Date.now()
+      this.deps.log.info('engine found asleep', { model: e.name })
+    } else if (!sleeping && e.state === 'sleeping') {
+      e.state = 'active'
+      e.sleepTime = null
+      e.sleepLevel = null
+      this.deps.log.info('engine found awake', { model: e.name })
+    }
+  }
+
+  /**
+   * sleep puts an active model to sleep (manual or automatic). Refusals throw ActionRefused at
+   * once; the returned promise rejects with EngineUnavailable when the engine does not answer.
+   */
+  sleep(e: ModelEntry, level: 1 | 2): Promise<void> {
+    if (e.state === 'sleeping') throw new ActionRefused('Model is already sleeping')
+    if (e.op === 'sleep') throw new ActionRefused('Model is already going to sleep')
+    if (e.state === 'waking' || e.wakePromise) throw new ActionRefused('Model is waking up')
+    if (e.backend.sleepable() === false) throw new ActionRefused('Model does not support sleep mode')
+    const busy = e.busy()
+    if (busy > 0) throw new ActionRefused(`Model has ${busy} request(s) in flight`)
+    e.op = 'sleep'
+    e.generation++
+    const p = (async () => {
+      try {
+        await e.backend.sleep(level, this.deps.lifetime)
+        e.state = 'sleeping'
+        e.sleepTime = Date.now()
+        e.sleepLevel = level
+        this.deps.log.info('model asleep', { model: e.name, level })
+      } finally {
+        e.op = null
+        e.opPromise = null
+      }
+    })()
+    e.opPromise = p
+    return this.track(p)
+  }
+
+  /**
+   * wake starts (or joins) the one wake of a model. Resolves when the engine is awake and answers
+   * /health; rejects with EngineUnavailable when it does not. A model that is active and not
+   * falling asleep resolves at once.
+   */
+  wake(e: ModelEntry): Promise<void> {
+    if (e.wakePromise) return e.wakePromise
+    if (e.state === 'active' && e.op !== 'sleep') return Promise.resolve()
+    if (e.op === 'sleep' || e.state === 'sleeping') e.wakeStartedAt = Date.now()
+    const p = (async () => {
+      try {
+        if (e.op === 'sleep') await e.opPromise?.catch(() => {})
+        if (e.state !== 'sleeping') return
+        await this.runWake(e)
+      } finally {
+        e.wakePromise = null
+      }
+    })()
+    e.wakePromise = p
+    return this.track(p)
+  }
+
+  private async runWake(e: ModelEntry): Promise<void> {
+    const { log, cfg, lifetime } = this.deps
+    e.op = 'wake'
+    e.generation++
+    e.state = 'waking'
+    const t0 = Date.now()
+    e.wakeStartedAt = t0
+    const p = (async () => {
+      try {
+        await e.backend.wake(lifetime)
+        const health = await this.awaitHealthy(e, t0 + cfg.control_timeout * 1000)
+        if (!health) throw new EngineUnavailable('engine did not answer /health after waking up')
+        e.state = 'active'
+        e.sleepTime = null
+        e.sleepLevel = null
+        e.lastWakeMs = Date.now() - t0
+        log.info('model awake', { model: e.name, ms: e.lastWakeMs })
+      } catch (err) {
+        e.state = 'sleeping'
+        throw err
+      } finally {
+        e.op = null
+        e.opPromise = null
+      }
+    })()
+    e.opPromise = p
+    await p
+  }
+
+  /** awaitHealthy polls the engine's /health after a wake_up until 200 or the deadline. */
+  private async awaitHealthy(e: ModelEntry, deadline: number): Promise<boolean> {
+    const { cfg, lifetime } = this.deps
+    let delay = 25
+    while (!lifetime.aborted) {
+      const left = deadline - Date.now()
+      if (left <= 0) return false
+      const probe = await e.backend.health(Math.min(cfg.health_timeout_ms, left), lifetime)
+      if (probe.ok) return true
+      await Bun.sleep(Math.min(delay, Math.max(0, deadline - Date.now())))
+      delay = Math.min(1000, delay * 2)
+    }
+    return false
+  }
+
+  /** retryAfterSeconds estimates the rest of a wake from the model's last one (5 s when unknown). */
+  retryAfterSeconds(e: ModelEntry): number {
+    const expected = e.lastWakeMs ?? 5000
+    const elapsed = e.wakeStartedAt ? Date.now() - e.wakeStartedAt : 0
+    return Math.max(1, Math.ceil((expected - elapsed) / 1000))
+  }
+}

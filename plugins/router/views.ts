@@ -1,0 +1,68 @@
+import type { Endpoint } from './backends.ts'
+import type { ModelEntry } from './models.ts'
+import { round, type TrafficSnapshot } from './stats.ts'
+
+/**
+ * Views turn the model table into the spec's resources. Timestamps are ISO 8601 (UTC); durations
+ * are seconds with millisecond precision. `last_activity` is null for a model that has had no
+ * traffic since the router started.
+ */
+export const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString())
+export const seconds = (ms: number): number => round(ms / 1000, 3)
+
+export interface ModelView {
+  id: string
+  object: 'model'
+  created: number
+  owned_by: string
+  endpoint: Endpoint
+}
+
+export function modelView(e: ModelEntry): ModelView {
+  return {
+    id: e.name,
+    object: 'model',
+    created: e.created,
+    owned_by: 'modelgate',
+    endpoint: e.backend.endpoint(),
+  }
+}
+
+export interface SleepStatusView {
+  status: 'active' | 'sleeping' | 'waking'
+  last_activity?: string | null
+  sleep_time?: string | null
+  sleep_duration?: number
+  sleep_level?: number | null
+}
+
+export function sleepStatusView(e: ModelEntry, now: number): SleepStatusView {
+  if (e.state === 'active') return { status: 'active', last_activity: iso(e.lastActivity) }
+  const since = e.sleepTime ?? now
+  return {
+    status: e.state,
+    sleep_time: iso(since),
+    sleep_duration: seconds(now - since),
+    sleep_level: e.sleepLevel,
+  }
+}
+
+export interface ModelTrafficView extends TrafficSnapshot {
+  model: string
+  last_activity: string | null
+  idle_time: number
+}
+
+export function modelTrafficView(
+  e: ModelEntry,
+  now: number,
+  windowSeconds: number | null,
+  startedAt: number,
+): ModelTrafficView {
+  return {
+    model: e.name,
+    ...e.traffic.snapshot(now, windowSeconds, startedAt),
+    last_activity: iso(e.lastActivity),
+    idle_time: seconds(e.idleMs(now, startedAt)),
+  }
+}

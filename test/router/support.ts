@@ -1,0 +1,146 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { plugins } from '../../plugins/index.ts'
+import router from '../../plugins/router/index.ts'
+import type { PluginDefinition } from '../../src/host/plugin.ts'
+import { type EngineProc, spawnEngine, tempSimDir, waitHealthy } from '../sim/helpers.ts'
+import { gatewayYaml } from '../support/gateway.ts'
+import { startHost, type TestHost } from '../support/host.ts'
+
+/**
+ * Test support for the router: simulator engines with sleep mode (each on its own simulated GPUs),
+ * a Host running the router alone or beside the gateway, and small HTTP helpers.
+ */
+export const routerPlugin = router as unknown as PluginDefinition
+const withoutRouter = plugins.filter((p) => p.id !== 'router')
+
+export interface SimOptions {
+  wakeDelayMs?: number
+  tokensPerSec?: number
+  servedName?: string
+  env?: Record<string, string>
+}
+
+/** startSim spawns `sim engine MODEL --enable-sleep-mode` (dev mode on) and waits for /health. */
+export async function startSim(model: string, o: SimOptions = {}): Promise<EngineProc> {
+  const args = ['--sim-dir', tempSimDir(), '--sim-gpus', '2x80', '--enable-sleep-mode']
+  if (o.servedName) args.push('--served-model-name', o.servedName)
+  const engine = await spawnEngine(model, args, {
+    VLLM_SERVER_DEV_MODE: '1',
+    SIM_LOAD_DELAY_MS: '200',
+    SIM_TOKENS_PER_SEC: String(o.tokensPerSec ?? 200),
+    SIM_WAKE_DELAY_MS: String(o.wakeDelayMs ?? 300),
+    ...o.env,
+  })
+  await waitHealthy(engine, 20_000)
+  return engine
+}
+
+/** count tells how many times the engine logged a request line for `method path`. */
+export function engineHits(engine: EngineProc, method: string, path: string): number {
+  const needle = `"${method} ${path}`
+  let n = 0
+  for (const text of [engine.stdout(), engine.stderr()]) {
+    let i = text.indexOf(needle)
+    while (i >= 0) {
+      n++
+      i = text.indexOf(needle, i + needle.length)
+    }
+  }
+  return n
+}
+
+export interface TestRouter extends TestHost {
+  /** routerUrl: the router listener's base URL. */
+  routerUrl: string
+  get<T = Record<string, unknown>>(path: string): Promise<{ status: number; body: T; headers: Headers }>
+  post<T = Record<string, unknown>>(
+    path: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ): Promise<{ status: number; body: T; headers: Headers }>
+}
+
+/** routerYaml: a `plugins.router` section on a free port. */
+export function routerYaml(section: string): string {
+  const indented = section
+    .trim()
+    .split('\n')
+    .map((l) => `    ${l}`)
+    .join('\n')
+  return `  router:\n    host: 127.0.0.1\n    port: 0\n${indented}\n`
+}
+
+export function modelsYaml(models: { name: string; port: number }[]): string {
+  if (models.length === 0) return 'models: []'
+  return `models:\n${models.map((m) => `  - { name: '${m.name}', endpoint: { host: 127.0.0.1, port: ${m.port} } }`).join('\n')}`
+}
+
+/** startRouter boots a Host with only the router plugin (the spec's standalone controller). */
+export async function startRouter(section: string, dataDir?: string): Promise<TestRouter> {
+  const yaml = `log: { level: warn }\nshutdown: { timeout_ms: 10000 }\nplugins:\n${routerYaml(section)}`
+  return wrap(await startHost(yaml, [routerPlugin], {}, dataDir))
+}
+
+/** startRouterWithGateway boots the gateway (driving simulator engines) and the router together. */
+export async function startRouterWithGateway(
+  ports: [number, number],
+  section: string,
+): Promise<TestRouter & { simDir: string }> {
+  const simDir = mkdtempSync(join(tmpdir(), 'modelgate-router-gw-'))
+  const yaml = gatewayYaml({ ports, extraYaml: routerYaml(section) }, simDir).replace(
+    'log: { level: debug }',
+    'log: { level: warn }',
+  )
+  const th = await startHost(yaml, [...withoutRouter, routerPlugin])
+  const r = wrap(th)
+  return {
+    ...r,
+    simDir,
+    async stop() {
+      await r.stop()
+      rmSync(simDir, { recursive: true, force: true })
+    },
+  }
+}
+
+function wrap(th: TestHost): TestRouter {
+  const routerUrl = th.host.urls.router!
+  const call = async <T>(path: string, init?: RequestInit) => {
+    const res = await fetch(`${routerUrl}${path}`, { ...init, signal: AbortSignal.timeout(20_000) })
+    const text = await res.text()
+    return { status: res.status, body: (text ? JSON.parse(text) : null) as T, headers: res.headers }
+  }
+  return {
+    ...th,
+    routerUrl,
+    get: (path) => call(path),
+    post: (path, body, headers = {}) =>
+      call(path, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+      }),
+  }
+}
+
+export const chat = (model: string, extra: Record<string, unknown> = {}) => ({
+  model,
+  messages: [{ role: 'user', content: 'Say hello' }],
+  max_tokens: 4,
+  ...extra,
+})
+
+/** waitUntil polls `cond` until it holds or `ms` pass. */
+export async function waitUntil(
+  cond: () => boolean | Promise<boolean>,
+  ms = 5000,
+  what = 'condition',
+): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await Bun.sleep(25)
+  }
+}
