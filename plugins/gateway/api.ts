@@ -100,6 +100,8 @@ export interface GatewayApi {
   acquireByPort(port: number): Lease | null
   /** inFlight is the number of proxied requests currently open on an instance. */
   inFlight(id: string): number
+  /** moveInProgress tells whether a blue-green move is running (one at a time, system-wide). */
+  moveInProgress(): boolean
 }
 
 /** Bus events the gateway emits (declaration merging onto the host's BusEvents). */

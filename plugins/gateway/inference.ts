@@ -4,6 +4,7 @@ import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../src/host/plugin.ts'
 import { AppError, proxyError, toAppError } from '../../src/http/errors.ts'
+import { splitUrl } from '../../src/http/url.ts'
 import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
 import { readModelField, replaceModel } from '../../src/proxy/model-field.ts'
 import { type InferenceHandlers, openaiRoutes } from '../../src/proxy/openai-routes.ts'
@@ -212,12 +213,4 @@ function notFound(method: string, path: string): Response {
   return proxyError(404, 'invalid_request_error', 'not_found', `No route for ${method} ${path}`).toResponse(
     'proxy',
   )
-}
-
-/** splitUrl: path and `?query` of a request URL by slicing (no URL parsing on the hot path). */
-function splitUrl(url: string): { path: string; query: string } {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  if (start < 0) return { path: '/', query: '' }
-  const q = url.indexOf('?', start)
-  return q < 0 ? { path: url.slice(start), query: '' } : { path: url.slice(start, q), query: url.slice(q) }
 }

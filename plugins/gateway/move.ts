@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { removeFlag } from '../../src/engine/vllm-command.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../src/http/errors.ts'
@@ -75,6 +76,10 @@ export class MoveManager {
     private readonly log: Logger,
   ) {}
 
+  get inProgress(): boolean {
+    return this.current !== null
+  }
+
   get(moveId: string): MoveRecord | undefined {
     return this.moves.get(moveId)?.record
   }
@@ -133,7 +138,9 @@ export class MoveManager {
     }
     this.prune()
     const record = { ...move.record }
-    void this.run(move, source)
+    void this.run(move, source).catch((err) =>
+      this.log.error('move failed unexpectedly', { error: String(err) }),
+    )
     return record
   }
 
@@ -145,6 +152,7 @@ export class MoveManager {
     const byIndex = new Map(snap.gpus.map((g) => [g.index, g]))
     const missing = target.filter((g) => !byIndex.has(g))
     if (missing.length) throw badRequest(`GPU ${missing.join(', ')} does not exist`)
+    const pending = this.service.pendingMibByGpu(snap)
     const footprintGib = this.footprintGib(source)
     if (footprintGib === null)
       throw badRequest(
@@ -152,7 +160,7 @@ export class MoveManager {
       )
     for (const idx of target) {
       const g = byIndex.get(idx)!
-      const freeGib = effectiveFreeMib(g, new Map()) / 1024
+      const freeGib = effectiveFreeMib(g, pending) / 1024
       const total = g.memoryTotalMib ? g.memoryTotalMib / 1024 : null
       const engineNeeds =
         source.row.sharedcache_enabled || total === null ? 0 : source.row.gpu_memory_utilization * total
@@ -254,8 +262,18 @@ export class MoveManager {
       const cancelled = err instanceof Cancelled ? err : move.cancel ? new Cancelled(move.cancel.force) : null
       const phase = move.record.phase
       const target = move.target
+      if (phase === 'completing') {
+        // The target already serves alone: never unload it; report the failed clean-up instead.
+        this.emit(move, 'failed', `the target serves; unloading the source failed`, {
+          error: (err as Error).message,
+        })
+        return
+      }
       if (cancelled?.force && target && (phase === 'switching' || phase === 'draining')) {
-        await this.complete(move, source, target, 'forced to complete by cancel(force=true)')
+        await this.complete(move, source, target, 'forced to complete by cancel(force=true)').catch(
+          (e: Error) =>
+            this.emit(move, 'failed', 'the target serves; unloading the source failed', { error: e.message }),
+        )
         return
       }
       await this.rollback(move, source, target, cancelled ? 'cancelled' : (err as Error).message)
@@ -278,7 +296,8 @@ export class MoveManager {
         tensor_parallel_size: r.tensor_parallel_size,
         gpu_memory_utilization: r.gpu_memory_utilization,
         enable_sleep_mode: r.enable_sleep_mode,
-        extra_args: r.extra_args,
+        // The source holds its port: a fixed --port would make the target collide with it.
+        extra_args: removeFlag(r.extra_args, '--port'),
         force: true,
       },
       { routable: false, busy: 'move' },
@@ -352,10 +371,15 @@ export class MoveManager {
     this.emit(move, 'failed', `rolled back: ${source.id} keeps serving`, { error: reason })
   }
 
+  /** unloadAndWait unloads and waits until the instance is gone, within the engine's stop budget. */
   private async unloadAndWait(inst: ManagedInstance): Promise<void> {
     if (this.service.instances.get(inst.id) !== inst) return
     await this.service.unload(inst.id)
-    while (this.service.instances.get(inst.id) === inst) await Bun.sleep(25)
+    const until = Date.now() + this.service.stopBudgetMs()
+    while (this.service.instances.get(inst.id) === inst) {
+      if (Date.now() > until) throw new Error(`instance ${inst.id} did not stop in time`)
+      await Bun.sleep(25)
+    }
   }
 
   private prune(): void {

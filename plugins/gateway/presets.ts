@@ -68,7 +68,7 @@ export interface PresetOptions {
   readyTimeoutMs: number
 }
 
-type Lifecycle = Pick<GatewayApi, 'list' | 'get' | 'load' | 'unload'>
+type Lifecycle = Pick<GatewayApi, 'list' | 'get' | 'load' | 'unload' | 'moveInProgress'>
 
 /** sourceType: local paths start with / or .; anything else is a model-hub path. */
 export function sourceType(modelPath: string): 'huggingface' | 'local' {
@@ -236,6 +236,11 @@ export class PresetService {
         `Configuration '${this.running.name}' is still loading; wait for it to finish`,
         'CONFIGURATION_LOAD_IN_PROGRESS',
       )
+    if (this.gateway.moveInProgress())
+      throw conflict(
+        'A model move is in progress; load the configuration when it has finished',
+        'MOVE_IN_PROGRESS',
+      )
     const abort = new AbortController()
     const task = this.apply(preset, abort.signal).finally(() => {
       this.running = null
@@ -284,7 +289,13 @@ export class PresetService {
   private async unloadAll(signal: AbortSignal, emit: (p: PresetPhase, m: string) => void): Promise<void> {
     const current = this.gateway.list()
     emit('unloading', `unloading ${current.length} model(s)`)
-    for (const r of current) if (r.status !== 'stopping') await this.gateway.unload(r.id)
+    for (const r of current) {
+      if (r.status === 'stopping') continue
+      // An instance that vanished meanwhile (unloaded elsewhere) is already what we want.
+      await this.gateway.unload(r.id).catch((err: { status?: number }) => {
+        if (err.status !== 404) throw err
+      })
+    }
     const gone = () => (current.every((r) => !this.gateway.get(r.id)) ? true : undefined)
     if (!(await waitFor(this.bus, gone, this.opts.unloadTimeoutMs, signal))) {
       const left = current.filter((r) => this.gateway.get(r.id)).map((r) => r.id)

@@ -267,7 +267,10 @@ export function profileRoutes(
           const bad = body.profiles.find((p) => Number.isNaN(Date.parse(p.created_at)))
           if (bad) throw badRequest(`profile ${bad.id}: created_at is not a timestamp`)
           const result = { imported: 0, skipped: 0 }
-          const ordered = [...body.profiles].sort((a, b) => a.created_at.localeCompare(b.created_at))
+          // Timestamps are normalised so every comparison is between instants, whatever offset a pod wrote.
+          const ordered = body.profiles
+            .map((p) => ({ ...p, created_at: new Date(p.created_at).toISOString() }))
+            .sort((a, b) => Date.parse(a.created_at) - Date.parse(b.created_at))
           for (const p of ordered) result[store.merge(p as MemoryProfile)]++
           return result
         },

@@ -119,7 +119,7 @@ export class ProfileStore {
   merge(p: MemoryProfile): 'imported' | 'skipped' {
     if (this.get(p.id)) return 'skipped'
     const same = this.sameKey(p)
-    if (same.some((x) => x.created_at >= p.created_at)) return 'skipped'
+    if (same.some((x) => Date.parse(x.created_at) >= Date.parse(p.created_at))) return 'skipped'
     this.db.transaction((tx) => {
       for (const old of same)
         tx.delete(gatewayMemoryProfiles).where(eq(gatewayMemoryProfiles.id, old.id)).run()

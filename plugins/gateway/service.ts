@@ -124,6 +124,10 @@ export class GatewayService implements GatewayApi {
     return this.instances.get(instance.id)?.baseUrl ?? `http://127.0.0.1:${instance.port}`
   }
 
+  moveInProgress(): boolean {
+    return this.moves.inProgress
+  }
+
   inFlight(id: string): number {
     return this.instances.get(id)?.inFlight ?? 0
   }
@@ -157,9 +161,10 @@ export class GatewayService implements GatewayApi {
       const r = inst.row
       if (r.id !== model && r.served_model_name !== model && r.model_path !== model) continue
       matched = true
-      if (r.status === 'active' && inst.routable) {
+      // An instance going to sleep takes no new requests: they would reach an engine mid-sleep.
+      if (r.status === 'active' && inst.routable && inst.busy !== 'sleep') {
         if (!best || inst.inFlight < best.inFlight) best = inst
-      } else if (r.status === 'sleeping') sleeping = true
+      } else if (r.status === 'sleeping' || inst.busy === 'sleep') sleeping = true
       else if (r.status === 'starting') starting = true
     }
     if (best) return this.lease(best)
@@ -199,11 +204,17 @@ export class GatewayService implements GatewayApi {
 
   // ---- lifecycle ----
 
+  /** live: the instance is still the registered one (an unload may have removed it during an await). */
+  private live(inst: ManagedInstance): boolean {
+    return this.instances.get(inst.id) === inst
+  }
+
   private persist(inst: ManagedInstance): void {
-    this.deps.repo.save(inst.row)
+    if (this.live(inst)) this.deps.repo.save(inst.row)
   }
 
   private setStatus(inst: ManagedInstance, next: InstanceStatus, message: string): void {
+    if (!this.live(inst)) return
     const previous = inst.status
     inst.row.status = next
     this.persist(inst)
@@ -224,7 +235,7 @@ export class GatewayService implements GatewayApi {
   }
 
   /** pendingMibByGpu: what engines still loading will claim beyond what nvidia-smi already shows. */
-  private pendingMibByGpu(snapshot: GpuSnapshot): Map<number, number> {
+  pendingMibByGpu(snapshot: GpuSnapshot): Map<number, number> {
     const pending = new Map<number, number>()
     if (!snapshot.available) return pending
     for (const inst of this.instances.values()) {
@@ -288,6 +299,22 @@ export class GatewayService implements GatewayApi {
     return port
   }
 
+  /** place picks the GPUs for a load from a snapshot, counting what loads in progress will claim. */
+  private place(snapshot: GpuSnapshot, req: LoadRequest, tp: number, util: number, sharedCache: boolean) {
+    if (!snapshot.available) {
+      return { gpuIds: req.gpu_ids ?? Array.from({ length: tp }, (_, i) => i), deviceTotalGib: undefined }
+    }
+    const gpuIds = placeOnGpus(snapshot.gpus, {
+      ...(req.gpu_ids ? { gpuIds: req.gpu_ids } : {}),
+      tensorParallelSize: tp,
+      gpuMemoryUtilization: util,
+      sharedCache,
+      pendingMibByGpu: this.pendingMibByGpu(snapshot),
+    })
+    const total = snapshot.gpus.find((g) => g.index === gpuIds[0])?.memoryTotalMib
+    return { gpuIds, deviceTotalGib: total ? total / 1024 : undefined }
+  }
+
   /**
    * load validates, places and spawns an engine. `opts.routable: false` keeps a new instance out of
    * routing until someone turns it on (the blue-green move's target).
@@ -299,27 +326,18 @@ export class GatewayService implements GatewayApi {
     const { extra, port: requestedPort } = this.validateArgs(req)
     const util = req.gpu_memory_utilization ?? config.engine.gpu_memory_utilization
     const sharedCache = config.sharedcache.enabled && tp === 1
-    const port = this.choosePort(requestedPort)
+    if (requestedPort !== null) this.choosePort(requestedPort) // a taken port is refused before any GPU work
     const snapshot = await this.probe.snapshot()
-    let gpuIds: number[]
-    let deviceTotalGib: number | undefined
-    if (snapshot.available) {
-      gpuIds = placeOnGpus(snapshot.gpus, {
-        ...(req.gpu_ids ? { gpuIds: req.gpu_ids } : {}),
-        tensorParallelSize: tp,
-        gpuMemoryUtilization: util,
-        sharedCache,
-        pendingMibByGpu: this.pendingMibByGpu(snapshot),
-      })
-      const first = snapshot.gpus.find((g) => g.index === gpuIds[0])
-      if (first?.memoryTotalMib) deviceTotalGib = first.memoryTotalMib / 1024
-    } else {
+    if (!snapshot.available)
       this.deps.log.warn('GPU probe unavailable; loading without placement checks', {
         reason: snapshot.reason,
       })
-      gpuIds = req.gpu_ids ?? Array.from({ length: tp }, (_, i) => i)
-    }
-    if (this.preloadCheck && !req.force) await this.preloadCheck(req, gpuIds)
+    const place = () => this.place(snapshot, req, tp, util, sharedCache)
+    if (this.preloadCheck && !req.force) await this.preloadCheck(req, place().gpuIds)
+    // From here to registration nothing awaits: two loads arriving together can never both count
+    // the same free memory or the same port (the second sees the first as a pending claim).
+    const { gpuIds, deviceTotalGib } = place()
+    const port = this.choosePort(requestedPort)
     const modelName = shortModelName(req.model_path)
     const id = `${slug(modelName)}-${randomBytes(3).toString('hex')}`
     const servedName = req.served_model_name ?? req.model_path
@@ -465,6 +483,7 @@ export class GatewayService implements GatewayApi {
     row.memory_metrics = inst.logs.metrics()
     row.max_tokens = inst.logs.maxModelLen() ?? row.requested_max_tokens
     row.memory_baseline_by_gpu = await this.measureFootprint(inst)
+    if (!this.live(inst) || inst.status !== 'starting') return
     inst.events.emit('progress', { phase: 'ready', percent: 100, message: 'engine is healthy' })
     this.setStatus(inst, 'active', 'engine is healthy')
     this.emitMemory(inst, row.memory_baseline_by_gpu)
@@ -621,6 +640,7 @@ export class GatewayService implements GatewayApi {
     this.beginOp(inst, 'sleep')
     try {
       await this.engineCall(() => inst.client.sleep(level))
+      this.stillThere(inst, 'active')
       const now = new Date().toISOString()
       inst.row.sleep_level = level
       inst.row.slept_at = now
@@ -649,6 +669,7 @@ export class GatewayService implements GatewayApi {
     try {
       await this.engineCall(() => inst.client.wake(tags))
       const stillSleeping = await this.engineCall(() => inst.client.isSleeping())
+      this.stillThere(inst, 'sleeping')
       const now = new Date().toISOString()
       if (!stillSleeping) {
         inst.row.sleep_level = null
@@ -668,6 +689,17 @@ export class GatewayService implements GatewayApi {
     } finally {
       inst.busy = null
     }
+  }
+
+  /** stopBudgetMs bounds an unload: SIGTERM grace, then SIGKILL and its wait, plus a margin. */
+  stopBudgetMs(): number {
+    return this.deps.config.engine.stop_grace_seconds * 1000 + 10_000
+  }
+
+  /** stillThere: after an engine call, the instance was not unloaded (or failed) meanwhile. */
+  private stillThere(inst: ManagedInstance, status: InstanceStatus): void {
+    if (!this.live(inst) || inst.status !== status)
+      throw conflict(`Instance ${inst.id} became ${inst.status} during the operation`, 'INVALID_STATE')
   }
 
   /** sleepStatus is the sleep-status body (spec: not shown; documented in the README). */

@@ -2,6 +2,7 @@ import type { Server } from 'bun'
 import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError } from '../../src/http/errors.ts'
+import { splitUrl } from '../../src/http/url.ts'
 import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
 import type { Lease } from '../gateway/api.ts'
 import type { EndpointBackend } from './backends.ts'
@@ -219,12 +220,4 @@ function settleWithin(
       (err: Error) => finish({ error: err.message }),
     )
   })
-}
-
-/** splitUrl: path and `?query` of a request URL by slicing (no URL parsing on the hot path). */
-function splitUrl(url: string): { path: string; query: string } {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  if (start < 0) return { path: '/', query: '' }
-  const q = url.indexOf('?', start)
-  return q < 0 ? { path: url.slice(start), query: '' } : { path: url.slice(start, q), query: url.slice(q) }
 }

@@ -96,8 +96,7 @@ export class ModelTable {
 
   /** byInstance finds the gateway model an instance belongs to. */
   byInstance(instanceId: string): ModelEntry | undefined {
-    for (const e of this.entries.values()) if (e.gateway?.instances.some((i) => i.id === instanceId)) return e
-    return undefined
+    return this.instanceIndex.get(instanceId)
   }
 
   /** followGateway starts routing to the gateway's instances (then kept in sync by syncGateway). */

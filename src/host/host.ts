@@ -7,6 +7,7 @@ import { AuthService, categorize } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
+import { pathOf } from '../http/url.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { EventBus } from './bus.ts'
 import { Logger } from './logger.ts'
@@ -264,10 +265,7 @@ export class Host {
 }
 
 function matchRaw(raw: RawRoute[], req: Request): RawRoute | undefined {
-  const url = req.url
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  const q = url.indexOf('?', start)
-  const pathname = q < 0 ? url.slice(start) : url.slice(start, q)
+  const pathname = pathOf(req.url)
   for (const r of raw) if (r.match(pathname, req.method)) return r
   return undefined
 }

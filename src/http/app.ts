@@ -2,6 +2,7 @@ import { Elysia } from 'elysia'
 import type { Logger } from '../host/logger.ts'
 import { type AuthService, categorize, type Principal } from './auth.ts'
 import { AppError, type ErrorShape, proxyError } from './errors.ts'
+import { pathOf } from './url.ts'
 import { describeValidationError } from './validation.ts'
 
 /**
@@ -19,13 +20,6 @@ const principals = new WeakMap<Request, Principal>()
 /** principalOf returns who made an admin request (set by the guard). */
 export function principalOf(req: Request): Principal | undefined {
   return principals.get(req)
-}
-
-function pathOf(url: string): string {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  if (start < 0) return '/'
-  const q = url.indexOf('?', start)
-  return q < 0 ? url.slice(start) : url.slice(start, q)
 }
 
 export function renderError(err: unknown, pathname: string, log: Logger, fixed?: ErrorShape): Response {

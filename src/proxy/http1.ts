@@ -195,7 +195,9 @@ class Exchange implements UpstreamReply, ConnUser, ParserEvents {
     this.ended = true
     const conn = this.conn!
     conn.served = true
-    if (this.response!.keepAlive && !this.unwritten && !this.parser.trailingBytes) release(conn)
+    // A socket paused for a slow client is never pooled: nothing would resume it for the next request.
+    if (this.response!.keepAlive && !this.unwritten && !this.parser.trailingBytes && !this.paused)
+      release(conn)
     else conn.destroy()
     if (this.mode === 'buffer') this.buffered!.resolve(this.concat())
     else if (this.mode === 'stream') this.close()
@@ -304,12 +306,18 @@ class Exchange implements UpstreamReply, ConnUser, ParserEvents {
   }
 
   private error(cause: unknown): void {
-    if (this.finished || !this.controller) return
-    this.finished = true
+    if (this.finished) return
     const hooks = this.hooks!
+    const c = this.controller
+    if (!c) {
+      // Never pulled (the client is gone, or never read): still report the end, so the lease is released.
+      this.finished = true
+      hooks.onDone(hooks.failure(cause))
+      return
+    }
+    this.finished = true
     const error: AppError = hooks.failure(cause)
     hooks.onDone(error)
-    const c = this.controller
     try {
       if (hooks.sse) {
         c.write(sseErrorEnding(error, this.last, this.beforeLast))

@@ -72,6 +72,7 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
     acquire: unsupported,
     acquireByPort: () => null,
     inFlight: () => 0,
+    moveInProgress: () => false,
   }
   const plugin = definePlugin({
     id: 'gateway',

@@ -57,7 +57,7 @@ describe('blue-green move', () => {
       gpu_ids: [0],
       enable_sleep_mode: true,
       served_model_name: 'opt',
-      extra_args: ['--enforce-eager'],
+      extra_args: ['--enforce-eager', '--port', '18258'],
     })
     await gw.waitStatus(id, 'active')
     const res = await move(id, { target_gpu_ids: [1], drain_timeout_ms: 5000 })

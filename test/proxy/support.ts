@@ -75,6 +75,10 @@ export class FakeGateway implements GatewayApi {
   engineBaseUrl(i: InstanceRecord): string {
     return `http://127.0.0.1:${i.port}`
   }
+  moveInProgress(): boolean {
+    return false
+  }
+
   inFlight(id: string): number {
     return this.inflight.get(id) ?? 0
   }
