@@ -38,6 +38,7 @@ export function mean(values: readonly number[]): number {
 export class Reservoir {
   private readonly values: number[] = []
   private seen = 0
+  private total = 0
   private state: number
 
   constructor(
@@ -49,6 +50,7 @@ export class Reservoir {
 
   add(v: number): void {
     this.seen++
+    this.total += v
     if (this.values.length < this.capacity) {
       this.values.push(v)
       return
@@ -59,6 +61,11 @@ export class Reservoir {
 
   get count(): number {
     return this.seen
+  }
+
+  /** mean is exact over every value added, not only the sampled ones. */
+  mean(): number {
+    return this.seen ? this.total / this.seen : 0
   }
 
   sorted(): number[] {
@@ -123,6 +130,8 @@ export class ScenarioRecorder {
       return
     }
     this.success++
+    // ITL, like TTFT and E2E, covers successful requests only.
+    if (s.itlGaps) for (const gap of s.itlGaps) this.itl.add(gap)
     this.ttft.push(s.ttftMs)
     this.e2e.push(s.e2eMs)
     this.outputTokens += s.outputTokens
@@ -183,7 +192,7 @@ export class ScenarioRecorder {
       tpot_p90: round(percentile(tpot, 90)),
       tpot_p95: round(percentile(tpot, 95)),
       tpot_p99: round(percentile(tpot, 99)),
-      itl_avg: round(mean(itl)),
+      itl_avg: round(this.itl.mean()),
       itl_p50: round(percentile(itl, 50)),
       itl_p90: round(percentile(itl, 90)),
       itl_p95: round(percentile(itl, 95)),

@@ -21,9 +21,9 @@ export interface RequestSample {
   promptTokens: number | null
   usageReported: boolean
   contentChunks: number
+  /** itlGaps: gaps between content chunks (ms), measured requests only. */
+  itlGaps?: number[]
 }
-
-export type ItlSink = (intervalMs: number) => void
 
 class StreamingRequest implements SseSink, StreamCallbacks {
   private first = -1
@@ -34,18 +34,21 @@ class StreamingRequest implements SseSink, StreamCallbacks {
   private streamError: string | null = null
   private readonly reader: SseLineReader
   cancelled = false
+  /** gaps between content chunks, kept per request and counted only if the request succeeds. */
+  private readonly gaps: number[] | null
 
   constructor(
     readonly sendAt: number,
-    private readonly onItl: ItlSink | null,
+    collectItl: boolean,
     private readonly resolve: (s: RequestSample) => void,
   ) {
     this.reader = new SseLineReader(this)
+    this.gaps = collectItl ? [] : null
   }
 
   content(at: number): void {
     if (this.first < 0) this.first = at
-    else if (this.onItl) this.onItl(at - this.last)
+    else this.gaps?.push(at - this.last)
     this.last = at
     this.chunks++
   }
@@ -83,6 +86,7 @@ class StreamingRequest implements SseSink, StreamCallbacks {
       promptTokens: this.promptTokens,
       usageReported,
       contentChunks: this.chunks,
+      ...(this.gaps ? { itlGaps: this.gaps } : {}),
     })
   }
 }
@@ -99,13 +103,13 @@ export function sendStreamingRequest(
   client: HttpStreamClient,
   url: URL,
   payload: Uint8Array,
-  onItl: ItlSink | null,
+  collectItl: boolean,
 ): InFlight {
   let req!: StreamingRequest
   let abortFn: (reason: string) => void = () => {}
   const sendAt = performance.now()
   const done = new Promise<RequestSample>((resolve) => {
-    req = new StreamingRequest(sendAt, onItl, resolve)
+    req = new StreamingRequest(sendAt, collectItl, resolve)
     abortFn = client.request(url, payload, req)
   })
   return {

@@ -63,13 +63,12 @@ export async function runScenarioLoad(
   if (signal.aborted) return { durationSec: 0, cancelled: true }
   hooks.measuring?.()
   let finished = 0
-  const useItl = recorder.itl
   return runPhase(client, plan, signal, {
     count: plan.totalRequests,
     concurrency: plan.concurrency,
     rate: plan.requestRate,
     index: (k) => k,
-    itl: (ms) => useItl.add(ms),
+    collectItl: true,
     done: (sample, id) => {
       recorder.add(sample)
       hooks.sample?.(sample, id)
@@ -83,7 +82,7 @@ interface Phase {
   concurrency: number
   rate: number | null
   index(k: number): number
-  itl?: (ms: number) => void
+  collectItl?: boolean
   done(sample: RequestSample, requestId: string): void
 }
 
@@ -127,7 +126,7 @@ function runPhase(
       const i = phase.index(k)
       const id = `${plan.requestIdPrefix}-${i < 0 ? `w${-1 - i}` : i}`
       const payload = encodeRequest(plan.url, { ...plan.headers, 'x-request-id': id }, plan.body(i))
-      const f = sendStreamingRequest(client, plan.url, payload, phase.itl ?? null)
+      const f = sendStreamingRequest(client, plan.url, payload, phase.collectItl === true)
       if (firstSend < 0) firstSend = f.sendAt
       active.add(f)
       f.done.then((sample) => {

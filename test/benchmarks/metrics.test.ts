@@ -133,3 +133,15 @@ describe('SSE scanning', () => {
     expect(seen.done).toBe(1)
   })
 })
+
+describe('inter-token latency', () => {
+  it('counts the gaps of successful requests only, with an exact mean', () => {
+    const r = new ScenarioRecorder({ e2eMs: null, ttftMs: null, tpotMs: null })
+    r.add(sample({ itlGaps: [10, 20] }))
+    r.add(sample({ ok: false, error: 'HTTP 500: boom', itlGaps: [1000, 1000] }))
+    r.add(sample({ cancelled: true, ok: false, error: 'cancelled', itlGaps: [5000] }))
+    const m = r.summarize(1)
+    expect(m.itl_avg).toBe(15)
+    expect(m.itl_p99).toBeLessThanOrEqual(20)
+  })
+})
