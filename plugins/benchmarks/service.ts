@@ -96,6 +96,7 @@ export class BenchmarkService {
     for (const exec of this.queue.splice(0)) this.finishQueued(exec, 'shutdown', message)
     const running = [...this.live.values()]
     for (const exec of running) exec.stop('shutdown', message)
+    if (deadline.aborted) return
     await Promise.race([
       Promise.all(running.map((e) => e.done)),
       new Promise((r) => deadline.addEventListener('abort', r, { once: true })),
@@ -263,7 +264,11 @@ export class BenchmarkService {
 
   async delete(id: string): Promise<{ id: string; deleted: true; cancelled: boolean }> {
     const exec = this.live.get(id)
-    if (exec) await this.halt(exec, 'delete', 'cancelled: the run was deleted')
+    if (exec) {
+      await this.halt(exec, 'delete', 'cancelled: the run was deleted')
+      // A run that did not wind down in time is forgotten all the same: no reads, no late events.
+      this.live.delete(id)
+    }
     if (!this.repo.delete(id)) throw notFoundRun(id)
     return { id, deleted: true, cancelled: exec !== undefined }
   }
