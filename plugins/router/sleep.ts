@@ -29,6 +29,9 @@ export interface SleepControllerDeps {
   lifetime: AbortSignal
 }
 
+/** STOP_WAIT_MS caps how long stop waits for sleep or wake operations under way. */
+const STOP_WAIT_MS = 5000
+
 export class SleepController {
   private timer: ReturnType<typeof setInterval> | undefined
   private readonly running = new Set<Promise<unknown>>()
@@ -39,11 +42,15 @@ export class SleepController {
     this.timer = setInterval(() => this.tick(), this.deps.cfg.auto_sleep.check_interval * 1000)
   }
 
-  /** stop clears the timer and waits (under the caller's deadline) for operations under way. */
+  /**
+   * stop clears the timer and waits a little for operations under way. Calls to configured engines
+   * end with the router's lifetime signal; a gateway model's sleep or wake cannot be cancelled, so
+   * the wait is capped (the gateway, which stops after the router, ends those engines anyway).
+   */
   async stop(): Promise<void> {
     clearInterval(this.timer)
     this.timer = undefined
-    await Promise.allSettled([...this.running])
+    await Promise.race([Promise.allSettled([...this.running]), Bun.sleep(STOP_WAIT_MS)])
   }
 
   private track<T>(p: Promise<T>): Promise<T> {
