@@ -78,6 +78,8 @@ export class RouterInference {
     startedAt: number,
   ): Promise<Response> {
     const { sleep, cfg, log } = this.deps
+    const failure = sleep.recentWakeFailure(entry)
+    if (failure) return this.refuse(entry, wakeFailed(entry.name, failure), startedAt)
     const wake = sleep.wake(entry)
     wake.catch((err: Error) => log.warn('wake on request failed', { model: entry.name, error: err.message }))
     if (cfg.wake_on_request === 'reject')

@@ -24,6 +24,8 @@ export class ModelEntry {
   /** the one wake every waiting request shares. */
   wakePromise: Promise<void> | null = null
   wakeStartedAt = 0
+  /** the last failed wake, so requests do not hammer an engine that cannot wake. */
+  wakeFailure: { at: number; message: string } | null = null
   /** duration of the last wake (ms), to estimate Retry-After. */
   lastWakeMs: number | null = null
   /** bumped at every operation start, so a slow probe never overwrites a newer state. */

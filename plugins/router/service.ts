@@ -235,6 +235,7 @@ export class RouterService {
           `Model has been sleeping for ${slept} s; the minimum sleep duration is ${min} s`,
           { min_sleep_duration: min, actual_sleep_duration: slept },
         )
+      e.wakeFailure = null // an operator's explicit wakeup retries at once
       await this.sleep.wake(e)
     } catch (err) {
       return this.actionFailure(e, err)

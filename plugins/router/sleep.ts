@@ -31,6 +31,8 @@ export interface SleepControllerDeps {
 
 /** STOP_WAIT_MS caps how long stop waits for sleep or wake operations under way. */
 const STOP_WAIT_MS = 5000
+/** WAKE_RETRY_MS: after a failed wake, requests are refused (502 wake_failed) this long before a new try. */
+export const WAKE_RETRY_MS = 10_000
 
 export class SleepController {
   private timer: ReturnType<typeof setInterval> | undefined
@@ -160,6 +162,8 @@ export class SleepController {
    */
   wake(e: ModelEntry): Promise<void> {
     if (e.wakePromise) return e.wakePromise
+    const failure = this.recentWakeFailure(e)
+    if (failure) return Promise.reject(new EngineUnavailable(failure))
     if (e.state === 'active' && e.op !== 'sleep') return Promise.resolve()
     if (e.op === 'sleep' || e.state === 'sleeping') e.wakeStartedAt = Date.now()
     const p = (async () => {
@@ -191,9 +195,11 @@ export class SleepController {
         e.sleepTime = null
         e.sleepLevel = null
         e.lastWakeMs = Date.now() - t0
+        e.wakeFailure = null
         log.info('model awake', { model: e.name, ms: e.lastWakeMs })
       } catch (err) {
         e.state = 'sleeping'
+        e.wakeFailure = { at: Date.now(), message: (err as Error).message }
         throw err
       } finally {
         e.op = null
@@ -217,6 +223,13 @@ export class SleepController {
       delay = Math.min(1000, delay * 2)
     }
     return false
+  }
+
+  /** recentWakeFailure names the last wake failure while its retry delay lasts, else null. */
+  recentWakeFailure(e: ModelEntry): string | null {
+    const f = e.wakeFailure
+    if (!f || Date.now() - f.at >= WAKE_RETRY_MS) return null
+    return `the last wake failed ${Math.round((Date.now() - f.at) / 1000)} s ago (${f.message}); retrying after ${WAKE_RETRY_MS / 1000} s`
   }
 
   /** retryAfterSeconds estimates the rest of a wake from the model's last one (5 s when unknown). */

@@ -142,3 +142,37 @@ describe('router wake on request (hold)', () => {
     expect(stats.body).toMatchObject({ total_requests: 2, failed_requests: 2 })
   })
 })
+
+describe('router wake failures', () => {
+  it('answers 502 wake_failed while a failed wake cools down, instead of starting another', async () => {
+    const doomed = await startSim('doomed-model')
+    const rr = await startRouter(`${modelsYaml([{ name: 'doomed-model', port: doomed.port }])}\n`)
+    try {
+      const slept = await fetch(`${rr.routerUrl}/action/sleep/doomed-model`, { method: 'POST' })
+      expect(slept.status).toBe(200)
+      process.kill(-doomed.pid, 'SIGKILL') // the engine dies while asleep: its wake can only fail
+      await doomed.exited
+      const post = () =>
+        fetch(`${rr.routerUrl}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(chat('doomed-model')),
+        })
+      const first = await post()
+      expect(first.status).toBe(503)
+      expect(((await first.json()) as { error: { code: string } }).error.code).toBe('model_waking')
+      await waitUntil(
+        async () => (await stateOf(rr, 'doomed-model')) === 'sleeping',
+        5000,
+        'the wake to fail',
+      )
+      const second = await post()
+      expect(second.status).toBe(502)
+      const err = ((await second.json()) as { error: { code: string; message: string } }).error
+      expect(err.code).toBe('wake_failed')
+      expect(err.message).toContain('the last wake failed')
+    } finally {
+      await rr.stop()
+    }
+  })
+})
