@@ -1,4 +1,5 @@
 import type { ScenarioMetrics } from './model.ts'
+import { seededRandom } from './random.ts'
 import type { RequestSample } from './request.ts'
 
 /**
@@ -39,13 +40,13 @@ export class Reservoir {
   private readonly values: number[] = []
   private seen = 0
   private total = 0
-  private state: number
+  private readonly random: () => number
 
   constructor(
     private readonly capacity: number,
     seed = 1,
   ) {
-    this.state = seed >>> 0 || 1
+    this.random = seededRandom(seed)
   }
 
   add(v: number): void {
@@ -70,16 +71,6 @@ export class Reservoir {
 
   sorted(): number[] {
     return [...this.values].sort((a, b) => a - b)
-  }
-
-  private random(): number {
-    // xorshift32
-    let x = this.state
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    this.state = x >>> 0
-    return this.state / 4294967296
   }
 }
 

@@ -1,3 +1,4 @@
+import { seededRandom } from './random.ts'
 /**
  * buildPrompts makes prompts of exactly `target` tokens as the engine's own tokenizer counts them
  * (POST /tokenize), so a scenario's inputTokens is what the engine really prefills. It searches
@@ -39,19 +40,8 @@ const POOL = (
   'did life north river south area end government second work said long water light house road field'
 ).split(' ')
 
-function mulberry32(seed: number): () => number {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-
 function words(seed: number, n: number): string[] {
-  const rnd = mulberry32(seed)
+  const rnd = seededRandom(seed)
   return Array.from({ length: n }, () => POOL[Math.floor(rnd() * POOL.length)]!)
 }
 
@@ -70,7 +60,7 @@ function variants(base: readonly string[]): (i: number) => string {
   return (i) => {
     if (i === 0 || head.length < 3) return plain
     const w = [...head]
-    const rnd = mulberry32(0x9e3779b9 ^ i)
+    const rnd = seededRandom(0x9e3779b9 ^ i)
     for (let k = w.length - 1; k > 1; k--) {
       const j = 1 + Math.floor(rnd() * k)
       const tmp = w[k]!

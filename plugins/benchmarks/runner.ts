@@ -1,5 +1,6 @@
 import { encodeRequest, type HttpStreamClient } from './http-stream.ts'
 import type { ScenarioRecorder } from './metrics.ts'
+import { seededRandom } from './random.ts'
 import { type InFlight, type RequestSample, sendStreamingRequest } from './request.ts'
 
 /**
@@ -196,15 +197,4 @@ async function preconnect(
 ): Promise<void> {
   if (signal.aborted) return
   await client.preconnect(plan.url, n, AbortSignal.any([signal, AbortSignal.timeout(10_000)]))
-}
-
-function seededRandom(seed: number): () => number {
-  let state = (seed ^ 0x2545f491) >>> 0 || 1
-  return () => {
-    state ^= state << 13
-    state ^= state >>> 17
-    state ^= state << 5
-    state >>>= 0
-    return state / 4294967296
-  }
 }
