@@ -66,6 +66,21 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true })
 })
 
+/** waitReady polls /api/health/ready until 200 or the deadline. */
+async function waitReady(until: number): Promise<void> {
+  while (Date.now() < until) {
+    if (
+      await fetch(`${URL}/api/health/ready`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return
+    await Bun.sleep(50)
+  }
+  throw new Error('modelgate did not become ready')
+}
+
 describe('the compiled binary', () => {
   it('prints its version', () => {
     const r = run(['version'])
@@ -104,15 +119,7 @@ describe('the compiled binary', () => {
     })
     children.push(child)
     const until = Date.now() + 15000
-    while (Date.now() < until) {
-      if (
-        await fetch(`${URL}/api/health/ready`)
-          .then((r) => r.ok)
-          .catch(() => false)
-      )
-        break
-      await Bun.sleep(50)
-    }
+    await waitReady(until)
     const health = await fetch(`${URL}/api/health`)
     expect(health.status).toBe(200)
     expect(await health.json()).toMatchObject({ status: 'ok', version: pkg.version })
@@ -190,15 +197,7 @@ describe('the compiled binary', () => {
     })
     children.push(child)
     const until = Date.now() + 15000
-    while (Date.now() < until) {
-      if (
-        await fetch(`${URL}/api/health/ready`)
-          .then((r) => r.ok)
-          .catch(() => false)
-      )
-        break
-      await Bun.sleep(50)
-    }
+    await waitReady(until)
     const load = await fetch(`${URL}/api/v1/models/load`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
