@@ -188,7 +188,9 @@ export class RunExecution {
       const throttle = deps.cfg.progress_interval_ms
       let lastWarm = 0
       let lastProgress = 0
-      s.phase = s.warmup_requests > 0 ? 'warmup' : 'measuring'
+      // 'measuring' is set by the measuring hook, once the measured phase has really begun.
+      if (s.warmup_requests > 0) s.phase = 'warmup'
+      let measured = false
       const outcome = await runScenarioLoad(client, plan, recorder, signal, {
         warmup: (completed) => {
           s.warmup_completed = completed
@@ -204,6 +206,7 @@ export class RunExecution {
           await barrier.arrive()
         },
         measuring: () => {
+          measured = true
           s.phase = 'measuring'
           deps.repo.saveScenario(s)
           this.emit(progressEvent(run, s))
@@ -221,7 +224,7 @@ export class RunExecution {
         },
       })
       // a scenario cancelled before its measured phase has no metrics
-      if (!outcome.cancelled || s.phase === 'measuring') {
+      if (!outcome.cancelled || measured) {
         const m = recorder.summarize(outcome.durationSec)
         s.metrics = m
         s.completed_requests = m.total_requests
