@@ -73,6 +73,10 @@ class GatewayInference implements InferenceHandlers {
 
   constructor(private readonly deps: InferenceDeps) {
     this.metrics = new ProxyMetrics(deps.metrics)
+    // Every request that reached an instance is counted, whoever proxied it (the router emits too).
+    deps.bus.on('proxy.request', (e) => {
+      if (e.instance_id) this.metrics.observe(e.instance_id, e.status, e.duration_ms)
+    })
   }
 
   async model(
@@ -180,7 +184,6 @@ class GatewayInference implements InferenceHandlers {
 
   private record(lease: Lease, model: string, path: string, info: ForwardEnd): void {
     const instanceId = lease.instance.id
-    this.metrics.observe(instanceId, info.status, info.durationMs)
     this.deps.bus.emit('proxy.request', {
       model,
       instance_id: instanceId,

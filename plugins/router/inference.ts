@@ -1,4 +1,5 @@
 import type { Server } from 'bun'
+import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError } from '../../src/http/errors.ts'
@@ -31,6 +32,8 @@ export interface InferenceDeps {
   /** the listener's keep-alive idle timeout, restored after a held or proxied request */
   idleTimeoutSeconds: number
   lifetime: AbortSignal
+  /** bus: requests to gateway instances are announced as `proxy.request`, so the gateway counts them. */
+  bus: EventBus
 }
 
 const paths = new Set(INFERENCE_PATHS)
@@ -146,7 +149,18 @@ export class RouterInference {
       if (ended) return
       ended = true
       entry.inFlight--
-      lease?.release()
+      if (lease) {
+        lease.release()
+        this.deps.bus.emit('proxy.request', {
+          model: entry.name,
+          instance_id: lease.instance.id,
+          status: info.status,
+          duration_ms: info.durationMs,
+          ttft_ms: info.ttftMs,
+          streamed: info.streamed,
+          path: pathAndQuery.split('?')[0]!,
+        })
+      }
       this.recordEnd(entry, info.status, info.durationMs)
     }
     try {

@@ -69,6 +69,7 @@ export class RouterService {
       log: ctx.log,
       idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
       lifetime: this.lifetime.signal,
+      bus: ctx.bus,
     })
   }
 

@@ -66,6 +66,9 @@ describe('router following the gateway', () => {
       total_requests: 1,
       successful_requests: 1,
     })
+    // The gateway counts the request too: it reached one of its instances.
+    const metrics = await (await fetch(`${r.url}/metrics`)).text()
+    expect(metrics).toContain(`modelgate_requests_total{model_id="${instanceId}",status="200"} 1`)
 
     // Traffic through the gateway's own /v1 (announced as `proxy.request`) counts as activity, so the
     // model is not idle, but not as router traffic.
