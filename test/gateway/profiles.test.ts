@@ -1,17 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import type { CheckResult } from '../../plugins/gateway/profile-check.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 
 type Profile = Record<string, unknown> & { id: string; source: string; created_at: string }
-type Check = {
-  warning_level: string
-  message: string
-  profile_found: boolean
-  estimated_memory_gib: number | null
-  available_memory_gib: number | null
-  gpu_name: string | null
-  gpu_total_memory_gib: number | null
-  gpu_ids: number[]
-}
+type Check = CheckResult
 type Err = { error: { code: string; message: string; statusCode: number } }
 
 const H100 = 'NVIDIA H100 80GB HBM3'

@@ -1,36 +1,22 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { cleanupSims, type EngineProc, freePort } from '../sim/helpers.ts'
-import { chat, engineHits, modelsYaml, startRouter, startSim, type TestRouter, waitUntil } from './support.ts'
+import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
+import { chat, engineHits, startTwoAndGhost, type TestRouter, TWO_AND_GHOST, waitUntil } from './support.ts'
 
 /**
  * The router's sleep and wake actions against simulator engines (and one endpoint where nothing
  * listens): success and refusal bodies, the minimum sleep duration, 502 for an engine that does
  * not answer, and requests for a sleeping model (one wake, 503 model_waking meanwhile).
  */
-const A = 'org/model-a'
-const B = 'model-b'
-const GHOST = 'ghost'
+const { A, B, GHOST } = TWO_AND_GHOST
 const enc = encodeURIComponent
 
 let a: EngineProc
-let b: EngineProc
-let ghostPort: number
 let r: TestRouter
 
 const ISO = expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
 
 beforeAll(async () => {
-  ;[a, b, ghostPort] = await Promise.all([startSim(A, { wakeDelayMs: 1500 }), startSim(B), freePort()])
-  r = await startRouter(`
-${modelsYaml([
-  { name: A, port: a.port },
-  { name: B, port: b.port },
-  { name: GHOST, port: ghostPort },
-])}
-auto_sleep: { min_sleep_duration: 2 }
-health_timeout_ms: 500
-proxy: { connect_timeout_ms: 500 }
-`)
+  ;({ a, r } = await startTwoAndGhost({ wakeDelayMs: 1500 }))
 })
 
 afterAll(async () => {

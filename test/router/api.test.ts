@@ -1,15 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { cleanupSims, type EngineProc, freePort } from '../sim/helpers.ts'
-import { chat, modelsYaml, startRouter, startSim, type TestRouter } from './support.ts'
+import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
+import { chat, startTwoAndGhost, type TestRouter, TWO_AND_GHOST } from './support.ts'
 
 /**
  * The router alone (no gateway plugin), as the spec's standalone controller, in front of two
  * simulator engines and one endpoint where nothing listens: every endpoint with its exact shape,
  * the error shape and traffic statistics after a known sequence (actions: actions.test.ts).
  */
-const A = 'org/model-a'
-const B = 'model-b'
-const GHOST = 'ghost'
+const { A, B, GHOST } = TWO_AND_GHOST
 const enc = encodeURIComponent
 
 let a: EngineProc
@@ -20,17 +18,7 @@ let r: TestRouter
 const ISO = expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
 
 beforeAll(async () => {
-  ;[a, b, ghostPort] = await Promise.all([startSim(A), startSim(B), freePort()])
-  r = await startRouter(`
-${modelsYaml([
-  { name: A, port: a.port },
-  { name: B, port: b.port },
-  { name: GHOST, port: ghostPort },
-])}
-auto_sleep: { min_sleep_duration: 2 }
-health_timeout_ms: 500
-proxy: { connect_timeout_ms: 500 }
-`)
+  ;({ a, b, ghostPort, r } = await startTwoAndGhost())
 })
 
 afterAll(async () => {

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { plugins } from '../../plugins/index.ts'
 import router from '../../plugins/router/index.ts'
 import type { PluginDefinition } from '../../src/host/plugin.ts'
-import { type EngineProc, spawnEngine, tempSimDir, waitHealthy } from '../sim/helpers.ts'
+import { type EngineProc, freePort, spawnEngine, tempSimDir, waitHealthy } from '../sim/helpers.ts'
 import { gatewayYaml } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 
@@ -143,4 +143,29 @@ export async function waitUntil(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
     await Bun.sleep(25)
   }
+}
+
+/** Names of the standalone-router fixture: two simulator engines and one endpoint where nothing listens. */
+export const TWO_AND_GHOST = { A: 'org/model-a', B: 'model-b', GHOST: 'ghost' } as const
+
+/**
+ * startTwoAndGhost boots a router alone in front of two simulator engines (A, B) and a port where
+ * nothing listens (GHOST), with short probe deadlines and a 2 s minimum sleep duration.
+ */
+export async function startTwoAndGhost(a: SimOptions = {}) {
+  const { A, B, GHOST } = TWO_AND_GHOST
+  const [ea, eb] = await Promise.all([startSim(A, a), startSim(B)])
+  // Picked after the engines listen, so the ghost port can never be one an engine was about to take.
+  const ghostPort = await freePort()
+  const r = await startRouter(`
+${modelsYaml([
+  { name: A, port: ea.port },
+  { name: B, port: eb.port },
+  { name: GHOST, port: ghostPort },
+])}
+auto_sleep: { min_sleep_duration: 2 }
+health_timeout_ms: 500
+proxy: { connect_timeout_ms: 500 }
+`)
+  return { a: ea, b: eb, ghostPort, r }
 }
