@@ -1,0 +1,465 @@
+/**
+ * RequestParser reads HTTP/1.1 requests from a client connection, incrementally and strictly (RFC 9112).
+ * It is the front listener's security boundary: anything two parsers could frame differently (request
+ * smuggling) is refused with the status to answer, never repaired. It is also the hot path: a request
+ * that arrives whole in one data event is parsed straight from that Buffer — one latin1 decode of the
+ * head, the body returned as a view of the pushed bytes, no copy and no concatenation.
+ */
+export interface RequestHead {
+  /** e.g. 'POST' (case-sensitive token, as sent) */
+  method: string
+  /** request target as received (origin-form '/p?q', '*' for OPTIONS, or absolute-form converted to origin-form) */
+  target: string
+  /** target before '?' */
+  path: string
+  /** '' or '?…' (the query including its '?') */
+  query: string
+  http10: boolean
+  /** header pairs in order: names lower-cased, values with surrounding OWS trimmed */
+  headers: [string, string][]
+  /** Content-Length, or -1 when absent (always -1 for chunked) */
+  contentLength: number
+  chunked: boolean
+  /** the connection may carry another request after this one (HTTP/1.1 unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`) */
+  keepAlive: boolean
+  /** `Expect: 100-continue` was sent (never on HTTP/1.0, which must ignore it: RFC 9110 §10.1.1) */
+  expectContinue: boolean
+  /** the Connection header value, lower-cased ('' when absent) */
+  connection: string
+}
+
+export interface ParsedRequest {
+  head: RequestHead
+  /** the whole body (length 0 when none); may be a view (subarray) of a Buffer given to push() */
+  body: Uint8Array<ArrayBuffer>
+}
+
+export class RequestError extends Error {
+  override readonly name = 'RequestError'
+  constructor(
+    readonly status: 400 | 413 | 417 | 431 | 501 | 505,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+export interface ParserLimits {
+  maxHeadBytes: number
+  maxHeaders: number
+  maxBodyBytes: number
+}
+
+export const DEFAULT_LIMITS: ParserLimits = Object.freeze({
+  maxHeadBytes: 64 * 1024,
+  maxHeaders: 100,
+  maxBodyBytes: 128 * 1024 * 1024,
+})
+
+enum State {
+  Head,
+  /** Content-Length body, or none (need 0) */
+  Body,
+  Chunked,
+}
+
+/** The chunked decoder goes byte by byte through the (tiny) framing and takes data in bulk. */
+enum Chunk {
+  Size,
+  /** whitespace after the size: only allowed before `;ext` (BWS) */
+  SizeBws,
+  Ext,
+  SizeLF,
+  Data,
+  DataCR,
+  DataLF,
+  Trailer,
+  TrailerLF,
+}
+
+const CR = 13
+const LF = 10
+/** Empty lines skipped before a request line (RFC 9112 §2.2: some clients send CRLF after a body). */
+const MAX_EMPTY_LINES = 4
+const EMPTY = new Uint8Array(0)
+// Field lines are checked by one test of the whole block after the request line (cheaper than one
+// per line): each is CRLF, a token, ':' at once, and a value with no control but HTAB. That refuses
+// obs-fold, whitespace before the colon, NUL, and any bare CR or LF. Bytes >= 0x80 pass.
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+const FIELD_LINES = /(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*)*$/y
+/** Visible ASCII but '#': a fragment is never sent, and backends disagree about one. */
+const TARGET = /^[!"$-~]+$/
+const ABSOLUTE = /^https?:\/\/([^/?]+)(.*)$/i
+/** Host, or an absolute-form authority: reg-name or IP literal and port; no userinfo ('@'). */
+const HOST = /^[\w\-.~!$&'()*+,;=%:[\]]*$/
+const DIGITS = /^\d+$/
+const HTTP_VERSION = /^HTTP\/\d\.\d$/
+
+/** hexValue: 0-15 for an ASCII hex digit, -1 otherwise. */
+function hexValue(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48
+  if (c >= 97 && c <= 102) return c - 87
+  if (c >= 65 && c <= 70) return c - 55
+  return -1
+}
+
+const isOws = (c: number): boolean => c === 32 || c === 9
+
+/** trimOws trims SP and HTAB only (String.trim would also eat NBSP, a legal latin1 value byte). */
+function trimOws(s: string): string {
+  let a = 0
+  let b = s.length
+  while (a < b && isOws(s.charCodeAt(a))) a++
+  while (b > a && isOws(s.charCodeAt(b - 1))) b--
+  return a === 0 && b === s.length ? s : s.slice(a, b)
+}
+
+/** hasToken: the lower-cased comma list holds token. */
+function hasToken(list: string, token: string): boolean {
+  if (list === token) return true
+  return list.includes(token) && list.split(',').some((t) => trimOws(t) === token)
+}
+
+/** header returns the first value of a lower-case header name, or null. */
+export function header(head: RequestHead, name: string): string | null {
+  for (const [n, v] of head.headers) if (n === name) return v
+  return null
+}
+
+export class RequestParser {
+  private readonly maxHead: number
+  private readonly maxHeaders: number
+  private readonly maxBody: number
+  /** Pushed buffers not yet consumed: parts[pi] from pos on, then the next ones whole; size bytes in all. */
+  private parts: Buffer[] = []
+  private pi = 0
+  private pos = 0
+  private size = 0
+  /** A head spanning pushes is gathered here, grown by doubling (a byte-at-a-time head stays O(n)). */
+  private acc: Buffer | null = null
+  private accLen = 0
+  /** Bytes of the head already searched for CRLFCRLF (the search resumes 3 bytes before the end). */
+  private scanned = 0
+  private state = State.Head
+  private head: RequestHead | null = null
+  private need = 0
+  private cs = Chunk.Size
+  private digits = 0
+  private remaining = 0
+  /** Chunk data bytes held in pieces (at a size line: the sum of the sizes so far). */
+  private held = 0
+  private pieces: Uint8Array<ArrayBuffer>[] = []
+  private lineLen = 0
+  /** Chunk extensions and trailers are head-like metadata: together they get maxHeadBytes. */
+  private metaLeft = 0
+
+  constructor(limits?: Partial<ParserLimits>) {
+    this.maxHead = limits?.maxHeadBytes ?? DEFAULT_LIMITS.maxHeadBytes
+    this.maxHeaders = limits?.maxHeaders ?? DEFAULT_LIMITS.maxHeaders
+    this.maxBody = limits?.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes
+  }
+
+  /** push appends bytes received on the connection (kept by reference: callers never reuse them). */
+  push(data: Buffer): void {
+    if (data.length === 0) return
+    if (this.pi === this.parts.length) this.parts.length = 0
+    else if (this.pi > 0) this.parts.splice(0, this.pi)
+    this.pi = 0
+    this.parts.push(data)
+    this.size += data.length
+  }
+
+  /** the head of the request whose body is still arriving (null otherwise) */
+  get pendingHead(): RequestHead | null {
+    return this.state === State.Head ? null : this.head
+  }
+
+  /** bytes received and not yet returned (less a pending request's head and chunk framing) */
+  get buffered(): number {
+    return this.size + this.accLen + this.held
+  }
+
+  /** next returns the next complete request, or null when more bytes are needed; throws RequestError. */
+  next(): ParsedRequest | null {
+    if (this.state === State.Head && !this.readHead()) return null
+    let body: Uint8Array<ArrayBuffer> = EMPTY
+    if (this.state === State.Body) {
+      if (this.size < this.need) return null
+      if (this.need > 0) body = this.take(this.need)
+    } else {
+      if (!this.decodeChunks()) return null
+      const p = this.pieces
+      if (p.length > 0) body = p.length === 1 ? p[0]! : Buffer.concat(p, this.held)
+      this.pieces = []
+      this.held = 0
+    }
+    const head = this.head!
+    this.head = null
+    this.state = State.Head
+    return { head, body }
+  }
+
+  private readHead(): boolean {
+    const n = this.parts.length - this.pi
+    if (this.accLen === 0 && n === 0) return false
+    // Fast path: the head starts in the only buffered part; else gather it into acc.
+    const fast = this.accLen === 0 && n === 1
+    const buf = fast ? this.parts[this.pi]! : this.gather()
+    let start = fast ? this.pos : 0
+    for (let k = 0; buf[start] === CR && buf[start + 1] === LF; start += 2)
+      if (++k > MAX_EMPTY_LINES) throw new RequestError(400, 'too many empty lines')
+    const end = buf.indexOf('\r\n\r\n', start + this.scanned, 'latin1')
+    if (end < 0) {
+      if (buf.length - start >= this.maxHead) throw new RequestError(431, 'request head too large')
+      this.scanned = Math.max(0, buf.length - start - 3)
+      return false
+    }
+    if (end + 4 - start > this.maxHead) throw new RequestError(431, 'request head too large')
+    const head = this.parseHead(buf.toString('latin1', start, end))
+    this.scanned = 0
+    if (fast) {
+      this.size -= end + 4 - this.pos
+      this.at(end + 4)
+    } else {
+      // gather() moved every buffered byte into acc: what follows the head is now the only part.
+      this.acc = null
+      this.accLen = 0
+      this.push(buf.subarray(end + 4))
+    }
+    this.head = head
+    if (head.chunked) {
+      this.state = State.Chunked
+      this.cs = Chunk.Size
+      this.digits = this.remaining = 0
+      this.metaLeft = this.maxHead
+    } else {
+      this.state = State.Body
+      this.need = Math.max(0, head.contentLength)
+    }
+    return true
+  }
+
+  /** gather appends every buffered part to acc and returns the filled part of acc. */
+  private gather(): Buffer {
+    const need = this.accLen + this.size
+    if (!this.acc || this.acc.length < need) {
+      const grown = Buffer.allocUnsafe(Math.max(need, 2 * (this.acc?.length ?? 0), 1024))
+      this.acc?.copy(grown, 0, 0, this.accLen)
+      this.acc = grown
+    }
+    for (let k = this.pi; k < this.parts.length; k++)
+      this.accLen += this.parts[k]!.copy(this.acc, this.accLen, k === this.pi ? this.pos : 0)
+    this.parts.length = this.pi = this.pos = this.size = 0
+    return this.acc.subarray(0, this.accLen)
+  }
+
+  /** at moves the read position within parts[pi], on to the next part at its end. */
+  private at(pos: number): void {
+    if (pos < this.parts[this.pi]!.length) this.pos = pos
+    else {
+      this.pi++
+      this.pos = 0
+    }
+  }
+
+  /** take consumes n (0 < n <= size) bytes: a view when they lie in one pushed buffer, else one copy. */
+  private take(n: number): Uint8Array<ArrayBuffer> {
+    this.size -= n
+    const first = this.parts[this.pi]!
+    const pos = this.pos
+    if (first.length - pos >= n) {
+      this.at(pos + n)
+      return first.subarray(pos, pos + n) as Uint8Array<ArrayBuffer>
+    }
+    const out = Buffer.allocUnsafe(n)
+    for (let w = 0; w < n; ) {
+      const p = this.parts[this.pi]!
+      const k = p.copy(out, w, this.pos, Math.min(p.length, this.pos + n - w))
+      w += k
+      this.at(this.pos + k)
+    }
+    return out
+  }
+
+  private parseHead(text: string): RequestHead {
+    const n = text.length
+    let eol = text.indexOf('\r\n')
+    if (eol < 0) eol = n
+    const sp1 = text.indexOf(' ')
+    const sp2 = text.indexOf(' ', sp1 + 1)
+    if (sp1 <= 0 || sp2 < 0 || sp2 > eol) throw new RequestError(400, 'malformed request line')
+    const method = text.slice(0, sp1)
+    if (!TOKEN.test(method)) throw new RequestError(400, 'malformed method')
+    // CONNECT opens a tunnel (authority-form target): not something this proxy offers.
+    if (method === 'CONNECT') throw new RequestError(501, 'CONNECT is not supported')
+    const version = text.slice(sp2 + 1, eol)
+    const http10 = version === 'HTTP/1.0'
+    if (!http10 && version !== 'HTTP/1.1')
+      throw new RequestError(HTTP_VERSION.test(version) ? 505 : 400, 'unsupported HTTP version')
+    let target = text.slice(sp1 + 1, sp2)
+    if (!TARGET.test(target)) throw new RequestError(400, 'malformed request target')
+    let authority: string | null = null
+    if (target.charCodeAt(0) !== 47) {
+      const m = ABSOLUTE.exec(target)
+      if (m && HOST.test(m[1]!)) {
+        authority = m[1]!.toLowerCase()
+        const rest = m[2]!
+        target = rest === '' || rest.charCodeAt(0) === 63 ? '/' + rest : rest
+      } else if (target !== '*' || method !== 'OPTIONS')
+        throw new RequestError(400, 'unsupported request target')
+    }
+    // One lower-casing of the whole head (latin1 keeps every index) gives the names and the values
+    // compared case-insensitively as slices: far cheaper than lower-casing each name.
+    const lower = text.toLowerCase()
+    FIELD_LINES.lastIndex = eol
+    if (!FIELD_LINES.test(text)) throw new RequestError(400, 'malformed header field')
+    const headers: [string, string][] = []
+    let hosts = 0
+    let host = ''
+    let contentLength = -1
+    let clRaw: string | null = null
+    let te: string | null = null
+    let connection = ''
+    let expectContinue = false
+    for (let a = eol + 2; a < n; a = eol + 2) {
+      eol = text.indexOf('\r\n', a)
+      if (eol < 0) eol = n
+      if (headers.length === this.maxHeaders) throw new RequestError(431, 'too many header fields')
+      const colon = text.indexOf(':', a)
+      const name = lower.slice(a, colon)
+      let v = colon + 1
+      let e = eol
+      while (v < e && isOws(text.charCodeAt(v))) v++
+      while (e > v && isOws(text.charCodeAt(e - 1))) e--
+      const value = text.slice(v, e)
+      headers.push([name, value])
+      switch (name) {
+        case 'host':
+          hosts++
+          host = lower.slice(v, e)
+          break
+        case 'content-length':
+          // Repeats must be byte-identical; lists, signs and spaces are refused, never interpreted.
+          if (clRaw === null) {
+            contentLength = Number(value)
+            if (!DIGITS.test(value) || !Number.isSafeInteger(contentLength))
+              throw new RequestError(400, 'malformed Content-Length')
+            clRaw = value
+          } else if (value !== clRaw) throw new RequestError(400, 'conflicting Content-Length')
+          break
+        case 'transfer-encoding':
+          te = te === null ? lower.slice(v, e) : te + ',' + lower.slice(v, e)
+          break
+        case 'connection':
+          connection = connection === '' ? lower.slice(v, e) : connection + ', ' + lower.slice(v, e)
+          break
+        case 'expect':
+          if (lower.slice(v, e) !== '100-continue') throw new RequestError(417, 'unsupported expectation')
+          expectContinue = !http10
+          break
+      }
+    }
+    // RFC 9112 §3.2: one Host on HTTP/1.1, never two. An absolute-form authority must agree with it
+    // (refused rather than preferred, so nothing downstream routes on a Host we did not check).
+    if (hosts > 1 || (hosts === 0 && !http10)) throw new RequestError(400, 'missing or repeated Host')
+    if (hosts === 1 && (!HOST.test(host) || (authority !== null && host !== authority)))
+      throw new RequestError(400, 'bad Host')
+    let chunked = false
+    if (te !== null) {
+      if (http10) throw new RequestError(400, 'Transfer-Encoding on HTTP/1.0')
+      if (clRaw !== null) throw new RequestError(400, 'both Content-Length and Transfer-Encoding')
+      if (te !== 'chunked') throw new RequestError(501, 'unsupported transfer coding')
+      chunked = true
+    } else if (contentLength > this.maxBody) throw new RequestError(413, 'request body too large')
+    const q = target.indexOf('?')
+    return {
+      method,
+      target,
+      path: q < 0 ? target : target.slice(0, q),
+      query: q < 0 ? '' : target.slice(q),
+      http10,
+      headers,
+      contentLength,
+      chunked,
+      keepAlive: http10
+        ? hasToken(connection, 'keep-alive') && !hasToken(connection, 'close')
+        : !hasToken(connection, 'close'),
+      expectContinue,
+      connection,
+    }
+  }
+
+  /** decodeChunks runs the chunked decoder over what is buffered; true once the message is complete. */
+  private decodeChunks(): boolean {
+    while (this.pi < this.parts.length) {
+      const buf = this.parts[this.pi]!
+      let i = this.pos
+      let done = false
+      while (i < buf.length && !done) {
+        if (this.cs === Chunk.Data) {
+          const k = Math.min(this.remaining, buf.length - i)
+          this.pieces.push(buf.subarray(i, i + k) as Uint8Array<ArrayBuffer>)
+          this.held += k
+          i += k
+          this.remaining -= k
+          if (this.remaining === 0) this.cs = Chunk.DataCR
+          continue
+        }
+        const c = buf[i++]!
+        switch (this.cs) {
+          case Chunk.Size:
+            if (hexValue(c) >= 0) {
+              if (++this.digits > 12) throw new RequestError(400, 'chunk size too long')
+              this.remaining = this.remaining * 16 + hexValue(c)
+              if (this.held + this.remaining > this.maxBody)
+                throw new RequestError(413, 'request body too large')
+            } else if (this.digits === 0) throw new RequestError(400, 'missing chunk size')
+            else if (c === CR) this.cs = Chunk.SizeLF
+            else if (c === 59) this.cs = Chunk.Ext
+            else if (isOws(c)) this.cs = Chunk.SizeBws
+            else throw new RequestError(400, 'malformed chunk size')
+            break
+          case Chunk.SizeBws:
+            if (c === 59) this.cs = Chunk.Ext
+            else if (!isOws(c)) throw new RequestError(400, 'malformed chunk size')
+            break
+          case Chunk.Ext:
+            if (c === CR) this.cs = Chunk.SizeLF
+            else if (c === LF) throw new RequestError(400, 'bare LF in chunk extension')
+            else if (--this.metaLeft < 0) throw new RequestError(431, 'chunk extensions too large')
+            break
+          case Chunk.SizeLF:
+            if (c !== LF) throw new RequestError(400, 'bare CR in chunk size line')
+            this.digits = this.lineLen = 0
+            this.cs = this.remaining === 0 ? Chunk.Trailer : Chunk.Data
+            break
+          case Chunk.DataCR:
+            if (c !== CR) throw new RequestError(400, 'chunk data not followed by CRLF')
+            this.cs = Chunk.DataLF
+            break
+          case Chunk.DataLF:
+            if (c !== LF) throw new RequestError(400, 'chunk data not followed by CRLF')
+            this.cs = Chunk.Size
+            break
+          case Chunk.Trailer:
+            // Trailers are discarded, but still framed strictly: CRLF line ends, no controls.
+            if (c === CR) this.cs = Chunk.TrailerLF
+            else if ((c < 32 && c !== 9) || c === 127) throw new RequestError(400, 'malformed trailer')
+            else if (--this.metaLeft < 0) throw new RequestError(431, 'trailers too large')
+            else this.lineLen++
+            break
+          case Chunk.TrailerLF:
+            if (c !== LF) throw new RequestError(400, 'bare CR in trailer')
+            done = this.lineLen === 0
+            this.lineLen = 0
+            this.cs = Chunk.Trailer
+            break
+        }
+      }
+      this.size -= i - this.pos
+      this.at(i)
+      if (done) return true
+    }
+    return false
+  }
+}
