@@ -5,7 +5,8 @@ import type { Logger } from '../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../src/host/plugin.ts'
 import { AppError, proxyError, toAppError } from '../../src/http/errors.ts'
 import { splitUrl } from '../../src/http/url.ts'
-import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
+import type { WireAction } from '../../src/http/wire/route.ts'
+import { type ForwardEnd, forwardAction, type ServingOptions } from '../../src/proxy/forward.ts'
 import { readModelField, replaceModel } from '../../src/proxy/model-field.ts'
 import { type InferenceHandlers, openaiRoutes } from '../../src/proxy/openai-routes.ts'
 import type { GatewayApi, Lease } from './api.ts'
@@ -61,13 +62,24 @@ export function createInference(deps: InferenceDeps): {
     {
       match: (path, method) => method === 'POST' && enginePaths.has(path),
       handle: (req, server) => handlers.model(req, server),
+      wire: (req) => handlers.planModel(req.path, req.query, req.body),
     },
     { match: (path, method) => method === 'GET' && path === '/v1/models', handle: () => handlers.models() },
-    { match: (path) => path.startsWith(DIRECT), handle: (req, server) => handlers.direct(req, server) },
+    {
+      match: (path) => path.startsWith(DIRECT),
+      handle: (req, server) => handlers.direct(req, server),
+      wire: (req) => handlers.planDirect(req.path, req.query, req.body),
+    },
   ]
   return { rawRoutes, routes: openaiRoutes(handlers, { tag: 'gateway', paths: ENGINE_PATHS }), handlers }
 }
 
+/**
+ * GatewayInference decides each inference request once (`planModel`, `planDirect`: an error, or a
+ * forward holding a lease on the instance) for both ways of serving it: on the wire front (the
+ * route's `wire`) or inside the framework (`model`, `direct`, which carry the plan out with
+ * forward()).
+ */
 class GatewayInference implements InferenceHandlers {
   private readonly metrics: ProxyMetrics
 
@@ -85,30 +97,28 @@ class GatewayInference implements InferenceHandlers {
     body?: Uint8Array<ArrayBuffer>,
   ): Promise<Response> {
     const startedAt = performance.now()
-    const url = req.url
-    const { path, query } = splitUrl(url)
+    const { path, query } = splitUrl(req.url)
+    if (!enginePaths.has(path)) return notFound(req.method, path).toResponse('proxy')
+    const bytes = body ?? (await readBody(req))
+    if (!bytes) return new Response(null, { status: 499 })
+    return forwardAction(req, this.planModel(path, query, bytes), this.serving(server, startedAt))
+  }
+
+  planModel(path: string, query: string, body: Uint8Array<ArrayBuffer>): WireAction {
     const enginePath = enginePaths.get(path)
-    if (enginePath === undefined) return notFound(req.method, path)
-    let bytes = body
-    if (bytes === undefined) {
-      try {
-        bytes = await req.bytes()
-      } catch {
-        return new Response(null, { status: 499 })
-      }
-    }
-    const model = readModelField(bytes)
-    if (typeof model !== 'string') return model.toResponse('proxy')
+    if (enginePath === undefined) return { error: notFound('POST', path) }
+    const model = readModelField(body)
+    if (typeof model !== 'string') return { error: model }
     let lease: Lease
     try {
       lease = this.deps.api.acquire(model)
     } catch (err) {
-      return this.refuse(err, path)
+      return { error: this.refusal(err, path) }
     }
     // The engine answers only to its served name: an instance id or model path is swapped for it.
     const served = lease.instance.served_model_name
-    if (served && model !== served) bytes = replaceModel(bytes, served)
-    return this.send(req, server, lease, lease.baseUrl + enginePath + query, bytes, startedAt, model, path)
+    const bytes = served && model !== served ? replaceModel(body, served) : body
+    return this.forwardTo(lease, lease.baseUrl + enginePath + query, bytes, model, path)
   }
 
   models(): Response {
@@ -138,48 +148,57 @@ class GatewayInference implements InferenceHandlers {
   async direct(req: Request, server: Server<unknown> | null): Promise<Response> {
     const startedAt = performance.now()
     const { path, query } = splitUrl(req.url)
+    const bytes = req.method === 'GET' || req.method === 'HEAD' ? EMPTY : await readBody(req)
+    if (!bytes) return new Response(null, { status: 499 })
+    return forwardAction(req, this.planDirect(path, query, bytes), this.serving(server, startedAt))
+  }
+
+  planDirect(path: string, query: string, body: Uint8Array<ArrayBuffer>): WireAction {
     const rest = path.slice(DIRECT.length)
     const slash = rest.indexOf('/')
     const portText = slash < 0 ? rest : rest.slice(0, slash)
     const port = /^\d{1,5}$/.test(portText) ? Number(portText) : Number.NaN
     const lease = port >= 1 && port <= 65535 ? this.deps.api.acquireByPort(port) : null
     if (!lease) {
-      return proxyError(
-        404,
-        'invalid_request_error',
-        'unknown_port',
-        `No engine managed by this gateway listens on port ${portText}`,
-      ).toResponse('proxy')
+      return {
+        error: proxyError(
+          404,
+          'invalid_request_error',
+          'unknown_port',
+          `No engine managed by this gateway listens on port ${portText}`,
+        ),
+      }
     }
     const subPath = slash < 0 ? '/' : rest.slice(slash)
     const model = lease.instance.served_model_name
-    return this.send(req, server, lease, lease.baseUrl + subPath + query, undefined, startedAt, model, path)
+    return this.forwardTo(lease, lease.baseUrl + subPath + query, body, model, path)
   }
 
-  private send(
-    req: Request,
-    server: Server<unknown> | null,
+  /** forwardTo: the forward of a leased request; its end releases the lease and records the request. */
+  private forwardTo(
     lease: Lease,
-    upstreamUrl: string,
-    body: Uint8Array<ArrayBuffer> | undefined,
-    startedAt: number,
+    url: string,
+    body: Uint8Array<ArrayBuffer>,
     model: string,
     path: string,
-  ): Promise<Response> {
+  ): WireAction {
     const { config } = this.deps
-    // forward calls onEnd exactly once, even on its own unexpected failures (it never rejects).
-    return forward(req, upstreamUrl, {
-      server,
-      body,
-      startedAt,
-      firstByteTimeoutMs: config.firstByteTimeoutMs,
-      connectTimeoutMs: config.connectTimeoutMs,
-      idleTimeoutSeconds: config.idleTimeoutSeconds,
-      onEnd: (info) => {
-        lease.release()
-        this.record(lease, model, path, info)
+    return {
+      forward: {
+        url,
+        body,
+        firstByteTimeoutMs: config.firstByteTimeoutMs,
+        connectTimeoutMs: config.connectTimeoutMs,
+        onEnd: (info) => {
+          lease.release()
+          this.record(lease, model, path, info)
+        },
       },
-    })
+    }
+  }
+
+  private serving(server: Server<unknown> | null, startedAt: number): ServingOptions {
+    return { server, startedAt, idleTimeoutSeconds: this.deps.config.idleTimeoutSeconds }
   }
 
   private record(lease: Lease, model: string, path: string, info: ForwardEnd): void {
@@ -204,16 +223,25 @@ class GatewayInference implements InferenceHandlers {
     }
   }
 
-  /** refuse renders acquire's refusals (400 invalid_model, 503 not ready / sleeping) in the proxy shape. */
-  private refuse(err: unknown, path: string): Response {
+  /** refusal: acquire's refusals (400 invalid_model, 503 not ready / sleeping), for the proxy shape. */
+  private refusal(err: unknown, path: string): AppError {
     if (!(err instanceof AppError))
       this.deps.log.error('model resolution failed', { path, error: String(err) })
-    return toAppError(err).toResponse('proxy')
+    return toAppError(err)
   }
 }
 
-function notFound(method: string, path: string): Response {
-  return proxyError(404, 'invalid_request_error', 'not_found', `No route for ${method} ${path}`).toResponse(
-    'proxy',
-  )
+const EMPTY = new Uint8Array(0)
+
+function notFound(method: string, path: string): AppError {
+  return proxyError(404, 'invalid_request_error', 'not_found', `No route for ${method} ${path}`)
+}
+
+/** readBody: the request body, or null when the client went away while sending it. */
+async function readBody(req: Request): Promise<Uint8Array<ArrayBuffer> | null> {
+  try {
+    return await req.bytes()
+  } catch {
+    return null
+  }
 }

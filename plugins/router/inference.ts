@@ -4,6 +4,7 @@ import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError } from '../../src/http/errors.ts'
 import { splitUrl } from '../../src/http/url.ts'
+import type { WireAction, WireRequest } from '../../src/http/wire/route.ts'
 import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
 import type { Lease } from '../gateway/api.ts'
 import type { EndpointBackend } from './backends.ts'
@@ -46,8 +47,38 @@ export class RouterInference {
       {
         match: (path, method) => method === 'POST' && paths.has(path),
         handle: (req, server) => this.handle(req, server),
+        wire: (req) => this.wire(req),
       },
     ]
+  }
+
+  /**
+   * wire answers on the listener's wire front when the model is active: refusals and the forward.
+   * A model that sleeps or is waking is left to the framework (`handle`), which holds the request.
+   */
+  wire(req: WireRequest): WireAction | null {
+    const fields = readInferenceBody(req.body)
+    if (fields instanceof AppError) return { error: fields }
+    const entry = this.deps.table.get(fields.model)
+    if (!entry) return { error: modelNotFound(fields.model) }
+    if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null) return null
+    entry.touch(Date.now())
+    if (fields.invalid) return { error: this.refusal(entry, fields.invalid, req.startedAt) }
+    const upstream = this.upstream(entry)
+    // The gateway saw a sleep before its event reached us: the framework path wakes the model.
+    if (upstream instanceof AppError && upstream.code === 'model_sleeping') return null
+    if (upstream instanceof AppError) return { error: this.refusal(entry, upstream, req.startedAt) }
+    entry.inFlight++
+    const { cfg } = this.deps
+    return {
+      forward: {
+        url: upstream.baseUrl + req.path + req.query,
+        body: req.body,
+        firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
+        connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+        onEnd: this.ender(entry, upstream.lease, req.path),
+      },
+    }
   }
 
   async handle(req: Request, server: Server<unknown> | null): Promise<Response> {
@@ -113,39 +144,26 @@ export class RouterInference {
     return this.send(entry, req, server, pathAndQuery, bytes, startedAt, true)
   }
 
-  /** send forwards to the engine; the caller has counted the request in `entry.inFlight`. */
-  private async send(
-    entry: ModelEntry,
-    req: Request,
-    server: Server<unknown> | null,
-    pathAndQuery: string,
-    bytes: Uint8Array<ArrayBuffer>,
-    startedAt: number,
-    afterWake = false,
-  ): Promise<Response> {
-    let baseUrl: string
-    let lease: Lease | null = null
+  /**
+   * upstream: where the model is served now (a gateway model holds a lease on one instance), or the
+   * gateway's refusal.
+   */
+  private upstream(entry: ModelEntry): { baseUrl: string; lease: Lease | null } | AppError {
     const gw = entry.gateway
-    if (gw) {
-      try {
-        lease = gw.api.acquire(gw.servedName)
-      } catch (err) {
-        entry.inFlight--
-        const e = err instanceof AppError ? err : null
-        // The gateway saw the sleep before its event reached us: wake it like any sleeping model.
-        if (e?.code === 'model_sleeping' && !afterWake) {
-          this.deps.table.syncGateway()
-          if (entry.state === 'sleeping')
-            return this.wakeFirst(entry, req, server, pathAndQuery, bytes, startedAt)
-        }
-        const refusal = e && e.status !== 400 ? e : modelNotFound(entry.name)
-        return this.refuse(entry, refusal, startedAt)
-      }
-      baseUrl = lease.baseUrl
-    } else baseUrl = (entry.backend as EndpointBackend).baseUrl
-    const { cfg } = this.deps
+    if (!gw) return { baseUrl: (entry.backend as EndpointBackend).baseUrl, lease: null }
+    try {
+      const lease = gw.api.acquire(gw.servedName)
+      return { baseUrl: lease.baseUrl, lease }
+    } catch (err) {
+      const e = err instanceof AppError ? err : null
+      return e && e.status !== 400 ? e : modelNotFound(entry.name)
+    }
+  }
+
+  /** ender: the once-only end of a forwarded request (in-flight count, lease, statistics, event). */
+  private ender(entry: ModelEntry, lease: Lease | null, path: string): (info: ForwardEnd) => void {
     let ended = false
-    const onEnd = (info: ForwardEnd) => {
+    return (info) => {
       if (ended) return
       ended = true
       entry.inFlight--
@@ -158,13 +176,37 @@ export class RouterInference {
           duration_ms: info.durationMs,
           ttft_ms: info.ttftMs,
           streamed: info.streamed,
-          path: pathAndQuery.split('?')[0]!,
+          path,
         })
       }
       this.recordEnd(entry, info.status, info.durationMs)
     }
+  }
+
+  /** send forwards to the engine; the caller has counted the request in `entry.inFlight`. */
+  private async send(
+    entry: ModelEntry,
+    req: Request,
+    server: Server<unknown> | null,
+    pathAndQuery: string,
+    bytes: Uint8Array<ArrayBuffer>,
+    startedAt: number,
+    afterWake = false,
+  ): Promise<Response> {
+    const upstream = this.upstream(entry)
+    if (upstream instanceof AppError) {
+      entry.inFlight--
+      if (upstream.code === 'model_sleeping' && !afterWake) {
+        this.deps.table.syncGateway()
+        if (entry.state === 'sleeping')
+          return this.wakeFirst(entry, req, server, pathAndQuery, bytes, startedAt)
+      }
+      return this.refuse(entry, upstream, startedAt)
+    }
+    const { cfg } = this.deps
+    const onEnd = this.ender(entry, upstream.lease, pathAndQuery.split('?')[0]!)
     try {
-      return await forward(req, baseUrl + pathAndQuery, {
+      return await forward(req, upstream.baseUrl + pathAndQuery, {
         server,
         body: bytes,
         startedAt,
@@ -187,9 +229,13 @@ export class RouterInference {
     }
   }
 
-  private refuse(entry: ModelEntry, err: AppError, startedAt: number): Response {
+  private refusal(entry: ModelEntry, err: AppError, startedAt: number): AppError {
     this.record(entry, err.status, startedAt)
-    return err.toResponse('proxy')
+    return err
+  }
+
+  private refuse(entry: ModelEntry, err: AppError, startedAt: number): Response {
+    return this.refusal(entry, err, startedAt).toResponse('proxy')
   }
 
   private record(entry: ModelEntry, status: number, startedAt: number): void {

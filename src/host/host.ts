@@ -1,13 +1,17 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Value } from '@sinclair/typebox/value'
 import type { Server } from 'bun'
 import type { Registry } from 'prom-client'
 import type { LoadedConfig } from '../config/load.ts'
-import { createBaseApp, renderError } from '../http/app.ts'
+import { createBaseApp, renderError, shapeFor } from '../http/app.ts'
 import { AuthService, categorize } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
-import { pathOf } from '../http/url.ts'
+import { pathOf, splitUrl } from '../http/url.ts'
+import { WireFront } from '../http/wire/server.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { EventBus } from './bus.ts'
 import { Logger } from './logger.ts'
@@ -47,7 +51,9 @@ export class Host {
   readonly auth: AuthService
   private store: Store | null = null
   private readonly running: Running[] = []
-  private readonly servers: { name: string; server: Server<unknown> }[] = []
+  private readonly servers: { name: string; server: Server<unknown>; front: WireFront }[] = []
+  /** Private directory of the frameworks' Unix sockets (behind each listener's wire front). */
+  private socketDir: string | null = null
   private started = false
   private stopping: Promise<void> | null = null
   private readonly startedAt = Date.now()
@@ -61,9 +67,7 @@ export class Host {
 
   /** urls lists where each listener serves, for the start-up banner and tests. */
   get urls(): Record<string, string> {
-    return Object.fromEntries(
-      this.servers.map((s) => [s.name, `http://${s.server.hostname}:${s.server.port}`]),
-    )
+    return Object.fromEntries(this.servers.map((s) => [s.name, `http://${s.front.hostname}:${s.front.port}`]))
   }
 
   get ready(): boolean {
@@ -187,6 +191,12 @@ export class Host {
       .use(l.app)
   }
 
+  /**
+   * serve opens one listener: the wire front on the public port (src/http/wire/server.ts), which
+   * answers hot routes itself and relays everything else to the framework (Bun.serve + Elysia)
+   * listening on a Unix socket in a private directory. The framework keeps its own handling of
+   * raw routes, for what the front leaves to it and for `app.handle()`.
+   */
   private serve(
     name: string,
     host: string,
@@ -199,10 +209,11 @@ export class Host {
     const auth = this.auth
     const idleTimeout = this.opts.config.root.server.idle_timeout_seconds
     const handle = app.fetch as (req: Request) => Response | Promise<Response>
+    this.socketDir ??= mkdtempSync(join(tmpdir(), 'modelgate-'))
+    const socket = join(this.socketDir, `${name}.sock`)
     const server = Bun.serve({
-      hostname: host,
-      port,
-      idleTimeout,
+      // The front owns client connections and their idle timeout (Bun applies none on Unix sockets).
+      unix: socket,
       fetch: async (req, srv) => {
         const started = performance.now()
         let res: Response
@@ -215,17 +226,41 @@ export class Host {
         } catch (err) {
           res = renderError(err, new URL(req.url).pathname, log, shape)
         }
-        logRequest(log, name, req, res.status, performance.now() - started)
+        const { path, query } = splitUrl(req.url)
+        logRequest(log, name, req.method, path, query, res.status, performance.now() - started)
         return res
       },
       error(err) {
         return renderError(err, '/', log, shape)
       },
     })
-    this.servers.push({ name, server })
+    let front: WireFront
+    try {
+      front = new WireFront({
+        name,
+        hostname: host,
+        port,
+        idleTimeoutSeconds: idleTimeout,
+        routes: raw,
+        ...(name === 'gateway'
+          ? { guard: (req) => auth.checkInferenceKey(req.header('authorization')) }
+          : {}),
+        frameworkSocket: socket,
+        shapeOf: (path) => shape ?? shapeFor(path),
+        onRequest: (method, target, status, ms) => {
+          const q = target.indexOf('?')
+          const path = q < 0 ? target : target.slice(0, q)
+          logRequest(log, name, method, path, q < 0 ? '' : target.slice(q), status, ms)
+        },
+      })
+    } catch (err) {
+      server.stop(true)
+      throw err
+    }
+    this.servers.push({ name, server, front })
     log.info(`${name} listening`, {
-      url: `http://${server.hostname}:${server.port}`,
-      docs: `http://${server.hostname}:${server.port}/docs`,
+      url: `http://${front.hostname}:${front.port}`,
+      docs: `http://${front.hostname}:${front.port}/docs`,
     })
   }
 
@@ -236,7 +271,7 @@ export class Host {
       const budget = this.opts.config.root.shutdown.timeout_ms
       const deadline = AbortSignal.timeout(budget)
       this.log.info('shutting down', { reason, budget_ms: budget })
-      for (const s of this.servers) s.server.stop(false)
+      for (const s of this.servers) s.front.stop(false)
       for (const r of [...this.running].reverse()) {
         try {
           await withDeadline(Promise.resolve(r.instance.stop?.(deadline)), deadline)
@@ -245,7 +280,11 @@ export class Host {
           r.instance.kill?.()
         }
       }
-      for (const s of this.servers) s.server.stop(true)
+      for (const s of this.servers) {
+        s.front.stop(true)
+        s.server.stop(true)
+      }
+      if (this.socketDir) rmSync(this.socketDir, { recursive: true, force: true })
       this.store?.close()
       this.log.info('stopped')
     })()
@@ -289,14 +328,26 @@ function withDeadline<T>(p: Promise<T>, deadline: AbortSignal): Promise<T> {
 }
 
 /** logRequest: successful requests at debug (health included), 4xx at warn, 5xx at error; no token. */
-function logRequest(log: Logger, listener: string, req: Request, status: number, ms: number): void {
+function logRequest(
+  log: Logger,
+  listener: string,
+  method: string,
+  path: string,
+  query: string,
+  status: number,
+  ms: number,
+): void {
   const level = status >= 500 ? 'error' : status >= 400 ? 'warn' : 'debug'
   if (!log.enabled(level)) return
-  const url = new URL(req.url)
-  if (url.searchParams.has('token')) url.searchParams.set('token', 'REDACTED')
-  log.write(level, `${req.method} ${url.pathname}${url.search} ${status}`, {
+  let search = query
+  if (search.includes('token=')) {
+    const params = new URLSearchParams(search)
+    if (params.has('token')) params.set('token', 'REDACTED')
+    search = `?${params}`
+  }
+  log.write(level, `${method} ${path}${search} ${status}`, {
     listener,
     ms: Math.round(ms * 10) / 10,
-    category: categorize(url.pathname),
+    category: categorize(path),
   })
 }

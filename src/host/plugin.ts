@@ -51,10 +51,15 @@ export interface ListenerSpec {
   description: string
 }
 
-/** RawRoute lets a hot path bypass the framework: `match` is checked before Elysia routing. */
+/**
+ * RawRoute lets a hot path bypass the framework. `wire`, when present, answers on the listener's
+ * wire front without any Request or Response (src/http/wire/route.ts); `handle` serves the same
+ * route inside the framework, before Elysia routing, for what `wire` leaves to it.
+ */
 export interface RawRoute {
   match(pathname: string, method: string): boolean
   handle(req: Request, server: import('bun').Server<unknown>): Response | Promise<Response>
+  wire?(req: import('../http/wire/route.ts').WireRequest): import('../http/wire/route.ts').WireAction | null
 }
 
 export interface PluginInstance<Api = unknown> {

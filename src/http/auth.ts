@@ -72,7 +72,10 @@ export function safeEqual(a: string, b: string): boolean {
 }
 
 function bearer(req: Request): string | null {
-  const h = req.headers.get('authorization')
+  return bearerOf(req.headers.get('authorization'))
+}
+
+function bearerOf(h: string | null): string | null {
   if (!h) return null
   const m = /^Bearer\s+(.+)$/i.exec(h.trim())
   return m ? m[1]!.trim() : null
@@ -198,9 +201,14 @@ export class AuthService {
 
   /** checkInference enforces INFERENCE_API_KEY (proxy error shape). The admin JWT is not accepted. */
   checkInference(req: Request): AppError | null {
+    return this.checkInferenceKey(req.headers.get('authorization'))
+  }
+
+  /** checkInferenceKey is checkInference for a request parsed by the wire front (its Authorization value). */
+  checkInferenceKey(authorization: string | null): AppError | null {
     const key = this.cfg.inference_api_key
     if (!key) return null
-    const given = bearer(req)
+    const given = bearerOf(authorization)
     if (!given)
       return proxyError(
         401,

@@ -1,5 +1,6 @@
 import type { Server } from 'bun'
 import { type AppError, internalError } from '../http/errors.ts'
+import type { WireAction } from '../http/wire/route.ts'
 import { probeConnect } from './connect-probe.ts'
 import { TICK_MS, unwatch, type Watched, watch } from './ticker.ts'
 import { sendUpstream, type Transport, type UpstreamCall, usesFetch } from './upstream.ts'
@@ -86,6 +87,36 @@ const WATCH_CLIENT_MS = TICK_MS
 
 export function forward(req: Request, upstreamUrl: string, opts: ForwardOptions): Promise<Response> {
   return new Exchange(req, upstreamUrl, opts).run()
+}
+
+/** ServingOptions: how the framework's listener serves a request (see ForwardOptions). */
+export interface ServingOptions {
+  server: Server<unknown> | null
+  startedAt: number
+  idleTimeoutSeconds?: number
+}
+
+/**
+ * forwardAction carries out a hot route's decision inside the framework (the wire front carries
+ * out the same decision socket to socket): an error or JSON reply, or a forward().
+ */
+export function forwardAction(
+  req: Request,
+  action: WireAction,
+  s: ServingOptions,
+): Response | Promise<Response> {
+  if ('error' in action) return action.error.toResponse('proxy')
+  if ('json' in action) return Response.json(action.json, { status: action.status ?? 200 })
+  const f = action.forward
+  return forward(req, f.url, {
+    server: s.server,
+    body: f.body as Uint8Array<ArrayBuffer>,
+    startedAt: s.startedAt,
+    firstByteTimeoutMs: f.firstByteTimeoutMs,
+    connectTimeoutMs: f.connectTimeoutMs,
+    ...(s.idleTimeoutSeconds !== undefined ? { idleTimeoutSeconds: s.idleTimeoutSeconds } : {}),
+    onEnd: f.onEnd,
+  })
 }
 
 enum Phase {

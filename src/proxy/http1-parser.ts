@@ -254,3 +254,97 @@ export class ResponseParser {
     this.events.end()
   }
 }
+
+/** Header names a verbatim relay must not carry: hop-by-hop ones (see headers.ts). */
+const NOT_VERBATIM = [
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'te',
+  'trailer',
+  'upgrade',
+  'proxy-authenticate',
+  'proxy-authorization',
+].map((n) => Buffer.from(n))
+const CONTENT_LENGTH = Buffer.from('content-length')
+const CONTENT_TYPE = Buffer.from('content-type')
+const EVENT_STREAM = Buffer.from('text/event-stream')
+const HTTP11 = Buffer.from('HTTP/1.1 ')
+const SP = 32
+const HTAB = 9
+
+/** nameIs: bytes [from, to) spell `name` (lower-case letters and '-'), ignoring case. */
+function nameIs(data: Buffer, from: number, to: number, name: Buffer): boolean {
+  if (to - from !== name.length) return false
+  for (let i = 0; i < name.length; i++) if ((data[from + i]! | 0x20) !== name[i]) return false
+  return true
+}
+
+/**
+ * wholeReply recognises the common engine reply that can be relayed byte for byte: one read holding
+ * exactly a complete HTTP/1.1 response with a Content-Length body, not an event stream, and no
+ * header a proxy must drop. It returns the status and body length, or null when the response needs
+ * the full parser. One pass over the head bytes, no strings (this runs for every request).
+ */
+export function wholeReply(data: Buffer): { status: number; bodyBytes: number } | null {
+  const n = data.length
+  if (n < 16) return null
+  for (let k = 0; k < 9; k++) if (data[k] !== HTTP11[k]) return null
+  const d0 = data[9]! - 48
+  const d1 = data[10]! - 48
+  const d2 = data[11]! - 48
+  if (d0 < 2 || d0 > 5 || d1 < 0 || d1 > 9 || d2 < 0 || d2 > 9) return null
+  const status = d0 * 100 + d1 * 10 + d2
+  if (status === 204 || status === 304) return null
+  let i = 12
+  while (i < n && data[i] !== CR) {
+    if (data[i] === LF) return null
+    i++
+  }
+  if (data[i + 1] !== LF) return null
+  i += 2
+  let length = -1
+  for (;;) {
+    if (i + 1 >= n) return null
+    if (data[i] === CR) {
+      if (data[i + 1] !== LF) return null
+      i += 2
+      break
+    }
+    const start = i
+    let colon = -1
+    for (; i < n; i++) {
+      const c = data[i]!
+      if (c === CR) break
+      if (c === LF) return null
+      if (c === 58 && colon < 0) colon = i
+    }
+    if (i + 1 >= n || data[i + 1] !== LF || colon <= start) return null
+    const eol = i
+    i += 2
+    const first = data[start]! | 0x20
+    // Only names starting with c, k, p, t or u can matter.
+    if (first !== 99 && first !== 107 && first !== 112 && first !== 116 && first !== 117) continue
+    for (const name of NOT_VERBATIM) if (nameIs(data, start, colon, name)) return null
+    let v = colon + 1
+    while (v < eol && (data[v] === SP || data[v] === HTAB)) v++
+    if (nameIs(data, start, colon, CONTENT_LENGTH)) {
+      if (length >= 0 || v === eol) return null
+      length = 0
+      for (; v < eol; v++) {
+        const c = data[v]!
+        if (c === SP || c === HTAB) break
+        if (c < 48 || c > 57 || length > 1e12) return null
+        length = length * 10 + (c - 48)
+      }
+      while (v < eol && (data[v] === SP || data[v] === HTAB)) v++
+      if (v !== eol) return null
+    } else if (nameIs(data, start, colon, CONTENT_TYPE)) {
+      if (eol - v >= EVENT_STREAM.length && nameIs(data, v, v + EVENT_STREAM.length, EVENT_STREAM))
+        return null
+    }
+  }
+  if (length < 0 || n !== i + length) return null
+  return { status, bodyBytes: length }
+}

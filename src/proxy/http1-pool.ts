@@ -17,6 +17,8 @@ export interface Target {
   key: string
   hostname: string
   port: number
+  /** unix: a Unix socket path (the host's internal listener) instead of hostname and port. */
+  unix?: string
   /** `host: h:p\r\n`, prebuilt. */
   hostLine: string
 }
@@ -93,6 +95,17 @@ export function targetOf(url: string): { target: Target; path: string } {
   return { target, path }
 }
 
+/** unixTarget: the pool target of an HTTP server listening on a Unix socket. */
+export function unixTarget(path: string): Target {
+  const key = `unix:${path}`
+  let target = targets.get(key)
+  if (!target) {
+    target = { key, hostname: '', port: 0, unix: path, hostLine: 'host: localhost\r\n' }
+    targets.set(key, target)
+  }
+  return target
+}
+
 export function takeIdle(key: string): Conn | null {
   const list = idle.get(key)
   if (!list) return null
@@ -129,12 +142,9 @@ export function release(conn: Conn): void {
 
 export function connect(target: Target, timeoutMs: number): Promise<Conn> {
   const conn = new Conn(target.key)
-  const opening = Bun.connect<Conn>({
-    hostname: target.hostname,
-    port: target.port,
-    socket: handlers,
-    data: conn,
-  })
+  const opening = target.unix
+    ? Bun.connect<Conn>({ unix: target.unix, socket: handlers, data: conn })
+    : Bun.connect<Conn>({ hostname: target.hostname, port: target.port, socket: handlers, data: conn })
   return new Promise<Conn>((resolve, reject) => {
     let settled = false
     const timer =
@@ -150,7 +160,7 @@ export function connect(target: Target, timeoutMs: number): Promise<Conn> {
         if (settled) return conn.destroy()
         settled = true
         clearTimeout(timer)
-        socket.setNoDelay(true)
+        if (!target.unix) socket.setNoDelay(true)
         resolve(conn)
       },
       (err) => {

@@ -1,0 +1,39 @@
+import type { ForwardEnd } from '../../proxy/forward.ts'
+import type { AppError } from '../errors.ts'
+
+/**
+ * The contract between the wire front (server.ts) and a plugin's hot routes. A route that can
+ * answer on the wire implements `wire`: it sees the parsed request (body already read) and returns
+ * what to do — an error, a JSON reply, or a forward to an `http://` upstream that the front carries
+ * out socket to socket (src/proxy/wire-exchange.ts). Returning null leaves the request to the
+ * framework (the same route's Request-based handler behind the front), e.g. for an `https://`
+ * upstream or a slow path such as holding a request while a model wakes.
+ */
+export interface WireRequest {
+  readonly method: string
+  /** Path without the query. */
+  readonly path: string
+  /** '' or '?…'. */
+  readonly query: string
+  readonly body: Uint8Array<ArrayBuffer>
+  /** performance.now() when the request was complete. */
+  readonly startedAt: number
+  /** header returns the first value of a lower-case header name, or null. */
+  header(name: string): string | null
+}
+
+export interface WireForwardAction {
+  /** An `http://` URL (path and query included). */
+  url: string
+  /** The body to send (the client's, or a rewritten copy). */
+  body: Uint8Array
+  firstByteTimeoutMs: number
+  connectTimeoutMs: number
+  /** Called exactly once when the response has fully ended (see ForwardEnd). */
+  onEnd(info: ForwardEnd): void
+}
+
+export type WireAction =
+  | { error: AppError }
+  | { json: unknown; status?: number }
+  | { forward: WireForwardAction }

@@ -1,0 +1,395 @@
+import type { Socket, TCPSocketListener } from 'bun'
+import { targetOf, unixTarget } from '../../proxy/http1-pool.ts'
+import { type WireClient, WireExchange } from '../../proxy/wire-exchange.ts'
+import { AppError, type ErrorShape, internalError } from '../errors.ts'
+import {
+  header,
+  type ParsedRequest,
+  type ParserLimits,
+  RequestError,
+  type RequestHead,
+  RequestParser,
+} from './request-parser.ts'
+import { errorResponse, jsonResponse } from './responses.ts'
+import type { WireAction, WireRequest } from './route.ts'
+
+/**
+ * WireFront is what listens on a listener's public port: an HTTP/1.1 server on Bun's TCP sockets,
+ * in front of the framework (Bun.serve + Elysia), which listens on a private Unix socket. It is
+ * built the way nginx fronts an application server, because Bun.serve's per-request cost
+ * (Request, Headers, Response and stream objects, about 30 µs of CPU for a proxied request on
+ * these machines) is twice what a socket-to-socket proxy costs; see test/perf/proxy.ts.
+ *
+ * - Hot routes (the inference proxy) that implement `wire` are answered here: the request is
+ *   parsed strictly (request-parser.ts), the route decides, and a forward runs socket to socket
+ *   (WireExchange).
+ * - Everything else (admin API, docs, metrics, event streams, and hot requests a route leaves to
+ *   the framework) is relayed to the framework's socket by the same WireExchange, as a canonical
+ *   re-serialised request (so the framework never sees ambiguous framing), and its response is
+ *   relayed back.
+ * - Connections: keep-alive and pipelining (one request at a time, in order), `100 Continue`,
+ *   strict refusals with the listener's error shape, an idle timeout between requests (never
+ *   while a response is running: a long generation is not cut), and the client going away aborts
+ *   what it asked for at once.
+ */
+export interface WireRoute {
+  match(path: string, method: string): boolean
+  wire?(req: WireRequest): WireAction | null
+}
+
+export interface FrontOptions {
+  name: string
+  hostname: string
+  port: number
+  idleTimeoutSeconds: number
+  routes: WireRoute[]
+  /** guard runs before a hot route answers (the inference API key); an error is sent as is. */
+  guard?: (req: WireRequest) => AppError | null
+  /** The framework's Unix socket, where everything the front does not answer goes. */
+  frameworkSocket: string
+  /** Error shape of the front's own refusals, by path. */
+  shapeOf(path: string): ErrorShape
+  /** Called for each request answered on the wire (relayed ones are logged by the framework). */
+  onRequest(method: string, target: string, status: number, ms: number): void
+  limits?: Partial<ParserLimits>
+}
+
+/** Pipelined bytes held while a response runs before the connection stops being read. */
+const MAX_PIPELINED = 1024 * 1024
+/** Relays to the framework's own socket: connect deadline (it is local), no first-byte deadline. */
+const FRAMEWORK_CONNECT_MS = 5000
+
+const REFUSAL_CODES: Record<number, string> = {
+  400: 'BAD_REQUEST',
+  413: 'PAYLOAD_TOO_LARGE',
+  417: 'EXPECTATION_FAILED',
+  431: 'HEADERS_TOO_LARGE',
+  501: 'NOT_IMPLEMENTED',
+  505: 'HTTP_VERSION_NOT_SUPPORTED',
+}
+
+export class WireFront {
+  private readonly listener: TCPSocketListener<ClientConn>
+  readonly conns = new Set<ClientConn>()
+  private stopping = false
+
+  constructor(readonly opts: FrontOptions) {
+    const front = this
+    this.listener = Bun.listen<ClientConn>({
+      hostname: opts.hostname,
+      port: opts.port,
+      socket: {
+        open(s) {
+          s.data = new ClientConn(front, s)
+          front.conns.add(s.data)
+          if (front.opts.idleTimeoutSeconds > 0) s.timeout(front.opts.idleTimeoutSeconds)
+        },
+        data(s, d) {
+          s.data.onData(d as Buffer)
+        },
+        drain(s) {
+          s.data.onDrain()
+        },
+        close(s) {
+          s.data?.onClose()
+        },
+        error(s) {
+          s.data?.onClose()
+        },
+        timeout(s) {
+          s.data.onTimeout()
+        },
+      },
+    })
+  }
+
+  get hostname(): string {
+    return this.listener.hostname
+  }
+
+  get port(): number {
+    return this.listener.port
+  }
+
+  get stopped(): boolean {
+    return this.stopping
+  }
+
+  match(path: string, method: string): WireRoute | undefined {
+    for (const r of this.opts.routes) if (r.wire && r.match(path, method)) return r
+    return undefined
+  }
+
+  /**
+   * stop: no new connections; idle ones close now, busy ones after their response. `force` closes
+   * every connection at once (what is running is aborted).
+   */
+  stop(force: boolean): void {
+    if (!this.stopping) {
+      this.stopping = true
+      this.listener.stop(false)
+    }
+    for (const c of [...this.conns]) c.shutdown(force)
+  }
+}
+
+class Request implements WireRequest {
+  constructor(
+    private readonly head: RequestHead,
+    readonly body: Uint8Array<ArrayBuffer>,
+    readonly startedAt: number,
+  ) {}
+
+  get method(): string {
+    return this.head.method
+  }
+
+  get path(): string {
+    return this.head.path
+  }
+
+  get query(): string {
+    return this.head.query
+  }
+
+  header(name: string): string | null {
+    return header(this.head, name)
+  }
+}
+
+class ClientConn implements WireClient {
+  private readonly parser: RequestParser
+  private current: WireExchange | null = null
+  private queue: Uint8Array[] = []
+  private closed = false
+  private closing = false
+  private paused = false
+  private sentContinue = false
+  private lastActive = performance.now()
+  http10 = false
+
+  constructor(
+    private readonly front: WireFront,
+    private readonly socket: Socket<ClientConn>,
+  ) {
+    this.parser = new RequestParser(front.opts.limits)
+  }
+
+  onData(data: Buffer): void {
+    if (this.closing) return
+    this.lastActive = performance.now()
+    this.parser.push(data)
+    if (this.current) {
+      // Pipelined requests wait for the running response; stop reading if they pile up.
+      if (this.parser.buffered > MAX_PIPELINED && !this.paused) {
+        this.paused = true
+        this.socket.pause()
+      }
+      return
+    }
+    this.drive()
+  }
+
+  /** drive handles the buffered requests, one at a time, until one is running or bytes run out. */
+  private drive(): void {
+    while (!this.current && !this.closing) {
+      let r: ParsedRequest | null
+      try {
+        r = this.parser.next()
+      } catch (err) {
+        this.refuse(err)
+        return
+      }
+      if (!r) {
+        const pending = this.parser.pendingHead
+        if (pending?.expectContinue && !this.sentContinue) {
+          this.sentContinue = true
+          this.write(`${pending.http10 ? 'HTTP/1.0' : 'HTTP/1.1'} 100 Continue\r\n\r\n`)
+        }
+        return
+      }
+      this.sentContinue = false
+      this.handle(r)
+    }
+  }
+
+  private handle(r: ParsedRequest): void {
+    const head = r.head
+    this.http10 = head.http10
+    const startedAt = performance.now()
+    const route = this.front.match(head.path, head.method)
+    if (route) {
+      const req = new Request(head, r.body, startedAt)
+      let action: WireAction | null
+      try {
+        const denied = this.front.opts.guard?.(req)
+        action = denied ? { error: denied } : route.wire!(req)
+      } catch (err) {
+        console.error('wire route failed', err)
+        action = { error: internalError() }
+      }
+      if (action) {
+        this.act(head, req, action)
+        return
+      }
+    }
+    this.relay(r, startedAt)
+  }
+
+  private act(head: RequestHead, req: Request, action: WireAction): void {
+    const opts = this.front.opts
+    if ('forward' in action && !action.forward.url.startsWith('http://')) {
+      // Routes forward on the wire only to http:// upstreams (others are left to the framework).
+      const f = action.forward
+      action = { error: internalError() }
+      f.onEnd({ status: 500, bytes: 0, durationMs: 0, ttftMs: null, streamed: false, aborted: false })
+    }
+    if ('forward' in action) {
+      const f = action.forward
+      const { target, path } = targetOf(f.url)
+      this.current = new WireExchange(this, {
+        method: head.method,
+        target: path,
+        upstream: target,
+        headers: head.headers,
+        keepHost: false,
+        body: f.body,
+        firstByteTimeoutMs: f.firstByteTimeoutMs,
+        connectTimeoutMs: f.connectTimeoutMs,
+        keepAlive: head.keepAlive,
+        errorShape: 'proxy',
+        startedAt: req.startedAt,
+        onEnd: (info) => {
+          opts.onRequest(head.method, head.target, info.status, info.durationMs)
+          f.onEnd(info)
+        },
+      })
+      this.current.start()
+      return
+    }
+    let status: number
+    let bytes: Uint8Array
+    if ('error' in action) {
+      status = action.error.status
+      bytes = errorResponse(action.error, 'proxy', head.keepAlive)
+    } else {
+      status = action.status ?? 200
+      bytes = jsonResponse(status, action.json, head.keepAlive)
+    }
+    this.write(bytes)
+    opts.onRequest(head.method, head.target, status, performance.now() - req.startedAt)
+    this.answered(head.keepAlive)
+  }
+
+  /** relay hands the request to the framework's listener and its response back. */
+  private relay(r: ParsedRequest, startedAt: number): void {
+    const head = r.head
+    this.current = new WireExchange(this, {
+      method: head.method,
+      target: head.target,
+      upstream: unixTarget(this.front.opts.frameworkSocket),
+      headers: head.headers,
+      keepHost: true,
+      body: r.body,
+      firstByteTimeoutMs: 0,
+      connectTimeoutMs: FRAMEWORK_CONNECT_MS,
+      keepAlive: head.keepAlive,
+      errorShape: this.front.opts.shapeOf(head.path),
+      startedAt,
+      onEnd: () => {},
+    })
+    this.current.start()
+  }
+
+  private refuse(err: unknown): void {
+    const status = err instanceof RequestError ? err.status : 400
+    const message = err instanceof Error ? err.message : 'Bad request'
+    const path = this.parser.pendingHead?.path ?? '/'
+    const error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
+    this.write(errorResponse(error, this.front.opts.shapeOf(path), false))
+    this.front.opts.onRequest('-', path, status, 0)
+    this.closeConnection()
+  }
+
+  // WireClient
+  write(data: Uint8Array | string): boolean {
+    if (this.closed) return false
+    if (this.queue.length > 0) {
+      this.queue.push(typeof data === 'string' ? Buffer.from(data, 'latin1') : data)
+      return false
+    }
+    const n = this.socket.write(data)
+    const len = typeof data === 'string' ? data.length : data.byteLength
+    if (n >= len) return true
+    const buf = typeof data === 'string' ? Buffer.from(data, 'latin1') : data
+    this.queue.push(buf.subarray(Math.max(n, 0)))
+    return false
+  }
+
+  exchangeDone(reuse: boolean): void {
+    this.current = null
+    this.answered(reuse)
+  }
+
+  closeConnection(): void {
+    this.current = null
+    this.closing = true
+    if (this.queue.length === 0) this.socket.end()
+  }
+
+  /** answered: a response is complete; go on with the next request or close. */
+  private answered(reuse: boolean): void {
+    this.lastActive = performance.now()
+    if (!reuse || this.front.stopped) {
+      this.closeConnection()
+      return
+    }
+    if (this.paused) {
+      this.paused = false
+      this.socket.resume()
+    }
+    if (this.parser.buffered > 0) this.drive()
+  }
+
+  onDrain(): void {
+    while (this.queue.length > 0) {
+      const head = this.queue[0]!
+      const n = this.socket.write(head)
+      if (n < head.byteLength) {
+        this.queue[0] = head.subarray(Math.max(n, 0))
+        return
+      }
+      this.queue.shift()
+    }
+    if (this.closing) this.socket.end()
+    else this.current?.onClientDrain()
+  }
+
+  onClose(): void {
+    if (this.closed) return
+    this.closed = true
+    this.queue = []
+    this.front.conns.delete(this)
+    const running = this.current
+    this.current = null
+    running?.onClientClose()
+  }
+
+  /** onTimeout: Bun's idle timer fired; only a connection idle between requests is closed. */
+  onTimeout(): void {
+    const idleMs = this.front.opts.idleTimeoutSeconds * 1000
+    const quiet = performance.now() - this.lastActive
+    if (this.current || quiet < idleMs) {
+      this.socket.timeout(Math.max(1, Math.ceil((idleMs - (this.current ? 0 : quiet)) / 1000)))
+      return
+    }
+    this.socket.end()
+  }
+
+  shutdown(force: boolean): void {
+    if (force) {
+      this.socket.terminate()
+      this.onClose()
+    } else if (!this.current) this.closeConnection()
+  }
+}

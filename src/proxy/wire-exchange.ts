@@ -1,0 +1,452 @@
+import type { AppError, ErrorShape } from '../http/errors.ts'
+import { errorResponse, latin1, statusLine } from '../http/wire/responses.ts'
+import type { ForwardEnd } from './forward.ts'
+import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
+import { type ParserEvents, type ResponseHead, ResponseParser, wholeReply } from './http1-parser.ts'
+import {
+  type Conn,
+  type ConnUser,
+  codedError,
+  connect,
+  release,
+  type Target,
+  takeIdle,
+} from './http1-pool.ts'
+import { LF, sseErrorEnding } from './stream.ts'
+import { unwatch, type Watched, watch } from './ticker.ts'
+import {
+  errorCode,
+  upstreamConnectTimeout,
+  upstreamDisconnected,
+  upstreamTimeout,
+  upstreamUnavailable,
+} from './upstream-errors.ts'
+
+/**
+ * WireExchange moves one request from a client connection of the wire front (src/http/wire) to an
+ * HTTP/1.1 upstream and its response back, socket to socket: no Request, Response or stream objects,
+ * no promise per chunk. It is the front's hot path, the way nginx's proxy module is nginx's, and the
+ * counterpart of forward() (which does the same for a Request inside the framework).
+ *
+ * - The request goes out in one write: request line, Host (the upstream's, or the client's when
+ *   relaying to the host's own framework listener), the client's headers minus hop-by-hop ones,
+ *   Content-Length, body.
+ * - A reply with a Content-Length up to BUFFER_LIMIT (and not an event stream) is held until
+ *   complete and written in one piece, so a failure half-way is still a clean 502. Anything else
+ *   is written as it arrives: with its Content-Length, or re-framed chunked (close-delimited for
+ *   an HTTP/1.0 client). Every upstream read becomes one client write (writes within one read are
+ *   corked), so SSE chunks are never coalesced or delayed.
+ * - Backpressure: when the client connection is full the upstream socket is paused until it drains.
+ * - Deadlines: connect (http1-pool) and first byte (headers and complete body of a held reply, first
+ *   body byte of a streamed one), checked by the shared ticker. Once bytes flow there is none.
+ * - The client going away destroys the upstream connection at once: the engine sees the disconnect.
+ * - A streamed event stream that breaks ends with an error event in the proxy shape and [DONE]; any
+ *   other broken streamed body closes the client connection (the client sees a truncated body).
+ * - `onEnd` runs exactly once with the same outcome record forward() reports.
+ */
+export interface WireClient {
+  /** The client spoke HTTP/1.0: no chunked framing. */
+  readonly http10: boolean
+  /** write returns false when the connection is full; onClientDrain follows once it is not. */
+  write(data: Uint8Array | string): boolean
+  /** exchangeDone: the response is complete; `reuse` tells whether the connection may carry another. */
+  exchangeDone(reuse: boolean): void
+  /** closeConnection: the response cannot be completed; close after what was written. */
+  closeConnection(): void
+}
+
+export interface WireForward {
+  method: string
+  /** Path and query on the upstream. */
+  target: string
+  upstream: Target
+  /** The client's header pairs (names lower-cased). */
+  headers: [string, string][]
+  /** keepHost: send the client's Host (relaying to the host's own listener) instead of the upstream's. */
+  keepHost: boolean
+  body: Uint8Array
+  /** 0: no first-byte deadline. */
+  firstByteTimeoutMs: number
+  connectTimeoutMs: number
+  /** The client asked to keep its connection open. */
+  keepAlive: boolean
+  /** Shape of the exchange's own errors (502/504). */
+  errorShape: ErrorShape
+  startedAt: number
+  onEnd(info: ForwardEnd): void
+}
+
+/** BUFFER_LIMIT: replies up to this size with a Content-Length are held and written whole. */
+const BUFFER_LIMIT = 8 * 1024 * 1024
+const CHUNK_END = '\r\n'
+const LAST_CHUNK = '0\r\n\r\n'
+
+enum Phase {
+  Head,
+  FirstByte,
+  Body,
+  Done,
+}
+
+/** How the response body reaches the client. */
+enum Mode {
+  /** not decided yet, or no body */
+  None,
+  /** held until complete, then written with its Content-Length */
+  Hold,
+  /** written as it arrives, with the upstream's Content-Length */
+  Length,
+  /** written as it arrives, chunked */
+  Chunked,
+  /** written as it arrives, ended by closing the connection (HTTP/1.0 client) */
+  Close,
+}
+
+/** requestHead serialises the upstream request head (hop-by-hop headers, length and expect skipped). */
+function requestHead(f: WireForward): string {
+  let head = `${f.method} ${f.target} HTTP/1.1\r\n`
+  if (!f.keepHost) head += f.upstream.hostLine
+  let extra: string[] | null = null
+  for (const pair of f.headers) {
+    const name = pair[0]
+    if (name === 'connection') extra = connectionTokens(pair[1])
+  }
+  for (const pair of f.headers) {
+    const name = pair[0]
+    if (name === 'host') {
+      if (f.keepHost) head += `host: ${pair[1]}\r\n`
+      continue
+    }
+    if (SKIP_REQUEST.has(name) || extra?.includes(name)) continue
+    head += `${name}: ${pair[1]}\r\n`
+  }
+  const m = f.method
+  if (f.body.byteLength > 0) head += `content-length: ${f.body.byteLength}\r\n\r\n`
+  else if (m === 'POST' || m === 'PUT' || m === 'PATCH') head += 'content-length: 0\r\n\r\n'
+  else head += '\r\n'
+  return head
+}
+
+function requestBytes(f: WireForward): Uint8Array | string {
+  const head = requestHead(f)
+  if (f.body.byteLength === 0) return latin1(head)
+  const out = Buffer.allocUnsafe(head.length + f.body.byteLength)
+  out.write(head, 0, 'latin1')
+  out.set(f.body, head.length)
+  return out
+}
+
+export class WireExchange implements ConnUser, ParserEvents, Watched {
+  private conn: Conn | null = null
+  private parser!: ResponseParser
+  private readonly out: Uint8Array | string
+  private unwritten: Uint8Array | null = null
+  private phase = Phase.Head
+  private mode = Mode.None
+  private received = 0
+  private retried = false
+  private status = 0
+  private bytes = 0
+  private ttftMs: number | null = null
+  private sse = false
+  private headText = ''
+  private held: Uint8Array[] = []
+  private last = LF
+  private beforeLast = LF
+  private paused = false
+  private clientGone = false
+  private expired: AppError | null = null
+  private keepAlive: boolean
+  /** Set once finished: whether to hand the connection back for reuse (after the cork is flushed). */
+  private doneReuse: boolean | null = null
+  /** Writes made while handling one upstream read, flushed as one client write. */
+  private cork: (Uint8Array | string)[] | null = null
+
+  constructor(
+    private readonly client: WireClient,
+    private readonly f: WireForward,
+  ) {
+    this.out = requestBytes(f)
+    this.keepAlive = f.keepAlive
+  }
+
+  start(): void {
+    if (this.f.firstByteTimeoutMs > 0) watch(this)
+    const conn = takeIdle(this.f.upstream.key)
+    if (conn) this.attach(conn)
+    else this.open()
+  }
+
+  private open(): void {
+    connect(this.f.upstream, this.f.connectTimeoutMs).then(
+      (conn) => {
+        if (this.phase === Phase.Done) return conn.destroy()
+        this.attach(conn)
+      },
+      (err) => {
+        if (this.phase !== Phase.Done) this.failBeforeHead(err)
+      },
+    )
+  }
+
+  private attach(conn: Conn): void {
+    this.conn = conn
+    conn.user = this
+    this.received = 0
+    this.parser = new ResponseParser(this, this.f.method === 'HEAD')
+    this.writeUpstream(this.out)
+  }
+
+  private writeUpstream(data: Uint8Array | string): void {
+    const n = this.conn!.socket!.write(data)
+    if (n < 0) return
+    if (n < data.length) {
+      const buf = typeof data === 'string' ? Buffer.from(data, 'latin1') : data
+      this.unwritten = buf.subarray(n)
+    } else this.unwritten = null
+  }
+
+  // ConnUser: the upstream socket.
+  onDrain(): void {
+    if (this.unwritten) this.writeUpstream(this.unwritten)
+  }
+
+  onData(data: Buffer): void {
+    if (this.received === 0 && this.keepAlive && this.f.method !== 'HEAD' && this.relayWhole(data)) return
+    this.received += data.length
+    this.cork = []
+    try {
+      this.parser.feed(data)
+    } catch (err) {
+      this.conn?.destroy()
+      this.fail(err)
+    }
+    this.flush()
+  }
+
+  /** relayWhole: a complete plain reply in one read goes to the client as received (see wholeReply). */
+  private relayWhole(data: Buffer): boolean {
+    const reply = wholeReply(data)
+    if (!reply) return false
+    this.received = data.length
+    this.status = reply.status
+    this.bytes = reply.bodyBytes
+    const conn = this.conn!
+    conn.served = true
+    if (this.unwritten) conn.destroy()
+    else release(conn)
+    this.client.write(data)
+    this.finish(null)
+    return true
+  }
+
+  onClose(conn: Conn): void {
+    if (conn !== this.conn || this.phase === Phase.Done) return
+    if (this.parser.closed()) return
+    // A reused connection the upstream had closed meanwhile: nothing was processed, send again.
+    if (conn.served && this.received === 0 && !this.retried) {
+      this.retried = true
+      this.conn = null
+      this.open()
+      return
+    }
+    this.fail(codedError('ConnectionClosed', 'the upstream closed the connection'))
+  }
+
+  // The client connection.
+  onClientDrain(): void {
+    if (!this.paused) return
+    this.paused = false
+    if (this.phase !== Phase.Done) this.conn?.socket?.resume()
+  }
+
+  onClientClose(): void {
+    if (this.phase === Phase.Done) return
+    this.clientGone = true
+    this.conn?.destroy()
+    this.finish(null)
+  }
+
+  /** tick: the first-byte deadline (see ticker.ts). */
+  tick(now: number): void {
+    if (this.phase === Phase.Body || this.phase === Phase.Done) {
+      unwatch(this)
+      return
+    }
+    if (now - this.f.startedAt < this.f.firstByteTimeoutMs) return
+    this.expired = upstreamTimeout(this.f.firstByteTimeoutMs)
+    this.conn?.destroy()
+    this.cork = []
+    this.fail(new Error('first_byte'))
+    this.flush()
+  }
+
+  // ParserEvents: the upstream response.
+  head(h: ResponseHead): void {
+    this.status = h.status
+    this.sse = h.contentType?.startsWith('text/event-stream') === true
+    let text = statusLine(h.status)
+    const extra = h.connection ? connectionTokens(h.connection) : null
+    for (const pair of h.headers) {
+      const name = pair[0]
+      if (SKIP_RESPONSE.has(name) || (extra !== null && extra.length > 0 && extra.includes(name))) continue
+      text += `${name}: ${pair[1]}\r\n`
+    }
+    if (h.framing === 'none') {
+      // HEAD keeps the length the upstream announced; 204 and 304 have none.
+      if (h.length >= 0 && this.f.method === 'HEAD') text += `content-length: ${h.length}\r\n`
+      else if (h.status !== 204 && h.status !== 304) text += 'content-length: 0\r\n'
+    } else if (h.framing === 'length' && !this.sse && h.length <= BUFFER_LIMIT) {
+      this.mode = Mode.Hold
+    } else if (h.framing === 'length') {
+      this.mode = Mode.Length
+      text += `content-length: ${h.length}\r\n`
+    } else if (this.client.http10) {
+      this.mode = Mode.Close
+      this.keepAlive = false
+    } else {
+      this.mode = Mode.Chunked
+      text += 'transfer-encoding: chunked\r\n'
+    }
+    if (!this.keepAlive) text += 'connection: close\r\n'
+    if (this.mode === Mode.Hold) {
+      this.headText = text
+      this.phase = Phase.FirstByte
+      return
+    }
+    this.write(latin1(`${text}\r\n`))
+    this.phase = Phase.FirstByte
+  }
+
+  body(piece: Uint8Array): void {
+    const n = piece.byteLength
+    if (n === 0) return
+    if (this.mode === Mode.Hold) {
+      this.held.push(piece)
+      return
+    }
+    if (this.phase === Phase.FirstByte) {
+      this.phase = Phase.Body
+      this.ttftMs = performance.now() - this.f.startedAt
+    }
+    this.bytes += n
+    this.beforeLast = n > 1 ? piece[n - 2]! : this.last
+    this.last = piece[n - 1]!
+    if (this.mode === Mode.Chunked) {
+      this.write(`${n.toString(16)}\r\n`)
+      this.write(piece)
+      this.write(CHUNK_END)
+    } else this.write(piece)
+  }
+
+  end(): void {
+    const conn = this.conn!
+    conn.served = true
+    // A socket paused for a slow client is never pooled: nothing would resume it for the next request.
+    if (this.parser.closeDelimited || this.paused || this.parser.trailingBytes || this.unwritten)
+      conn.destroy()
+    else release(conn)
+    if (this.mode === Mode.Hold) {
+      const body = this.held.length === 1 ? this.held[0]! : Buffer.concat(this.held)
+      this.held = []
+      this.bytes = body.byteLength
+      this.write(latin1(`${this.headText}content-length: ${body.byteLength}\r\n\r\n`))
+      this.write(body)
+    } else if (this.mode === Mode.Chunked) this.write(LAST_CHUNK)
+    this.finish(null)
+  }
+
+  /** write goes to the cork while an upstream read is handled, else straight to the client. */
+  private write(data: Uint8Array | string): void {
+    if (this.cork) this.cork.push(data)
+    else if (!this.client.write(data)) this.pause()
+  }
+
+  private flush(): void {
+    const cork = this.cork
+    this.cork = null
+    if (!cork || cork.length === 0) return
+    let full: boolean
+    if (cork.length === 1) full = !this.client.write(cork[0]!)
+    else {
+      const parts = cork.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : p))
+      full = !this.client.write(Buffer.concat(parts))
+    }
+    if (full) this.pause()
+    if (this.phase === Phase.Done && this.doneReuse !== null) this.handBack()
+  }
+
+  private pause(): void {
+    if (this.paused || this.phase === Phase.Done) return
+    this.paused = true
+    this.conn?.socket?.pause()
+  }
+
+  /** fail: the upstream failed (closed, unparsable, deadline) before the response ended. */
+  private fail(cause: unknown): void {
+    if (this.phase === Phase.Done) return
+    if (this.mode === Mode.None || this.mode === Mode.Hold) {
+      // Nothing of the response was written yet (a bodiless response ends with its head).
+      this.failBeforeHead(cause)
+      return
+    }
+    this.conn?.destroy()
+    const error = this.expired ?? upstreamDisconnected(cause)
+    this.status = error.status
+    if (this.sse && this.mode === Mode.Chunked) {
+      const ending = sseErrorEnding(error, this.last, this.beforeLast)
+      this.write(`${ending.byteLength.toString(16)}\r\n`)
+      this.write(ending)
+      this.write(`${CHUNK_END}${LAST_CHUNK}`)
+      this.finish(error)
+      return
+    }
+    if (this.sse && this.mode === Mode.Close) this.write(sseErrorEnding(error, this.last, this.beforeLast))
+    this.keepAlive = false
+    this.finish(error, true)
+  }
+
+  /** failBeforeHead answers the client with the proxy error: nothing of the response was written. */
+  private failBeforeHead(cause: unknown): void {
+    this.conn?.destroy()
+    if (this.clientGone) return
+    const error =
+      this.expired ??
+      (errorCode(cause) === 'ConnectTimeout'
+        ? upstreamConnectTimeout(this.f.connectTimeoutMs)
+        : upstreamUnavailable(cause))
+    this.status = error.status
+    this.write(errorResponse(error, this.f.errorShape, this.keepAlive))
+    this.finish(error)
+  }
+
+  private finish(error: AppError | null, close = false): void {
+    this.phase = Phase.Done
+    if (this.f.firstByteTimeoutMs > 0) unwatch(this)
+    const info: ForwardEnd = {
+      status: this.clientGone ? 499 : this.status,
+      bytes: this.bytes,
+      durationMs: performance.now() - this.f.startedAt,
+      ttftMs: this.ttftMs,
+      streamed: this.mode === Mode.Length || this.mode === Mode.Chunked || this.mode === Mode.Close,
+      aborted: this.clientGone,
+    }
+    if (error && !this.clientGone) info.error = error.code
+    try {
+      this.f.onEnd(info)
+    } catch (err) {
+      console.error('proxy onEnd handler failed:', err)
+    }
+    if (this.clientGone) return
+    this.doneReuse = !close && this.keepAlive && this.mode !== Mode.Close
+    // Within an upstream read the corked bytes go out first; flush() hands the connection back.
+    if (!this.cork) this.handBack()
+  }
+
+  private handBack(): void {
+    const reuse = this.doneReuse
+    this.doneReuse = null
+    if (reuse) this.client.exchangeDone(true)
+    else this.client.closeConnection()
+  }
+}
