@@ -73,6 +73,11 @@ export class ResponseParser {
     return this.state === State.Done
   }
 
+  /** atChunkStart: a chunked body is between chunks (what was fed so far ends a chunk exactly). */
+  get atChunkStart(): boolean {
+    return this.state === State.ChunkSize && this.pending === null
+  }
+
   /** closeDelimited: the body runs until the connection closes (the close is its end). */
   get closeDelimited(): boolean {
     return this.state === State.Close

@@ -2,7 +2,13 @@ import type { AppError, ErrorShape } from '../http/errors.ts'
 import { errorResponse, latin1, statusLine } from '../http/wire/responses.ts'
 import type { ForwardEnd } from './forward.ts'
 import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
-import { type ParserEvents, type ResponseHead, ResponseParser, wholeReply } from './http1-parser.ts'
+import {
+  type ParserEvents,
+  ProtocolError,
+  type ResponseHead,
+  ResponseParser,
+  wholeReply,
+} from './http1-parser.ts'
 import {
   type Conn,
   type ConnUser,
@@ -151,6 +157,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private sse = false
   private headText = ''
   private held: Uint8Array[] = []
+  /** The chunked body is relayed with the upstream's framing (see onData). */
+  private verbatim = false
   private last = LF
   private beforeLast = LF
   private paused = false
@@ -214,6 +222,12 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   onData(data: Buffer): void {
     if (this.received === 0 && this.keepAlive && this.f.method !== 'HEAD' && this.relayWhole(data)) return
     this.received += data.length
+    // A chunked body read from a chunk boundary on goes out with the engine's own chunk framing:
+    // the bytes are written as received and the parser only follows them (end, counts, last bytes).
+    if (this.mode === Mode.Chunked && (this.verbatim || this.parser.atChunkStart)) {
+      this.verbatim = true
+      if (!this.client.write(data)) this.pause()
+    }
     this.cork = []
     try {
       this.parser.feed(data)
@@ -221,6 +235,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.conn?.destroy()
       this.fail(err)
     }
+    // Bytes after the end went out verbatim too: the client connection cannot be reused.
+    if (this.verbatim && this.parser.trailingBytes && this.doneReuse) this.doneReuse = false
     this.flush()
   }
 
@@ -332,6 +348,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.bytes += n
     this.beforeLast = n > 1 ? piece[n - 2]! : this.last
     this.last = piece[n - 1]!
+    if (this.verbatim) return
     if (this.mode === Mode.Chunked) {
       this.write(`${n.toString(16)}\r\n`)
       this.write(piece)
@@ -352,7 +369,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.bytes = body.byteLength
       this.write(latin1(`${this.headText}content-length: ${body.byteLength}\r\n\r\n`))
       this.write(body)
-    } else if (this.mode === Mode.Chunked) this.write(LAST_CHUNK)
+    } else if (this.mode === Mode.Chunked && !this.verbatim) this.write(LAST_CHUNK)
     this.finish(null)
   }
 
@@ -365,14 +382,15 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private flush(): void {
     const cork = this.cork
     this.cork = null
-    if (!cork || cork.length === 0) return
-    let full: boolean
-    if (cork.length === 1) full = !this.client.write(cork[0]!)
-    else {
-      const parts = cork.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : p))
-      full = !this.client.write(Buffer.concat(parts))
+    if (cork && cork.length > 0) {
+      let full: boolean
+      if (cork.length === 1) full = !this.client.write(cork[0]!)
+      else {
+        const parts = cork.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : p))
+        full = !this.client.write(Buffer.concat(parts))
+      }
+      if (full) this.pause()
     }
-    if (full) this.pause()
     if (this.phase === Phase.Done && this.doneReuse !== null) this.handBack()
   }
 
@@ -393,7 +411,9 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.conn?.destroy()
     const error = this.expired ?? upstreamDisconnected(cause)
     this.status = error.status
-    if (this.sse && this.mode === Mode.Chunked) {
+    // Relayed verbatim and cut inside a chunk: no clean place for an error event.
+    const cut = this.verbatim && (!this.parser.atChunkStart || cause instanceof ProtocolError)
+    if (this.sse && this.mode === Mode.Chunked && !cut) {
       const ending = sseErrorEnding(error, this.last, this.beforeLast)
       this.write(`${ending.byteLength.toString(16)}\r\n`)
       this.write(ending)
