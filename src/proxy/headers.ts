@@ -4,7 +4,7 @@
  * The own HTTP/1.1 client skips them while writing the request and while reading the response (no
  * Headers copies); the fetch path copies once and deletes them.
  */
-const HOP_BY_HOP = [
+export const HOP_BY_HOP = [
   'connection',
   'keep-alive',
   'proxy-connection',

@@ -1,3 +1,5 @@
+import { HOP_BY_HOP } from './headers.ts'
+
 /**
  * ResponseParser reads HTTP/1.x responses from a byte stream, incrementally: it is fed whatever the
  * socket delivers and reports the head, each body piece (as a view of the bytes received, no copy)
@@ -260,18 +262,8 @@ export class ResponseParser {
   }
 }
 
-/** Header names a verbatim relay must not carry: hop-by-hop ones (see headers.ts). */
-const NOT_VERBATIM = [
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'transfer-encoding',
-  'te',
-  'trailer',
-  'upgrade',
-  'proxy-authenticate',
-  'proxy-authorization',
-].map((n) => Buffer.from(n))
+/** Header names a verbatim relay must not carry: the hop-by-hop ones. */
+const NOT_VERBATIM = HOP_BY_HOP.map((n) => Buffer.from(n))
 const CONTENT_LENGTH = Buffer.from('content-length')
 const CONTENT_TYPE = Buffer.from('content-type')
 const EVENT_STREAM = Buffer.from('text/event-stream')

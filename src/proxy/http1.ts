@@ -10,6 +10,7 @@ import {
   type Target,
   takeIdle,
   targetOf,
+  writeAll,
 } from './http1-pool.ts'
 import { type PipeHooks, sseErrorEnding } from './stream.ts'
 import type { UpstreamCall, UpstreamReply, UpstreamRequest } from './upstream.ts'
@@ -75,7 +76,7 @@ class Exchange implements UpstreamReply, ConnUser, ParserEvents {
   private parser!: ResponseParser
   private response: ResponseHead | null = null
   private received = 0
-  private unwritten: Buffer | null = null
+  private unwritten: Uint8Array | null = null
   private retried = false
   private ended = false
   private failure: unknown = null
@@ -127,15 +128,8 @@ class Exchange implements UpstreamReply, ConnUser, ParserEvents {
     this.write(this.bytes)
   }
 
-  private write(data: Buffer | string): void {
-    const socket = this.conn!.socket!
-    const n = socket.write(data)
-    if (n < 0) return
-    // Strings here are ASCII: one byte per character.
-    if (n < data.length) {
-      const buf = typeof data === 'string' ? Buffer.from(data, 'latin1') : data
-      this.unwritten = buf.subarray(n)
-    } else this.unwritten = null
+  private write(data: Uint8Array | string): void {
+    this.unwritten = writeAll(this.conn!.socket!, data)
   }
 
   onDrain(): void {

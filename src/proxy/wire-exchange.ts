@@ -17,6 +17,7 @@ import {
   release,
   type Target,
   takeIdle,
+  writeAll,
 } from './http1-pool.ts'
 import { LF, sseErrorEnding } from './stream.ts'
 import { unwatch, type Watched, watch } from './ticker.ts'
@@ -206,12 +207,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   }
 
   private writeUpstream(data: Uint8Array | string): void {
-    const n = this.conn!.socket!.write(data)
-    if (n < 0) return
-    if (n < data.length) {
-      const buf = typeof data === 'string' ? Buffer.from(data, 'latin1') : data
-      this.unwritten = buf.subarray(n)
-    } else this.unwritten = null
+    this.unwritten = writeAll(this.conn!.socket!, data)
   }
 
   // ConnUser: the upstream socket.
