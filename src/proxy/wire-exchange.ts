@@ -118,15 +118,19 @@ function requestHead(f: WireForward): string {
     const name = pair[0]
     if (name === 'connection') extra = connectionTokens(pair[1])
   }
+  let host = false
   for (const pair of f.headers) {
     const name = pair[0]
     if (name === 'host') {
       if (f.keepHost) head += `host: ${pair[1]}\r\n`
+      host = true
       continue
     }
     if (SKIP_REQUEST.has(name) || extra?.includes(name)) continue
     head += `${name}: ${pair[1]}\r\n`
   }
+  // An HTTP/1.0 client may send no Host; the upstream request is HTTP/1.1, which needs one.
+  if (f.keepHost && !host) head += f.upstream.hostLine
   const m = f.method
   if (f.body.byteLength > 0) head += `content-length: ${f.body.byteLength}\r\n\r\n`
   else if (m === 'POST' || m === 'PUT' || m === 'PATCH') head += 'content-length: 0\r\n\r\n'

@@ -169,6 +169,12 @@ export class RequestParser {
     this.size += data.length
   }
 
+  /**
+   * lastPath: the path of the request line being parsed ('' between requests), even when the
+   * request is then refused: a refusal is rendered in the error shape of its path.
+   */
+  lastPath = ''
+
   /** the head of the request whose body is still arriving (null otherwise) */
   get pendingHead(): RequestHead | null {
     return this.state === State.Head ? null : this.head
@@ -196,6 +202,7 @@ export class RequestParser {
     const head = this.head!
     this.head = null
     this.state = State.Head
+    this.lastPath = ''
     return { head, body }
   }
 
@@ -288,6 +295,8 @@ export class RequestParser {
     const sp1 = text.indexOf(' ')
     const sp2 = text.indexOf(' ', sp1 + 1)
     if (sp1 <= 0 || sp2 < 0 || sp2 > eol) throw new RequestError(400, 'malformed request line')
+    const sent = text.slice(sp1 + 1, sp2).split('?')[0]!
+    this.lastPath = sent.startsWith('/') ? sent : sent.replace(/^[a-z][a-z0-9+.-]*:\/\/[^/]*/i, '') || '/'
     const method = text.slice(0, sp1)
     if (!TOKEN.test(method)) throw new RequestError(400, 'malformed method')
     // CONNECT opens a tunnel (authority-form target): not something this proxy offers.

@@ -304,7 +304,7 @@ class ClientConn implements WireClient {
   private refuse(err: unknown): void {
     const status = err instanceof RequestError ? err.status : 400
     const message = err instanceof Error ? err.message : 'Bad request'
-    const path = this.parser.pendingHead?.path ?? '/'
+    const path = this.parser.pendingHead?.path ?? (this.parser.lastPath || '/')
     const error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
     this.write(errorResponse(error, this.front.opts.shapeOf(path), false))
     this.front.opts.onRequest('-', path, status, 0)
