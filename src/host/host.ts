@@ -247,11 +247,8 @@ export class Host {
           : {}),
         frameworkSocket: socket,
         shapeOf: (path) => shape ?? shapeFor(path),
-        onRequest: (method, target, status, ms) => {
-          const q = target.indexOf('?')
-          const path = q < 0 ? target : target.slice(0, q)
-          logRequest(log, name, method, path, q < 0 ? '' : target.slice(q), status, ms)
-        },
+        onRequest: (method, path, query, status, ms) =>
+          logRequest(log, name, method, path, query, status, ms),
       })
     } catch (err) {
       server.stop(true)

@@ -33,7 +33,7 @@ const idle = new Map<string, Conn[]>()
  * writeAll writes what the socket takes now and returns the rest (null when all went out): Bun's
  * sockets do not buffer, so the caller keeps the rest and writes it again on drain.
  */
-export function writeAll(socket: Socket<Conn>, data: Uint8Array | string): Uint8Array | null {
+export function writeAll<T>(socket: Socket<T>, data: Uint8Array | string): Uint8Array | null {
   const n = socket.write(data)
   // Strings here are ASCII (header text as latin1 is turned into bytes first): one byte per char.
   if (n < 0 || n >= data.length) return null

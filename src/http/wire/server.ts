@@ -1,5 +1,5 @@
 import type { Socket, TCPSocketListener } from 'bun'
-import { targetOf, unixTarget } from '../../proxy/http1-pool.ts'
+import { targetOf, unixTarget, writeAll } from '../../proxy/http1-pool.ts'
 import { type WireClient, WireExchange } from '../../proxy/wire-exchange.ts'
 import { AppError, type ErrorShape, internalError } from '../errors.ts'
 import {
@@ -50,7 +50,7 @@ export interface FrontOptions {
   /** Error shape of the front's own refusals, by path. */
   shapeOf(path: string): ErrorShape
   /** Called for each request answered on the wire (relayed ones are logged by the framework). */
-  onRequest(method: string, target: string, status: number, ms: number): void
+  onRequest(method: string, path: string, query: string, status: number, ms: number): void
   limits?: Partial<ParserLimits>
 }
 
@@ -133,7 +133,7 @@ export class WireFront {
   }
 }
 
-class Request implements WireRequest {
+class ParsedWireRequest implements WireRequest {
   constructor(
     private readonly head: RequestHead,
     readonly body: Uint8Array<ArrayBuffer>,
@@ -219,7 +219,7 @@ class ClientConn implements WireClient {
     const startedAt = performance.now()
     const route = this.front.match(head.path, head.method)
     if (route) {
-      const req = new Request(head, r.body, startedAt)
+      const req = new ParsedWireRequest(head, r.body, startedAt)
       let action: WireAction | null
       try {
         const denied = this.front.opts.guard?.(req)
@@ -236,7 +236,7 @@ class ClientConn implements WireClient {
     this.relay(r, startedAt)
   }
 
-  private act(head: RequestHead, req: Request, action: WireAction): void {
+  private act(head: RequestHead, req: ParsedWireRequest, action: WireAction): void {
     const opts = this.front.opts
     if ('forward' in action && !action.forward.url.startsWith('http://')) {
       // Routes forward on the wire only to http:// upstreams (others are left to the framework).
@@ -260,7 +260,7 @@ class ClientConn implements WireClient {
         errorShape: 'proxy',
         startedAt: req.startedAt,
         onEnd: (info) => {
-          opts.onRequest(head.method, head.target, info.status, info.durationMs)
+          opts.onRequest(head.method, head.path, head.query, info.status, info.durationMs)
           f.onEnd(info)
         },
       })
@@ -277,7 +277,7 @@ class ClientConn implements WireClient {
       bytes = jsonResponse(status, action.json, head.keepAlive)
     }
     this.write(bytes)
-    opts.onRequest(head.method, head.target, status, performance.now() - req.startedAt)
+    opts.onRequest(head.method, head.path, head.query, status, performance.now() - req.startedAt)
     this.answered(head.keepAlive)
   }
 
@@ -307,7 +307,7 @@ class ClientConn implements WireClient {
     const path = this.parser.pendingHead?.path ?? (this.parser.lastPath || '/')
     const error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
     this.write(errorResponse(error, this.front.opts.shapeOf(path), false))
-    this.front.opts.onRequest('-', path, status, 0)
+    this.front.opts.onRequest('-', path, '', status, 0)
     this.closeConnection()
   }
 
@@ -318,11 +318,9 @@ class ClientConn implements WireClient {
       this.queue.push(typeof data === 'string' ? Buffer.from(data, 'latin1') : data)
       return false
     }
-    const n = this.socket.write(data)
-    const len = typeof data === 'string' ? data.length : data.byteLength
-    if (n >= len) return true
-    const buf = typeof data === 'string' ? Buffer.from(data, 'latin1') : data
-    this.queue.push(buf.subarray(Math.max(n, 0)))
+    const rest = writeAll(this.socket, data)
+    if (!rest) return true
+    this.queue.push(rest)
     return false
   }
 
