@@ -118,7 +118,7 @@ class GatewayInference implements InferenceHandlers {
     // The engine answers only to its served name: an instance id or model path is swapped for it.
     const served = lease.instance.served_model_name
     const bytes = served && model !== served ? replaceModel(body, served) : body
-    return this.forwardTo(lease, lease.baseUrl + enginePath + query, bytes, model, path)
+    return this.forwardTo(lease, enginePath + query, bytes, model, path)
   }
 
   models(): Response {
@@ -171,13 +171,13 @@ class GatewayInference implements InferenceHandlers {
     }
     const subPath = slash < 0 ? '/' : rest.slice(slash)
     const model = lease.instance.served_model_name
-    return this.forwardTo(lease, lease.baseUrl + subPath + query, body, model, path)
+    return this.forwardTo(lease, subPath + query, body, model, path)
   }
 
   /** forwardTo: the forward of a leased request; its end releases the lease and records the request. */
   private forwardTo(
     lease: Lease,
-    url: string,
+    target: string,
     body: Uint8Array<ArrayBuffer>,
     model: string,
     path: string,
@@ -185,7 +185,8 @@ class GatewayInference implements InferenceHandlers {
     const { config } = this.deps
     return {
       forward: {
-        url,
+        origin: lease.baseUrl,
+        target,
         body,
         firstByteTimeoutMs: config.firstByteTimeoutMs,
         connectTimeoutMs: config.connectTimeoutMs,

@@ -72,7 +72,8 @@ export class RouterInference {
     const { cfg } = this.deps
     return {
       forward: {
-        url: upstream.baseUrl + req.path + req.query,
+        origin: upstream.baseUrl,
+        target: req.path + req.query,
         body: req.body,
         firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
         connectTimeoutMs: cfg.proxy.connect_timeout_ms,

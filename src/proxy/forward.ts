@@ -108,7 +108,7 @@ export function forwardAction(
   if ('error' in action) return action.error.toResponse('proxy')
   if ('json' in action) return Response.json(action.json, { status: action.status ?? 200 })
   const f = action.forward
-  return forward(req, f.url, {
+  return forward(req, f.origin + f.target, {
     server: s.server,
     body: f.body as Uint8Array<ArrayBuffer>,
     startedAt: s.startedAt,

@@ -95,8 +95,14 @@ const handlers: SocketHandler<Conn> = {
 
 export function targetOf(url: string): { target: Target; path: string } {
   const slash = url.indexOf('/', 7)
-  const origin = slash < 0 ? url : url.slice(0, slash)
-  const path = slash < 0 ? '/' : url.slice(slash)
+  return {
+    target: originTarget(slash < 0 ? url : url.slice(0, slash)),
+    path: slash < 0 ? '/' : url.slice(slash),
+  }
+}
+
+/** originTarget: the pool target of an `http://host:port` origin (no path). */
+export function originTarget(origin: string): Target {
   let target = targets.get(origin)
   if (!target) {
     const u = new URL(origin)
@@ -104,7 +110,7 @@ export function targetOf(url: string): { target: Target; path: string } {
     target = { key: origin, hostname, port: u.port ? Number(u.port) : 80, hostLine: `host: ${u.host}\r\n` }
     targets.set(origin, target)
   }
-  return { target, path }
+  return target
 }
 
 /** unixTarget: the pool target of an HTTP server listening on a Unix socket. */

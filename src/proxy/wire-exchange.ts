@@ -69,6 +69,8 @@ export interface WireForward {
   upstream: Target
   /** The client's header pairs (names lower-cased). */
   headers: [string, string][]
+  /** The client's Connection value, lower-cased ('' when none): the names it declares hop-by-hop. */
+  connection: string
   /** keepHost: send the client's Host (relaying to the host's own listener) instead of the upstream's. */
   keepHost: boolean
   body: Uint8Array
@@ -113,11 +115,7 @@ enum Mode {
 function requestHead(f: WireForward): string {
   let head = `${f.method} ${f.target} HTTP/1.1\r\n`
   if (!f.keepHost) head += f.upstream.hostLine
-  let extra: string[] | null = null
-  for (const pair of f.headers) {
-    const name = pair[0]
-    if (name === 'connection') extra = connectionTokens(pair[1])
-  }
+  const extra = f.connection === '' ? null : connectionTokens(f.connection)
   let host = false
   for (const pair of f.headers) {
     const name = pair[0]

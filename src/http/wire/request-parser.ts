@@ -169,11 +169,20 @@ export class RequestParser {
     this.size += data.length
   }
 
+  /** The request target of the request line being parsed ('' between requests), as sent. */
+  private lastTarget = ''
+
   /**
    * lastPath: the path of the request line being parsed ('' between requests), even when the
-   * request is then refused: a refusal is rendered in the error shape of its path.
+   * request is then refused: a refusal is rendered in the error shape of its path. Derived only
+   * when asked (refusals), not for every request.
    */
-  lastPath = ''
+  get lastPath(): string {
+    const q = this.lastTarget.indexOf('?')
+    const sent = q < 0 ? this.lastTarget : this.lastTarget.slice(0, q)
+    if (sent === '' || sent.startsWith('/')) return sent
+    return sent.replace(/^[a-z][a-z0-9+.-]*:\/\/[^/]*/i, '') || '/'
+  }
 
   /** the head of the request whose body is still arriving (null otherwise) */
   get pendingHead(): RequestHead | null {
@@ -202,7 +211,7 @@ export class RequestParser {
     const head = this.head!
     this.head = null
     this.state = State.Head
-    this.lastPath = ''
+    this.lastTarget = ''
     return { head, body }
   }
 
@@ -295,17 +304,17 @@ export class RequestParser {
     const sp1 = text.indexOf(' ')
     const sp2 = text.indexOf(' ', sp1 + 1)
     if (sp1 <= 0 || sp2 < 0 || sp2 > eol) throw new RequestError(400, 'malformed request line')
-    const sent = text.slice(sp1 + 1, sp2).split('?')[0]!
-    this.lastPath = sent.startsWith('/') ? sent : sent.replace(/^[a-z][a-z0-9+.-]*:\/\/[^/]*/i, '') || '/'
+    let target = text.slice(sp1 + 1, sp2)
+    this.lastTarget = target
     const method = text.slice(0, sp1)
-    if (!TOKEN.test(method)) throw new RequestError(400, 'malformed method')
+    if (method !== 'POST' && method !== 'GET' && !TOKEN.test(method))
+      throw new RequestError(400, 'malformed method')
     // CONNECT opens a tunnel (authority-form target): not something this proxy offers.
     if (method === 'CONNECT') throw new RequestError(501, 'CONNECT is not supported')
     const version = text.slice(sp2 + 1, eol)
     const http10 = version === 'HTTP/1.0'
     if (!http10 && version !== 'HTTP/1.1')
       throw new RequestError(HTTP_VERSION.test(version) ? 505 : 400, 'unsupported HTTP version')
-    let target = text.slice(sp1 + 1, sp2)
     if (!TARGET.test(target)) throw new RequestError(400, 'malformed request target')
     let authority: string | null = null
     if (target.charCodeAt(0) !== 47) {

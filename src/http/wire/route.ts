@@ -23,8 +23,13 @@ export interface WireRequest {
 }
 
 export interface WireForwardAction {
-  /** An `http://` URL (path and query included). */
-  url: string
+  /**
+   * The upstream's `http://host:port`, kept apart from the target so the front looks it up as the
+   * same string each time (a lease's stored base URL) instead of splitting a fresh URL per request.
+   */
+  origin: string
+  /** Path and query on the upstream. */
+  target: string
   /** The body to send (the client's, or a rewritten copy). */
   body: Uint8Array
   firstByteTimeoutMs: number

@@ -1,5 +1,5 @@
 import type { Socket, TCPSocketListener } from 'bun'
-import { targetOf, unixTarget, writeAll } from '../../proxy/http1-pool.ts'
+import { originTarget, unixTarget, writeAll } from '../../proxy/http1-pool.ts'
 import { type WireClient, WireExchange } from '../../proxy/wire-exchange.ts'
 import { AppError, type ErrorShape, internalError } from '../errors.ts'
 import {
@@ -238,7 +238,7 @@ class ClientConn implements WireClient {
 
   private act(head: RequestHead, req: ParsedWireRequest, action: WireAction): void {
     const opts = this.front.opts
-    if ('forward' in action && !action.forward.url.startsWith('http://')) {
+    if ('forward' in action && !action.forward.origin.startsWith('http://')) {
       // Routes forward on the wire only to http:// upstreams (others are left to the framework).
       const f = action.forward
       action = { error: internalError() }
@@ -246,12 +246,12 @@ class ClientConn implements WireClient {
     }
     if ('forward' in action) {
       const f = action.forward
-      const { target, path } = targetOf(f.url)
       this.current = new WireExchange(this, {
         method: head.method,
-        target: path,
-        upstream: target,
+        target: f.target,
+        upstream: originTarget(f.origin),
         headers: head.headers,
+        connection: head.connection,
         keepHost: false,
         body: f.body,
         firstByteTimeoutMs: f.firstByteTimeoutMs,
@@ -289,6 +289,7 @@ class ClientConn implements WireClient {
       target: head.target,
       upstream: unixTarget(this.front.opts.frameworkSocket),
       headers: head.headers,
+      connection: head.connection,
       keepHost: true,
       body: r.body,
       firstByteTimeoutMs: 0,

@@ -230,7 +230,8 @@ function front(over: Partial<FrontOptions> = {}): WireFront {
             ? null
             : {
                 forward: {
-                  url: `http://127.0.0.1:${up.listener.port}${req.path}${req.query}`,
+                  origin: `http://127.0.0.1:${up.listener.port}`,
+                  target: req.path + req.query,
                   body: req.body,
                   firstByteTimeoutMs: 10_000,
                   connectTimeoutMs: 2000,
