@@ -21,14 +21,10 @@ import type { WireRoute } from '../../src/http/wire/server.ts'
 import { WireFront } from '../../src/http/wire/server.ts'
 import { Conn, originTarget, release } from '../../src/proxy/http1-pool.ts'
 import { FakeGateway, instance } from '../proxy/support.ts'
+import { numberArg } from './args.ts'
 
-const args = process.argv.slice(2)
-const opt = (name: string, fallback: number) => {
-  const i = args.indexOf(name)
-  return i >= 0 ? Number(args[i + 1]) : fallback
-}
-const REQUESTS = opt('--requests', 300_000)
-const ROUNDS = opt('--rounds', 7)
+const REQUESTS = numberArg('--requests', 300_000)
+const ROUNDS = numberArg('--rounds', 7)
 
 const BASELINE_ORIGIN = 'http://127.0.0.1:9998'
 const ENGINE_PORT = 9999

@@ -9,13 +9,10 @@
  *
  *   bun test/perf/proxy-stub.ts [--chunks 64] [--interval-ms 20]
  */
-const args = process.argv.slice(2)
-const opt = (name: string, fallback: number) => {
-  const i = args.indexOf(name)
-  return i >= 0 ? Number(args[i + 1]) : fallback
-}
-const CHUNKS = opt('--chunks', 64)
-const INTERVAL_MS = opt('--interval-ms', 20)
+import { numberArg } from './args.ts'
+
+const CHUNKS = numberArg('--chunks', 64)
+const INTERVAL_MS = numberArg('--interval-ms', 20)
 
 const REPLY = JSON.stringify({
   id: 'chatcmpl-bench',

@@ -23,14 +23,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { numberArg } from './args.ts'
 
 const HERE = import.meta.dir
 const BUN = process.execPath
 const QUICK = process.argv.includes('--quick')
 const NON_STREAM_SECONDS = 2
-const roundsArg = process.argv.indexOf('--rounds')
 /** ROUNDS: how many times every measurement runs (medians are reported); --quick runs one. */
-const ROUNDS = roundsArg > 0 ? Math.max(1, Number(process.argv[roundsArg + 1]) || 1) : QUICK ? 1 : 5
+const ROUNDS = Math.max(1, numberArg('--rounds', QUICK ? 1 : 5) || 1)
 const STREAM_LEVELS = [256, 1024]
 const CONCURRENCY = [1, 32]
 const tmp = mkdtempSync(join(tmpdir(), 'modelgate-bench-proxy-'))
