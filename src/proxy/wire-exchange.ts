@@ -1,4 +1,5 @@
 import type { AppError, ErrorShape } from '../http/errors.ts'
+import type { RequestHead } from '../http/wire/request-parser.ts'
 import { errorResponse, latin1, statusLine } from '../http/wire/responses.ts'
 import type { ForwardEnd } from './forward.ts'
 import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
@@ -63,22 +64,17 @@ export interface WireClient {
 }
 
 export interface WireForward {
-  method: string
+  /** The client's request head: method, header fields (forwarded as received, hop-by-hop ones skipped). */
+  head: RequestHead
   /** Path and query on the upstream. */
   target: string
   upstream: Target
-  /** The client's header pairs (names lower-cased). */
-  headers: [string, string][]
-  /** The client's Connection value, lower-cased ('' when none): the names it declares hop-by-hop. */
-  connection: string
   /** keepHost: send the client's Host (relaying to the host's own listener) instead of the upstream's. */
   keepHost: boolean
   body: Uint8Array
   /** 0: no first-byte deadline. */
   firstByteTimeoutMs: number
   connectTimeoutMs: number
-  /** The client asked to keep its connection open. */
-  keepAlive: boolean
   /** Shape of the exchange's own errors (502/504). */
   errorShape: ErrorShape
   startedAt: number
@@ -111,44 +107,91 @@ enum Mode {
   Close,
 }
 
-/** requestHead serialises the upstream request head (hop-by-hop headers, length and expect skipped). */
-function requestHead(f: WireForward): string {
-  let head = `${f.method} ${f.target} HTTP/1.1\r\n`
-  if (!f.keepHost) head += f.upstream.hostLine
-  const extra = f.connection === '' ? null : connectionTokens(f.connection)
+/**
+ * The upstream request is serialised into one reused slab and written from there: no buffer and
+ * no string per header. Bun's sockets write synchronously, so the slab is free again as soon as
+ * write returns; the rare unwritten rest is copied out. A stale-connection retry serialises again.
+ */
+let slab = Buffer.allocUnsafe(64 * 1024)
+
+/**
+ * requestInto writes the upstream request into the slab and returns its length: request line, Host
+ * (the upstream's, or the client's when relaying to the host's own listener), the client's field
+ * lines as received minus those SKIP_REQUEST and its Connection header name, Content-Length, body.
+ * Field lines are copied as runs of the received bytes (validated by the parser: no bare CR or LF).
+ */
+function requestInto(f: WireForward): number {
+  const h = f.head
+  const { fields, lower, raw, rawStart } = h
+  const bound = h.text.length + f.target.length + f.upstream.hostLine.length + 64 + f.body.byteLength
+  if (bound > slab.length) slab = Buffer.allocUnsafe(Math.max(bound, 2 * slab.length))
+  let pos = slab.write(`${h.method} ${f.target} HTTP/1.1\r\n`, 0, 'latin1')
+  if (!f.keepHost) pos += slab.write(f.upstream.hostLine, pos, 'latin1')
+  const extra = h.connection === '' ? null : connectionTokens(h.connection)
   let host = false
-  for (const pair of f.headers) {
-    const name = pair[0]
-    if (name === 'host') {
-      if (f.keepHost) head += `host: ${pair[1]}\r\n`
+  // run: text index where the current run of kept field lines starts (-1: none)
+  let run = -1
+  for (let k = 0; k < fields.length; k += 4) {
+    const a = fields[k]!
+    const len = fields[k + 1]! - a
+    let keep: boolean
+    if (len === 4 && lower.startsWith('host', a)) {
       host = true
-      continue
+      keep = f.keepHost
+    } else keep = !skippedField(lower, a, len, extra)
+    if (keep) {
+      if (run < 0) run = a
+    } else if (run >= 0) {
+      pos += raw.copy(slab, pos, rawStart + run, rawStart + a)
+      run = -1
     }
-    if (SKIP_REQUEST.has(name) || extra?.includes(name)) continue
-    head += `${name}: ${pair[1]}\r\n`
   }
+  // The last field line's CRLF follows the text.
+  if (run >= 0) pos += raw.copy(slab, pos, rawStart + run, rawStart + h.text.length + 2)
   // An HTTP/1.0 client may send no Host; the upstream request is HTTP/1.1, which needs one.
-  if (f.keepHost && !host) head += f.upstream.hostLine
-  const m = f.method
-  if (f.body.byteLength > 0) head += `content-length: ${f.body.byteLength}\r\n\r\n`
-  else if (m === 'POST' || m === 'PUT' || m === 'PATCH') head += 'content-length: 0\r\n\r\n'
-  else head += '\r\n'
-  return head
+  if (f.keepHost && !host) pos += slab.write(f.upstream.hostLine, pos, 'latin1')
+  const m = h.method
+  const n = f.body.byteLength
+  if (n > 0 || m === 'POST' || m === 'PUT' || m === 'PATCH') {
+    pos += slab.write('content-length: ', pos, 'latin1')
+    pos = writeDecimal(slab, pos, n)
+    pos += slab.write('\r\n\r\n', pos, 'latin1')
+  } else pos += slab.write('\r\n', pos, 'latin1')
+  if (n > 0) slab.set(f.body, pos)
+  return pos + n
 }
 
-function requestBytes(f: WireForward): Uint8Array | string {
-  const head = requestHead(f)
-  if (f.body.byteLength === 0) return latin1(head)
-  const out = Buffer.allocUnsafe(head.length + f.body.byteLength)
-  out.write(head, 0, 'latin1')
-  out.set(f.body, head.length)
-  return out
+/** skippedField: the field name at lower[a, a+len) is not forwarded (SKIP_REQUEST, or named in Connection). */
+function skippedField(lower: string, a: number, len: number, extra: string[] | null): boolean {
+  const names = SKIP_BY_LENGTH[len]
+  if (names) for (const name of names) if (lower.startsWith(name, a)) return true
+  if (extra) for (const name of extra) if (name.length === len && lower.startsWith(name, a)) return true
+  return false
+}
+
+/** SKIP_REQUEST by name length: a field is checked against the few names as long as its own. */
+const SKIP_BY_LENGTH: (string[] | undefined)[] = []
+for (const name of SKIP_REQUEST) {
+  const same = SKIP_BY_LENGTH[name.length]
+  if (same) same.push(name)
+  else SKIP_BY_LENGTH[name.length] = [name]
+}
+
+/** writeDecimal writes a non-negative integer in ASCII digits at pos; returns the position after it. */
+function writeDecimal(buf: Uint8Array, pos: number, value: number): number {
+  let digits = 1
+  for (let v = value; v >= 10; v = Math.floor(v / 10)) digits++
+  let v = value
+  for (let i = pos + digits - 1; i >= pos; i--) {
+    buf[i] = 48 + (v % 10)
+    v = Math.floor(v / 10)
+  }
+  return pos + digits
 }
 
 export class WireExchange implements ConnUser, ParserEvents, Watched {
   private conn: Conn | null = null
   private parser!: ResponseParser
-  private readonly out: Uint8Array | string
   private unwritten: Uint8Array | null = null
   private phase = Phase.Head
   private mode = Mode.None
@@ -159,7 +202,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private ttftMs: number | null = null
   private sse = false
   private headText = ''
-  private held: Uint8Array[] = []
+  private held: Uint8Array[] | null = null
   /** The chunked body is relayed with the upstream's framing (see onData). */
   private verbatim = false
   private last = LF
@@ -177,8 +220,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     private readonly client: WireClient,
     private readonly f: WireForward,
   ) {
-    this.out = requestBytes(f)
-    this.keepAlive = f.keepAlive
+    this.keepAlive = f.head.keepAlive
   }
 
   start(): void {
@@ -204,21 +246,20 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.conn = conn
     conn.user = this
     this.received = 0
-    this.parser = new ResponseParser(this, this.f.method === 'HEAD')
-    this.writeUpstream(this.out)
-  }
-
-  private writeUpstream(data: Uint8Array | string): void {
-    this.unwritten = writeAll(this.conn!.socket!, data)
+    this.parser = new ResponseParser(this, this.f.head.method === 'HEAD')
+    const n = requestInto(this.f)
+    const written = this.conn.socket!.write(slab, 0, n)
+    this.unwritten = written >= n ? null : Buffer.from(slab.subarray(Math.max(written, 0), n))
   }
 
   // ConnUser: the upstream socket.
   onDrain(): void {
-    if (this.unwritten) this.writeUpstream(this.unwritten)
+    if (this.unwritten) this.unwritten = writeAll(this.conn!.socket!, this.unwritten)
   }
 
   onData(data: Buffer): void {
-    if (this.received === 0 && this.keepAlive && this.f.method !== 'HEAD' && this.relayWhole(data)) return
+    if (this.received === 0 && this.keepAlive && this.f.head.method !== 'HEAD' && this.relayWhole(data))
+      return
     this.received += data.length
     // A chunked body read from a chunk boundary on goes out with the engine's own chunk framing:
     // the bytes are written as received and the parser only follows them (end, counts, last bytes).
@@ -308,7 +349,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     }
     if (h.framing === 'none') {
       // HEAD keeps the length the upstream announced; 204 and 304 have none.
-      if (h.length >= 0 && this.f.method === 'HEAD') text += `content-length: ${h.length}\r\n`
+      if (h.length >= 0 && this.f.head.method === 'HEAD') text += `content-length: ${h.length}\r\n`
       else if (h.status !== 204 && h.status !== 304) text += 'content-length: 0\r\n'
     } else if (h.framing === 'length' && !this.sse && h.length <= BUFFER_LIMIT) {
       this.mode = Mode.Hold
@@ -336,7 +377,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     const n = piece.byteLength
     if (n === 0) return
     if (this.mode === Mode.Hold) {
-      this.held.push(piece)
+      if (this.held) this.held.push(piece)
+      else this.held = [piece]
       return
     }
     if (this.phase === Phase.FirstByte) {
@@ -362,8 +404,9 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       conn.destroy()
     else release(conn)
     if (this.mode === Mode.Hold) {
-      const body = this.held.length === 1 ? this.held[0]! : Buffer.concat(this.held)
-      this.held = []
+      const held = this.held ?? []
+      const body = held.length === 1 ? held[0]! : Buffer.concat(held)
+      this.held = null
       this.bytes = body.byteLength
       this.write(latin1(`${this.headText}content-length: ${body.byteLength}\r\n\r\n`))
       this.write(body)

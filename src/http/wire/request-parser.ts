@@ -15,8 +15,6 @@ export interface RequestHead {
   /** '' or '?…' (the query including its '?') */
   query: string
   http10: boolean
-  /** header pairs in order: names lower-cased, values with surrounding OWS trimmed */
-  headers: [string, string][]
   /** Content-Length, or -1 when absent (always -1 for chunked) */
   contentLength: number
   chunked: boolean
@@ -26,6 +24,19 @@ export interface RequestHead {
   expectContinue: boolean
   /** the Connection header value, lower-cased ('' when absent) */
   connection: string
+  /**
+   * The header fields are not copied out one by one (the hot path forwards them as received and
+   * reads one or two): they are ranges of the head text. `text` is the head as received (latin1,
+   * request line to the last field line, without the final CRLFCRLF), `lower` the same lower-cased;
+   * `fields` holds four indexes per field: line start (= name start), colon, value start and value
+   * end (OWS trimmed). `raw` holds the received bytes: text[i] is raw[rawStart + i]. Use header()
+   * and headerPairs() to read them.
+   */
+  text: string
+  lower: string
+  fields: number[]
+  raw: Buffer
+  rawStart: number
 }
 
 export interface ParsedRequest {
@@ -82,6 +93,8 @@ const LF = 10
 /** Empty lines skipped before a request line (RFC 9112 §2.2: some clients send CRLF after a body). */
 const MAX_EMPTY_LINES = 4
 const EMPTY = new Uint8Array(0)
+/** The end of a head, as bytes: a string needle would be encoded again on every search. */
+const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
 // Field lines are checked by one test of the whole block after the request line (cheaper than one
 // per line): each is CRLF, a token, ':' at once, and a value with no control but HTAB. That refuses
 // obs-fold, whitespace before the colon, NUL, and any bare CR or LF. Bytes >= 0x80 pass.
@@ -122,8 +135,20 @@ function hasToken(list: string, token: string): boolean {
 
 /** header returns the first value of a lower-case header name, or null. */
 export function header(head: RequestHead, name: string): string | null {
-  for (const [n, v] of head.headers) if (n === name) return v
+  const f = head.fields
+  for (let k = 0; k < f.length; k += 4)
+    if (f[k + 1]! - f[k]! === name.length && head.lower.startsWith(name, f[k]!))
+      return head.text.slice(f[k + 2]!, f[k + 3]!)
   return null
+}
+
+/** headerPairs: every header field in order, names lower-cased, values OWS-trimmed. */
+export function headerPairs(head: RequestHead): [string, string][] {
+  const f = head.fields
+  const pairs: [string, string][] = []
+  for (let k = 0; k < f.length; k += 4)
+    pairs.push([head.lower.slice(f[k]!, f[k + 1]!), head.text.slice(f[k + 2]!, f[k + 3]!)])
+  return pairs
 }
 
 export class RequestParser {
@@ -224,14 +249,14 @@ export class RequestParser {
     let start = fast ? this.pos : 0
     for (let k = 0; buf[start] === CR && buf[start + 1] === LF; start += 2)
       if (++k > MAX_EMPTY_LINES) throw new RequestError(400, 'too many empty lines')
-    const end = buf.indexOf('\r\n\r\n', start + this.scanned, 'latin1')
+    const end = buf.indexOf(HEAD_END, start + this.scanned)
     if (end < 0) {
       if (buf.length - start >= this.maxHead) throw new RequestError(431, 'request head too large')
       this.scanned = Math.max(0, buf.length - start - 3)
       return false
     }
     if (end + 4 - start > this.maxHead) throw new RequestError(431, 'request head too large')
-    const head = this.parseHead(buf.toString('latin1', start, end))
+    const head = this.parseHead(buf.toString('latin1', start, end), buf, start)
     this.scanned = 0
     if (fast) {
       this.size -= end + 4 - this.pos
@@ -297,7 +322,7 @@ export class RequestParser {
     return out
   }
 
-  private parseHead(text: string): RequestHead {
+  private parseHead(text: string, raw: Buffer, rawStart: number): RequestHead {
     const n = text.length
     let eol = text.indexOf('\r\n')
     if (eol < 0) eol = n
@@ -331,7 +356,7 @@ export class RequestParser {
     const lower = text.toLowerCase()
     FIELD_LINES.lastIndex = eol
     if (!FIELD_LINES.test(text)) throw new RequestError(400, 'malformed header field')
-    const headers: [string, string][] = []
+    const fields: number[] = []
     let hosts = 0
     let host = ''
     let contentLength = -1
@@ -339,41 +364,50 @@ export class RequestParser {
     let te: string | null = null
     let connection = ''
     let expectContinue = false
+    const maxFields = 4 * this.maxHeaders
     for (let a = eol + 2; a < n; a = eol + 2) {
       eol = text.indexOf('\r\n', a)
       if (eol < 0) eol = n
-      if (headers.length === this.maxHeaders) throw new RequestError(431, 'too many header fields')
+      if (fields.length === maxFields) throw new RequestError(431, 'too many header fields')
       const colon = text.indexOf(':', a)
-      const name = lower.slice(a, colon)
       let v = colon + 1
       let e = eol
       while (v < e && isOws(text.charCodeAt(v))) v++
       while (e > v && isOws(text.charCodeAt(e - 1))) e--
-      const value = text.slice(v, e)
-      headers.push([name, value])
-      switch (name) {
-        case 'host':
-          hosts++
-          host = lower.slice(v, e)
+      fields.push(a, colon, v, e)
+      // The names the parser itself needs, recognised in place (no string per name).
+      switch (colon - a) {
+        case 4:
+          if (lower.startsWith('host', a)) {
+            hosts++
+            host = lower.slice(v, e)
+          }
           break
-        case 'content-length':
-          // Repeats must be byte-identical; lists, signs and spaces are refused, never interpreted.
-          if (clRaw === null) {
-            contentLength = Number(value)
-            if (!DIGITS.test(value) || !Number.isSafeInteger(contentLength))
-              throw new RequestError(400, 'malformed Content-Length')
-            clRaw = value
-          } else if (value !== clRaw) throw new RequestError(400, 'conflicting Content-Length')
+        case 14:
+          if (lower.startsWith('content-length', a)) {
+            // Repeats must be byte-identical; lists, signs and spaces are refused, never interpreted.
+            const value = text.slice(v, e)
+            if (clRaw === null) {
+              contentLength = Number(value)
+              if (!DIGITS.test(value) || !Number.isSafeInteger(contentLength))
+                throw new RequestError(400, 'malformed Content-Length')
+              clRaw = value
+            } else if (value !== clRaw) throw new RequestError(400, 'conflicting Content-Length')
+          }
           break
-        case 'transfer-encoding':
-          te = te === null ? lower.slice(v, e) : te + ',' + lower.slice(v, e)
+        case 17:
+          if (lower.startsWith('transfer-encoding', a))
+            te = te === null ? lower.slice(v, e) : te + ',' + lower.slice(v, e)
           break
-        case 'connection':
-          connection = connection === '' ? lower.slice(v, e) : connection + ', ' + lower.slice(v, e)
+        case 10:
+          if (lower.startsWith('connection', a))
+            connection = connection === '' ? lower.slice(v, e) : connection + ', ' + lower.slice(v, e)
           break
-        case 'expect':
-          if (lower.slice(v, e) !== '100-continue') throw new RequestError(417, 'unsupported expectation')
-          expectContinue = !http10
+        case 6:
+          if (lower.startsWith('expect', a)) {
+            if (lower.slice(v, e) !== '100-continue') throw new RequestError(417, 'unsupported expectation')
+            expectContinue = !http10
+          }
           break
       }
     }
@@ -396,7 +430,6 @@ export class RequestParser {
       path: q < 0 ? target : target.slice(0, q),
       query: q < 0 ? '' : target.slice(q),
       http10,
-      headers,
       contentLength,
       chunked,
       keepAlive: http10
@@ -404,6 +437,11 @@ export class RequestParser {
         : !hasToken(connection, 'close'),
       expectContinue,
       connection,
+      text,
+      lower,
+      fields,
+      raw,
+      rawStart,
     }
   }
 

@@ -247,16 +247,13 @@ class ClientConn implements WireClient {
     if ('forward' in action) {
       const f = action.forward
       this.current = new WireExchange(this, {
-        method: head.method,
+        head,
         target: f.target,
         upstream: originTarget(f.origin),
-        headers: head.headers,
-        connection: head.connection,
         keepHost: false,
         body: f.body,
         firstByteTimeoutMs: f.firstByteTimeoutMs,
         connectTimeoutMs: f.connectTimeoutMs,
-        keepAlive: head.keepAlive,
         errorShape: 'proxy',
         startedAt: req.startedAt,
         onEnd: (info) => {
@@ -285,16 +282,13 @@ class ClientConn implements WireClient {
   private relay(r: ParsedRequest, startedAt: number): void {
     const head = r.head
     this.current = new WireExchange(this, {
-      method: head.method,
+      head,
       target: head.target,
       upstream: unixTarget(this.front.opts.frameworkSocket),
-      headers: head.headers,
-      connection: head.connection,
       keepHost: true,
       body: r.body,
       firstByteTimeoutMs: 0,
       connectTimeoutMs: FRAMEWORK_CONNECT_MS,
-      keepAlive: head.keepAlive,
       errorShape: this.front.opts.shapeOf(head.path),
       startedAt,
       onEnd: () => {},

@@ -2,6 +2,7 @@ import { describe, expect, test } from 'bun:test'
 import {
   DEFAULT_LIMITS,
   header,
+  headerPairs,
   type ParsedRequest,
   type ParserLimits,
   RequestError,
@@ -55,23 +56,24 @@ describe('request parser: requests it accepts', () => {
   test('a simple GET', () => {
     const [r, ...rest] = feed(GET)
     expect(rest).toHaveLength(0)
-    expect(r!.head).toEqual({
+    const { text: _t, lower: _l, fields: _f, raw: _r, rawStart: _s, ...head } = r!.head
+    expect(head).toEqual({
       method: 'GET',
       target: '/v1/models?x=1&y=2',
       path: '/v1/models',
       query: '?x=1&y=2',
       http10: false,
-      headers: [
-        ['host', 'gw.local'],
-        ['user-agent', 't'],
-        ['accept', '*/*'],
-      ],
       contentLength: -1,
       chunked: false,
       keepAlive: true,
       expectContinue: false,
       connection: '',
     })
+    expect(headerPairs(r!.head)).toEqual([
+      ['host', 'gw.local'],
+      ['user-agent', 't'],
+      ['accept', '*/*'],
+    ])
     expect(r!.body.length).toBe(0)
   })
 
@@ -93,7 +95,7 @@ describe('request parser: requests it accepts', () => {
     const [r] = feed(
       'GET / HTTP/1.1\r\nHOST:a\r\nX-Mixed-Case: \t v\tw \t\r\nX-Latin: caf\xe9\xa0\r\nX-Empty:\r\n\r\n',
     )
-    expect(r!.head.headers).toEqual([
+    expect(headerPairs(r!.head)).toEqual([
       ['host', 'a'],
       ['x-mixed-case', 'v\tw'],
       ['x-latin', 'caf\xe9\xa0'],
