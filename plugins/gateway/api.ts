@@ -73,9 +73,14 @@ export interface WakeResult {
   woke_at: string
 }
 
-/** Lease is a routing reservation on an instance: call `release` when the response has fully ended. */
+/**
+ * Lease is a routing reservation on an instance: call `release` when the response has fully ended.
+ * It carries only what a proxied request needs (taken once per request, so no instance record).
+ */
 export interface Lease {
-  instance: InstanceRecord
+  instanceId: string
+  /** The name the engine answers to (`--served-model-name`). */
+  servedModelName: string
   /** baseUrl of the engine, e.g. http://127.0.0.1:8101 */
   baseUrl: string
   release(): void

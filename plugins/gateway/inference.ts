@@ -116,7 +116,7 @@ class GatewayInference implements InferenceHandlers {
       return { error: this.refusal(err, path) }
     }
     // The engine answers only to its served name: an instance id or model path is swapped for it.
-    const served = lease.instance.served_model_name
+    const served = lease.servedModelName
     const bytes = served && model !== served ? replaceModel(body, served) : body
     return this.forwardTo(lease, enginePath + query, bytes, model, path)
   }
@@ -170,7 +170,7 @@ class GatewayInference implements InferenceHandlers {
       }
     }
     const subPath = slash < 0 ? '/' : rest.slice(slash)
-    const model = lease.instance.served_model_name
+    const model = lease.servedModelName
     return this.forwardTo(lease, subPath + query, body, model, path)
   }
 
@@ -203,7 +203,7 @@ class GatewayInference implements InferenceHandlers {
   }
 
   private record(lease: Lease, model: string, path: string, info: ForwardEnd): void {
-    const instanceId = lease.instance.id
+    const instanceId = lease.instanceId
     this.deps.bus.emit('proxy.request', {
       model,
       instance_id: instanceId,

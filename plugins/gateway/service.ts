@@ -140,16 +140,7 @@ export class GatewayService implements GatewayApi {
 
   private lease(inst: ManagedInstance): Lease {
     inst.inFlight++
-    let released = false
-    return {
-      instance: inst.record(),
-      baseUrl: inst.baseUrl,
-      release: () => {
-        if (released) return
-        released = true
-        inst.inFlight--
-      },
-    }
+    return new InstanceLease(inst)
   }
 
   acquire(model: string): Lease {
@@ -812,5 +803,25 @@ export class GatewayService implements GatewayApi {
   /** kill: synchronous SIGKILL of every engine group (forced exit). */
   kill(): void {
     for (const inst of this.instances.values()) inst.process?.kill()
+  }
+}
+
+/** InstanceLease: one in-flight request on an instance; release is idempotent. */
+class InstanceLease implements Lease {
+  readonly instanceId: string
+  readonly servedModelName: string
+  readonly baseUrl: string
+  private released = false
+
+  constructor(private readonly inst: ManagedInstance) {
+    this.instanceId = inst.row.id
+    this.servedModelName = inst.row.served_model_name
+    this.baseUrl = inst.baseUrl
+  }
+
+  release(): void {
+    if (this.released) return
+    this.released = true
+    this.inst.inFlight--
   }
 }

@@ -172,7 +172,7 @@ export class RouterInference {
         lease.release()
         this.deps.bus.emit('proxy.request', {
           model: entry.name,
-          instance_id: lease.instance.id,
+          instance_id: lease.instanceId,
           status: info.status,
           duration_ms: info.durationMs,
           ttft_ms: info.ttftMs,

@@ -44,7 +44,7 @@ describe('gateway under concurrent requests', () => {
     expect(() => service.acquire(a!.id)).toThrow(expect.objectContaining({ code: 'model_sleeping' }))
     await service.wake(a!.id)
     const lease = service.acquire(a!.id)
-    expect(lease.instance.id).toBe(a!.id)
+    expect(lease.instanceId).toBe(a!.id)
     lease.release()
   })
 

@@ -269,7 +269,7 @@ describe('blue-green move rollback', () => {
         port: before.port,
       })
       const lease = gw.host.api<GatewayService>('gateway').acquire(id)
-      expect(lease.instance.id).toBe(id)
+      expect(lease.instanceId).toBe(id)
       lease.release()
     } finally {
       await gw.stop()

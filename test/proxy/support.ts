@@ -92,7 +92,8 @@ export class FakeGateway implements GatewayApi {
     this.inflight.set(i.id, this.inFlight(i.id) + 1)
     let done = false
     return {
-      instance: i,
+      instanceId: i.id,
+      servedModelName: i.served_model_name,
       baseUrl: this.engineBaseUrl(i),
       release: () => {
         if (done) {
