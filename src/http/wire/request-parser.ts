@@ -331,15 +331,23 @@ export class RequestParser {
     if (sp1 <= 0 || sp2 < 0 || sp2 > eol) throw new RequestError(400, 'malformed request line')
     let target = text.slice(sp1 + 1, sp2)
     this.lastTarget = target
-    const method = text.slice(0, sp1)
+    // The common methods are recognised in place (a constant, not a new string per request).
+    const method =
+      sp1 === 4 && text.startsWith('POST')
+        ? 'POST'
+        : sp1 === 3 && text.startsWith('GET')
+          ? 'GET'
+          : text.slice(0, sp1)
     if (method !== 'POST' && method !== 'GET' && !TOKEN.test(method))
       throw new RequestError(400, 'malformed method')
     // CONNECT opens a tunnel (authority-form target): not something this proxy offers.
     if (method === 'CONNECT') throw new RequestError(501, 'CONNECT is not supported')
-    const version = text.slice(sp2 + 1, eol)
-    const http10 = version === 'HTTP/1.0'
-    if (!http10 && version !== 'HTTP/1.1')
+    const exact = eol - sp2 === 9
+    const http10 = exact && text.startsWith('HTTP/1.0', sp2 + 1)
+    if (!http10 && !(exact && text.startsWith('HTTP/1.1', sp2 + 1))) {
+      const version = text.slice(sp2 + 1, eol)
       throw new RequestError(HTTP_VERSION.test(version) ? 505 : 400, 'unsupported HTTP version')
+    }
     if (!TARGET.test(target)) throw new RequestError(400, 'malformed request target')
     let authority: string | null = null
     if (target.charCodeAt(0) !== 47) {
