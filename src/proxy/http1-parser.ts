@@ -24,7 +24,8 @@ export interface ResponseHead {
 
 export interface ParserEvents {
   head(head: ResponseHead): void
-  body(piece: Uint8Array): void
+  /** body: the bytes buf[start, end) are the next piece of the body (a range, so no view per piece). */
+  body(buf: Buffer, start: number, end: number): void
   end(): void
 }
 
@@ -45,6 +46,9 @@ enum State {
 
 const MAX_HEAD = 64 * 1024
 const MAX_LINE = 8 * 1024
+/** Needles as bytes: a string needle is encoded again on every search. */
+const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
+const CRLF = Buffer.from('\r\n', 'latin1')
 const CR = 13
 const LF = 10
 
@@ -97,7 +101,7 @@ export class ResponseParser {
     while (off < n) {
       switch (this.state) {
         case State.Head: {
-          const end = buf.indexOf('\r\n\r\n', off, 'latin1')
+          const end = buf.indexOf(HEAD_END, off)
           if (end < 0) {
             if (n - off > MAX_HEAD) throw new ProtocolError('response head too large')
             this.pending = Buffer.from(buf.subarray(off))
@@ -111,7 +115,7 @@ export class ResponseParser {
         case State.Length:
         case State.ChunkData: {
           const take = Math.min(this.remaining, n - off)
-          this.events.body(buf.subarray(off, off + take))
+          this.events.body(buf, off, off + take)
           off += take
           this.remaining -= take
           if (this.remaining === 0) {
@@ -164,7 +168,7 @@ export class ResponseParser {
           break
         }
         case State.Trailers: {
-          const eol = buf.indexOf('\r\n', off, 'latin1')
+          const eol = buf.indexOf(CRLF, off)
           if (eol < 0) {
             if (n - off > MAX_HEAD) throw new ProtocolError('trailers too large')
             this.pending = Buffer.from(buf.subarray(off))
@@ -176,7 +180,7 @@ export class ResponseParser {
           break
         }
         case State.Close:
-          this.events.body(buf.subarray(off))
+          this.events.body(buf, off, n)
           off = n
           break
         case State.Done:

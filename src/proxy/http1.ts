@@ -180,7 +180,8 @@ class Exchange implements UpstreamReply, ConnUser, ParserEvents {
     this.resolveHead(this)
   }
 
-  body(piece: Uint8Array): void {
+  body(buf: Buffer, start: number, end: number): void {
+    const piece = buf.subarray(start, end)
     if (this.mode === 'stream') this.push(piece)
     else this.queue.push(piece)
   }

@@ -213,7 +213,9 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private keepAlive: boolean
   /** Set once finished: whether to hand the connection back for reuse (after the cork is flushed). */
   private doneReuse: boolean | null = null
-  /** Writes made while handling one upstream read, flushed as one client write. */
+  /** While an upstream read is handled, writes are corked: gathered and flushed as one client write. */
+  private corked = false
+  /** The corked writes (created on first use, then reused for every read). */
   private cork: (Uint8Array | string)[] | null = null
 
   constructor(
@@ -267,7 +269,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.verbatim = true
       if (!this.client.write(data)) this.pause()
     }
-    this.cork = []
+    this.corked = true
     try {
       this.parser.feed(data)
     } catch (err) {
@@ -331,7 +333,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (now - this.f.startedAt < this.f.firstByteTimeoutMs) return
     this.expired = upstreamTimeout(this.f.firstByteTimeoutMs)
     this.conn?.destroy()
-    this.cork = []
+    this.corked = true
     this.fail(new Error('first_byte'))
     this.flush()
   }
@@ -373,10 +375,11 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.phase = Phase.FirstByte
   }
 
-  body(piece: Uint8Array): void {
-    const n = piece.byteLength
+  body(buf: Buffer, start: number, end: number): void {
+    const n = end - start
     if (n === 0) return
     if (this.mode === Mode.Hold) {
+      const piece = buf.subarray(start, end)
       if (this.held) this.held.push(piece)
       else this.held = [piece]
       return
@@ -386,9 +389,11 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.ttftMs = performance.now() - this.f.startedAt
     }
     this.bytes += n
-    this.beforeLast = n > 1 ? piece[n - 2]! : this.last
-    this.last = piece[n - 1]!
+    this.beforeLast = n > 1 ? buf[end - 2]! : this.last
+    this.last = buf[end - 1]!
+    // Relayed verbatim, the bytes already went out with the read: the parser only follows them.
     if (this.verbatim) return
+    const piece = buf.subarray(start, end)
     if (this.mode === Mode.Chunked) {
       this.write(`${n.toString(16)}\r\n`)
       this.write(piece)
@@ -416,13 +421,15 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
 
   /** write goes to the cork while an upstream read is handled, else straight to the client. */
   private write(data: Uint8Array | string): void {
-    if (this.cork) this.cork.push(data)
-    else if (!this.client.write(data)) this.pause()
+    if (!this.corked) {
+      if (!this.client.write(data)) this.pause()
+    } else if (this.cork) this.cork.push(data)
+    else this.cork = [data]
   }
 
   private flush(): void {
+    this.corked = false
     const cork = this.cork
-    this.cork = null
     if (cork && cork.length > 0) {
       let full: boolean
       if (cork.length === 1) full = !this.client.write(cork[0]!)
@@ -430,6 +437,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
         const parts = cork.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : p))
         full = !this.client.write(Buffer.concat(parts))
       }
+      cork.length = 0
       if (full) this.pause()
     }
     if (this.phase === Phase.Done && this.doneReuse !== null) this.handBack()
@@ -501,7 +509,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (this.clientGone) return
     this.doneReuse = !close && this.keepAlive && this.mode !== Mode.Close
     // Within an upstream read the corked bytes go out first; flush() hands the connection back.
-    if (!this.cork) this.handBack()
+    if (!this.corked) this.handBack()
   }
 
   private handBack(): void {

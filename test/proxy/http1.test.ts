@@ -18,8 +18,8 @@ function parse(
   const parser = new ResponseParser(
     {
       head: (h) => out.heads.push(h),
-      body: (p) => {
-        out.body += Buffer.from(p).toString('latin1')
+      body: (buf, start, end) => {
+        out.body += buf.toString('latin1', start, end)
       },
       end: () => {
         out.ended++
