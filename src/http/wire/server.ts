@@ -24,9 +24,9 @@ import type { WireAction, WireRequest } from './route.ts'
  *   parsed strictly (request-parser.ts), the route decides, and a forward runs socket to socket
  *   (WireExchange).
  * - Everything else (admin API, docs, metrics, event streams, and hot requests a route leaves to
- *   the framework) is relayed to the framework's socket by the same WireExchange, as a canonical
- *   re-serialised request (so the framework never sees ambiguous framing), and its response is
- *   relayed back.
+ *   the framework) is relayed to the framework's socket by the same WireExchange, re-framed
+ *   (validated field lines, its own Content-Length: the framework never sees ambiguous framing),
+ *   and its response is relayed back.
  * - Connections: keep-alive and pipelining (one request at a time, in order), `100 Continue`,
  *   strict refusals with the listener's error shape, an idle timeout between requests (never
  *   while a response is running: a long generation is not cut), and the client going away aborts
