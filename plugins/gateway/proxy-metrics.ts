@@ -36,41 +36,38 @@ type MetricValue = { labels: Record<string, string | number>; value: number; met
 class Tallies {
   readonly models = new Map<string, ModelSeries>()
 
-  readonly requestsMetric = {
-    name: REQUESTS,
-    help: 'Proxied inference requests by model instance and outcome status (499: client went away)',
-    type: 'counter',
-    aggregator: 'sum',
-    get: async () => ({
-      name: REQUESTS,
-      help: this.requestsMetric.help,
-      type: 'counter',
-      aggregator: 'sum',
-      values: [...this.models.values()].flatMap((m) =>
-        [...m.statuses].map(([status, count]) => ({
-          labels: { model_id: m.modelId, status: String(status) },
-          value: count,
-        })),
-      ),
-    }),
-    reset: () => this.models.clear(),
-    tallies: this,
-  }
+  readonly requestsMetric = this.exposed(
+    REQUESTS,
+    'Proxied inference requests by model instance and outcome status (499: client went away)',
+    'counter',
+    (m) =>
+      [...m.statuses].map(([status, count]) => ({
+        labels: { model_id: m.modelId, status: String(status) },
+        value: count,
+      })),
+  )
 
-  readonly durationMetric = {
-    name: DURATION,
-    help: 'Duration of proxied inference requests until their last byte, in milliseconds',
-    type: 'histogram',
-    aggregator: 'sum',
-    get: async () => ({
-      name: DURATION,
-      help: this.durationMetric.help,
-      type: 'histogram',
-      aggregator: 'sum',
-      values: [...this.models.values()].flatMap(histogramValues),
-    }),
-    reset: () => this.models.clear(),
-    tallies: this,
+  readonly durationMetric = this.exposed(
+    DURATION,
+    'Duration of proxied inference requests until their last byte, in milliseconds',
+    'histogram',
+    histogramValues,
+  )
+
+  /** exposed: a metric object as prom-client's registry reads them, its values derived at scrape. */
+  private exposed(
+    name: string,
+    help: string,
+    type: 'counter' | 'histogram',
+    valuesOf: (m: ModelSeries) => MetricValue[],
+  ) {
+    const metric = { name, help, type, aggregator: 'sum' }
+    return {
+      ...metric,
+      get: async () => ({ ...metric, values: [...this.models.values()].flatMap(valuesOf) }),
+      reset: () => this.models.clear(),
+      tallies: this,
+    }
   }
 }
 
