@@ -55,6 +55,12 @@ import {
 export interface WireClient {
   /** The client spoke HTTP/1.0: no chunked framing. */
   readonly http10: boolean
+  /**
+   * The listener is stopping: this connection closes after the running response, so a response
+   * whose head is still to be written says `Connection: close` (a client must not send another
+   * request on it, which would race the close).
+   */
+  readonly draining: boolean
   /** write returns false when the connection is full; onClientDrain follows once it is not. */
   write(data: Uint8Array | string): boolean
   /** exchangeDone: the response is complete; `reuse` tells whether the connection may carry another. */
@@ -260,7 +266,12 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   }
 
   onData(data: Buffer): void {
-    if (this.received === 0 && this.keepAlive && this.f.head.method !== 'HEAD' && this.relayWhole(data))
+    if (
+      this.received === 0 &&
+      this.headKeepsAlive() &&
+      this.f.head.method !== 'HEAD' &&
+      this.relayWhole(data)
+    )
       return
     this.received += data.length
     // A chunked body read from a chunk boundary on goes out with the engine's own chunk framing:
@@ -365,7 +376,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.mode = Mode.Chunked
       text += 'transfer-encoding: chunked\r\n'
     }
-    if (!this.keepAlive) text += 'connection: close\r\n'
+    if (!this.headKeepsAlive()) text += 'connection: close\r\n'
     if (this.mode === Mode.Hold) {
       this.headText = text
       this.phase = Phase.FirstByte
@@ -485,8 +496,17 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
         ? upstreamConnectTimeout(this.f.connectTimeoutMs)
         : upstreamUnavailable(cause))
     this.status = error.status
-    this.write(errorResponse(error, this.f.errorShape, this.keepAlive))
+    this.write(errorResponse(error, this.f.errorShape, this.headKeepsAlive()))
     this.finish(error)
+  }
+
+  /**
+   * headKeepsAlive: whether the response head about to be written keeps the client connection open
+   * (decided then, not at the start: the listener may have begun stopping meanwhile).
+   */
+  private headKeepsAlive(): boolean {
+    if (this.client.draining) this.keepAlive = false
+    return this.keepAlive
   }
 
   private finish(error: AppError | null, close = false): void {

@@ -266,16 +266,17 @@ class ClientConn implements WireClient {
     }
     let status: number
     let bytes: Uint8Array
+    const keepAlive = head.keepAlive && !this.draining
     if ('error' in action) {
       status = action.error.status
-      bytes = errorResponse(action.error, 'proxy', head.keepAlive)
+      bytes = errorResponse(action.error, 'proxy', keepAlive)
     } else {
       status = action.status ?? 200
-      bytes = jsonResponse(status, action.json, head.keepAlive)
+      bytes = jsonResponse(status, action.json, keepAlive)
     }
     this.write(bytes)
     opts.onRequest(head.method, head.path, head.query, status, performance.now() - req.startedAt)
-    this.answered(head.keepAlive)
+    this.answered(keepAlive)
   }
 
   /** relay hands the request to the framework's listener and its response back. */
@@ -307,6 +308,10 @@ class ClientConn implements WireClient {
   }
 
   // WireClient
+  get draining(): boolean {
+    return this.front.stopped
+  }
+
   write(data: Uint8Array | string): boolean {
     if (this.closed) return false
     if (this.queue.length > 0) {
@@ -379,10 +384,15 @@ class ClientConn implements WireClient {
     this.socket.end()
   }
 
+  /**
+   * shutdown: `force` closes now. Otherwise only a connection idle between requests closes now; one
+   * with a response running or a request still arriving closes once that is answered (the host's
+   * grace period bounds the wait with a forced stop).
+   */
   shutdown(force: boolean): void {
     if (force) {
       this.socket.terminate()
       this.onClose()
-    } else if (!this.current) this.closeConnection()
+    } else if (!this.current && this.parser.buffered === 0 && !this.parser.pendingHead) this.closeConnection()
   }
 }

@@ -571,8 +571,29 @@ describe('wire front: timeouts, aborts, stop', () => {
     expect(busy.closed).toBe(false)
     expect(await busy.waitFor((r) => r.closed, 2000)).toBe(true)
     expect(performance.now() - t0).toBeGreaterThan(200)
-    expect(parse(busy.text).map((r) => [r.status, r.body])).toEqual([[200, 'late']])
+    const [late] = parse(busy.text)
+    expect([late!.status, late!.body]).toEqual([200, 'late'])
+    // Its head was written after the stop began: it tells the client not to reuse the connection.
+    expect(late!.headers.connection).toBe('close')
+    expect(parse(idle.text)[0]!.headers.connection).toBeUndefined()
     await expect(Raw.open(f.port)).rejects.toThrow()
+  })
+
+  it('stop(false) lets a request still arriving finish, and answers it with Connection: close', async () => {
+    const f = front({
+      routes: [{ match: (path) => path === '/v1/answer', wire: () => ({ json: { ok: true } }) }],
+    })
+    const c = await Raw.open(f.port)
+    c.write(`${REQ('POST', '/v1/answer', 'Content-Length: 4\r\n')}ab`)
+    await Bun.sleep(50)
+    f.stop(false)
+    await Bun.sleep(100)
+    // Half a request is not cut: the client would lose it without knowing whether it was handled.
+    expect(c.closed).toBe(false)
+    c.write('cd')
+    expect(await c.waitFor((r) => r.closed, 2000)).toBe(true)
+    const rs = parse(c.text)
+    expect(rs.map((r) => [r.status, r.headers.connection, r.body])).toEqual([[200, 'close', '{"ok":true}']])
   })
 
   it('stop(true) closes running connections at once', async () => {
