@@ -324,7 +324,18 @@ function withDeadline<T>(p: Promise<T>, deadline: AbortSignal): Promise<T> {
   })
 }
 
-/** logRequest: successful requests at debug (health included), 4xx at warn, 5xx at error; no token. */
+/**
+ * accessLevel: successful requests at debug (health included), 4xx at warn, 5xx at error. A client
+ * that went away (499: a user pressing stop, a load generator ending its run) is routine, not a
+ * fault of the request: info, as nginx keeps it in the access log and out of the error log.
+ */
+export function accessLevel(status: number): 'debug' | 'info' | 'warn' | 'error' {
+  if (status >= 500) return 'error'
+  if (status === 499) return 'info'
+  return status >= 400 ? 'warn' : 'debug'
+}
+
+/** logRequest writes the access log line at accessLevel(status); a `token` query value is redacted. */
 function logRequest(
   log: Logger,
   listener: string,
@@ -334,7 +345,7 @@ function logRequest(
   status: number,
   ms: number,
 ): void {
-  const level = status >= 500 ? 'error' : status >= 400 ? 'warn' : 'debug'
+  const level = accessLevel(status)
   if (!log.enabled(level)) return
   let search = query
   if (search.includes('token=')) {
