@@ -1,5 +1,5 @@
 import type { AppError, ErrorShape } from '../http/errors.ts'
-import type { RequestHead } from '../http/wire/request-parser.ts'
+import { nameAt, type RequestHead } from '../http/wire/request-parser.ts'
 import { errorResponse, latin1, statusLine } from '../http/wire/responses.ts'
 import type { ForwardEnd } from './forward.ts'
 import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
@@ -128,7 +128,7 @@ let slab = Buffer.allocUnsafe(64 * 1024)
  */
 function requestInto(f: WireForward): number {
   const h = f.head
-  const { fields, lower, raw, rawStart } = h
+  const { fields, text, raw, rawStart } = h
   const bound = h.text.length + f.target.length + f.upstream.hostLine.length + 64 + f.body.byteLength
   if (bound > slab.length) slab = Buffer.allocUnsafe(Math.max(bound, 2 * slab.length))
   let pos = slab.write(`${h.method} ${f.target} HTTP/1.1\r\n`, 0, 'latin1')
@@ -141,10 +141,10 @@ function requestInto(f: WireForward): number {
     const a = fields[k]!
     const len = fields[k + 1]! - a
     let keep: boolean
-    if (len === 4 && lower.startsWith('host', a)) {
+    if (len === 4 && nameAt(text, a, 'host')) {
       host = true
       keep = f.keepHost
-    } else keep = !skippedField(lower, a, len, extra)
+    } else keep = !skippedField(text, a, len, extra)
     if (keep) {
       if (run < 0) run = a
     } else if (run >= 0) {
@@ -167,11 +167,11 @@ function requestInto(f: WireForward): number {
   return pos + n
 }
 
-/** skippedField: the field name at lower[a, a+len) is not forwarded (SKIP_REQUEST, or named in Connection). */
-function skippedField(lower: string, a: number, len: number, extra: string[] | null): boolean {
+/** skippedField: the field name at text[a, a+len) is not forwarded (SKIP_REQUEST, or named in Connection). */
+function skippedField(text: string, a: number, len: number, extra: string[] | null): boolean {
   const names = SKIP_BY_LENGTH[len]
-  if (names) for (const name of names) if (lower.startsWith(name, a)) return true
-  if (extra) for (const name of extra) if (name.length === len && lower.startsWith(name, a)) return true
+  if (names) for (const name of names) if (nameAt(text, a, name)) return true
+  if (extra) for (const name of extra) if (name.length === len && nameAt(text, a, name)) return true
   return false
 }
 

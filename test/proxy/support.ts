@@ -72,8 +72,15 @@ export class FakeGateway implements GatewayApi {
   get(id: string): InstanceRecord | undefined {
     return this.instances.get(id)
   }
+  /** Built once per port, as the gateway keeps each instance's base URL (the proxy benchmark runs on this fake). */
+  private readonly urls = new Map<number, string>()
   engineBaseUrl(i: InstanceRecord): string {
-    return `http://127.0.0.1:${i.port}`
+    let url = this.urls.get(i.port)
+    if (url === undefined) {
+      url = `http://127.0.0.1:${i.port}`
+      this.urls.set(i.port, url)
+    }
+    return url
   }
   moveInProgress(): boolean {
     return false

@@ -27,13 +27,12 @@ export interface RequestHead {
   /**
    * The header fields are not copied out one by one (the hot path forwards them as received and
    * reads one or two): they are ranges of the head text. `text` is the head as received (latin1,
-   * request line to the last field line, without the final CRLFCRLF), `lower` the same lower-cased;
-   * `fields` holds four indexes per field: line start (= name start), colon, value start and value
-   * end (OWS trimmed). `raw` holds the received bytes: text[i] is raw[rawStart + i]. Use header()
-   * and headerPairs() to read them.
+   * request line to the last field line, without the final CRLFCRLF); `fields` holds four indexes
+   * per field: line start (= name start), colon, value start and value end (OWS trimmed). `raw`
+   * holds the received bytes: text[i] is raw[rawStart + i]. Names are compared in place, ignoring
+   * case (nameAt). Use header() and headerPairs() to read them.
    */
   text: string
-  lower: string
   fields: number[]
   raw: Buffer
   rawStart: number
@@ -133,11 +132,24 @@ function hasToken(list: string, token: string): boolean {
   return list.includes(token) && list.split(',').some((t) => trimOws(t) === token)
 }
 
+/**
+ * nameAt: text[a, a + name.length) spells the lower-case `name`, ignoring the case of ASCII letters
+ * only (a lower-cased copy of every head cost more than the whole field loop).
+ */
+export function nameAt(text: string, a: number, name: string): boolean {
+  for (let i = 0; i < name.length; i++) {
+    let c = text.charCodeAt(a + i)
+    if (c >= 65 && c <= 90) c |= 0x20
+    if (c !== name.charCodeAt(i)) return false
+  }
+  return true
+}
+
 /** header returns the first value of a lower-case header name, or null. */
 export function header(head: RequestHead, name: string): string | null {
   const f = head.fields
   for (let k = 0; k < f.length; k += 4)
-    if (f[k + 1]! - f[k]! === name.length && head.lower.startsWith(name, f[k]!))
+    if (f[k + 1]! - f[k]! === name.length && nameAt(head.text, f[k]!, name))
       return head.text.slice(f[k + 2]!, f[k + 3]!)
   return null
 }
@@ -147,7 +159,7 @@ export function headerPairs(head: RequestHead): [string, string][] {
   const f = head.fields
   const pairs: [string, string][] = []
   for (let k = 0; k < f.length; k += 4)
-    pairs.push([head.lower.slice(f[k]!, f[k + 1]!), head.text.slice(f[k + 2]!, f[k + 3]!)])
+    pairs.push([head.text.slice(f[k]!, f[k + 1]!).toLowerCase(), head.text.slice(f[k + 2]!, f[k + 3]!)])
   return pairs
 }
 
@@ -359,9 +371,6 @@ export class RequestParser {
       } else if (target !== '*' || method !== 'OPTIONS')
         throw new RequestError(400, 'unsupported request target')
     }
-    // One lower-casing of the whole head (latin1 keeps every index) gives the names and the values
-    // compared case-insensitively as slices: far cheaper than lower-casing each name.
-    const lower = text.toLowerCase()
     FIELD_LINES.lastIndex = eol
     if (!FIELD_LINES.test(text)) throw new RequestError(400, 'malformed header field')
     const fields: number[] = []
@@ -374,7 +383,8 @@ export class RequestParser {
     let expectContinue = false
     const maxFields = 4 * this.maxHeaders
     for (let a = eol + 2; a < n; a = eol + 2) {
-      eol = text.indexOf('\r\n', a)
+      // FIELD_LINES allowed a CR only as part of a CRLF.
+      eol = text.indexOf('\r', a)
       if (eol < 0) eol = n
       if (fields.length === maxFields) throw new RequestError(431, 'too many header fields')
       const colon = text.indexOf(':', a)
@@ -386,13 +396,13 @@ export class RequestParser {
       // The names the parser itself needs, recognised in place (no string per name).
       switch (colon - a) {
         case 4:
-          if (lower.startsWith('host', a)) {
+          if (nameAt(text, a, 'host')) {
             hosts++
-            host = lower.slice(v, e)
+            host = text.slice(v, e).toLowerCase()
           }
           break
         case 14:
-          if (lower.startsWith('content-length', a)) {
+          if (nameAt(text, a, 'content-length')) {
             // Repeats must be byte-identical; lists, signs and spaces are refused, never interpreted.
             const value = text.slice(v, e)
             if (clRaw === null) {
@@ -404,16 +414,21 @@ export class RequestParser {
           }
           break
         case 17:
-          if (lower.startsWith('transfer-encoding', a))
-            te = te === null ? lower.slice(v, e) : te + ',' + lower.slice(v, e)
+          if (nameAt(text, a, 'transfer-encoding')) {
+            const value = text.slice(v, e).toLowerCase()
+            te = te === null ? value : `${te},${value}`
+          }
           break
         case 10:
-          if (lower.startsWith('connection', a))
-            connection = connection === '' ? lower.slice(v, e) : connection + ', ' + lower.slice(v, e)
+          if (nameAt(text, a, 'connection')) {
+            const value = text.slice(v, e).toLowerCase()
+            connection = connection === '' ? value : `${connection}, ${value}`
+          }
           break
         case 6:
-          if (lower.startsWith('expect', a)) {
-            if (lower.slice(v, e) !== '100-continue') throw new RequestError(417, 'unsupported expectation')
+          if (nameAt(text, a, 'expect')) {
+            if (text.slice(v, e).toLowerCase() !== '100-continue')
+              throw new RequestError(417, 'unsupported expectation')
             expectContinue = !http10
           }
           break
@@ -446,7 +461,6 @@ export class RequestParser {
       expectContinue,
       connection,
       text,
-      lower,
       fields,
       raw,
       rawStart,

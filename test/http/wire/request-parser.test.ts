@@ -56,7 +56,7 @@ describe('request parser: requests it accepts', () => {
   test('a simple GET', () => {
     const [r, ...rest] = feed(GET)
     expect(rest).toHaveLength(0)
-    const { text: _t, lower: _l, fields: _f, raw: _r, rawStart: _s, ...head } = r!.head
+    const { text: _t, fields: _f, raw: _r, rawStart: _s, ...head } = r!.head
     expect(head).toEqual({
       method: 'GET',
       target: '/v1/models?x=1&y=2',
@@ -101,6 +101,28 @@ describe('request parser: requests it accepts', () => {
       ['x-latin', 'caf\xe9\xa0'],
       ['x-empty', ''],
     ])
+  })
+
+  test('the names the parser acts on are recognised in any case, and only those names', () => {
+    const [r] = feed(
+      'POST /x HTTP/1.1\r\nhOsT: A.Example\r\nCONNECTION: X-Secret, Keep-Alive\r\nEXPECT: 100-Continue\r\n' +
+        'x^y: caret\r\nTRANSFER-ENCODING: Chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n',
+    )
+    const h = r!.head
+    expect([h.chunked, h.expectContinue, h.connection, h.keepAlive]).toEqual([
+      true,
+      true,
+      'x-secret, keep-alive',
+      true,
+    ])
+    expect(text(r!.body)).toBe('ok')
+    expect(header(h, 'host')).toBe('A.Example')
+    expect(header(h, 'connection')).toBe('X-Secret, Keep-Alive')
+    // Only letters are folded: '^' and '~' differ by the case bit but are different names.
+    expect(header(h, 'x~y')).toBeNull()
+    expect(header(h, 'x^y')).toBe('caret')
+    expect(feed('GET / HTTP/1.1\r\nHost: a\r\nCoNnEcTiOn: CLOSE\r\n\r\n')[0]!.head.keepAlive).toBe(false)
+    expect(() => feed('GET / HTTP/1.1\r\nHOST: a\r\nhost: b\r\n\r\n')).toThrow('missing or repeated Host')
   })
 
   test.each([1, 2, 3, 7, 64])('a POST fed %i bytes at a time', (split) => {
