@@ -5,6 +5,7 @@ import type { Logger } from '../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../src/host/plugin.ts'
 import { AppError, proxyError, toAppError } from '../../src/http/errors.ts'
 import { splitUrl } from '../../src/http/url.ts'
+import { BodyRange } from '../../src/http/wire/body-range.ts'
 import type { WireAction } from '../../src/http/wire/route.ts'
 import { type ForwardEnd, forwardAction, type ServingOptions } from '../../src/proxy/forward.ts'
 import { readModelField, replaceModel } from '../../src/proxy/model-field.ts'
@@ -91,20 +92,16 @@ class GatewayInference implements InferenceHandlers {
     })
   }
 
-  async model(
-    req: Request,
-    server: Server<unknown> | null,
-    body?: Uint8Array<ArrayBuffer>,
-  ): Promise<Response> {
+  async model(req: Request, server: Server<unknown> | null): Promise<Response> {
     const startedAt = performance.now()
     const { path, query } = splitUrl(req.url)
     if (!enginePaths.has(path)) return notFound(req.method, path).toResponse('proxy')
-    const bytes = body ?? (await readBody(req))
+    const bytes = await readBody(req)
     if (!bytes) return new Response(null, { status: 499 })
     return forwardAction(req, this.planModel(path, query, bytes), this.serving(server, startedAt))
   }
 
-  planModel(path: string, query: string, body: Uint8Array<ArrayBuffer>): WireAction {
+  planModel(path: string, query: string, body: BodyRange): WireAction {
     const enginePath = enginePaths.get(path)
     if (enginePath === undefined) return { error: notFound('POST', path) }
     const model = readModelField(body)
@@ -148,12 +145,12 @@ class GatewayInference implements InferenceHandlers {
   async direct(req: Request, server: Server<unknown> | null): Promise<Response> {
     const startedAt = performance.now()
     const { path, query } = splitUrl(req.url)
-    const bytes = req.method === 'GET' || req.method === 'HEAD' ? EMPTY : await readBody(req)
+    const bytes = req.method === 'GET' || req.method === 'HEAD' ? BodyRange.EMPTY : await readBody(req)
     if (!bytes) return new Response(null, { status: 499 })
     return forwardAction(req, this.planDirect(path, query, bytes), this.serving(server, startedAt))
   }
 
-  planDirect(path: string, query: string, body: Uint8Array<ArrayBuffer>): WireAction {
+  planDirect(path: string, query: string, body: BodyRange): WireAction {
     const rest = path.slice(DIRECT.length)
     const slash = rest.indexOf('/')
     const portText = slash < 0 ? rest : rest.slice(0, slash)
@@ -175,13 +172,7 @@ class GatewayInference implements InferenceHandlers {
   }
 
   /** forwardTo: the forward of a leased request; its end releases the lease and records the request. */
-  private forwardTo(
-    lease: Lease,
-    target: string,
-    body: Uint8Array<ArrayBuffer>,
-    model: string,
-    path: string,
-  ): WireAction {
+  private forwardTo(lease: Lease, target: string, body: BodyRange, model: string, path: string): WireAction {
     const { config } = this.deps
     return {
       forward: {
@@ -232,16 +223,14 @@ class GatewayInference implements InferenceHandlers {
   }
 }
 
-const EMPTY = new Uint8Array(0)
-
 function notFound(method: string, path: string): AppError {
   return proxyError(404, 'invalid_request_error', 'not_found', `No route for ${method} ${path}`)
 }
 
 /** readBody: the request body, or null when the client went away while sending it. */
-async function readBody(req: Request): Promise<Uint8Array<ArrayBuffer> | null> {
+async function readBody(req: Request): Promise<BodyRange | null> {
   try {
-    return await req.bytes()
+    return BodyRange.from(await req.bytes())
   } catch {
     return null
   }

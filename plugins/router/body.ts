@@ -1,4 +1,5 @@
 import type { AppError } from '../../src/http/errors.ts'
+import type { BodyRange } from '../../src/http/wire/body-range.ts'
 import { invalidJson, invalidParameter } from './errors.ts'
 
 /**
@@ -13,12 +14,10 @@ export interface InferenceFields {
   invalid: AppError | null
 }
 
-const decoder = new TextDecoder()
-
-export function readInferenceBody(bytes: Uint8Array): InferenceFields | AppError {
+export function readInferenceBody(raw: BodyRange): InferenceFields | AppError {
   let parsed: unknown
   try {
-    parsed = JSON.parse(decoder.decode(bytes))
+    parsed = JSON.parse(raw.text())
   } catch {
     return invalidJson()
   }

@@ -4,6 +4,7 @@ import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError } from '../../src/http/errors.ts'
 import { splitUrl } from '../../src/http/url.ts'
+import { BodyRange } from '../../src/http/wire/body-range.ts'
 import type { WireAction, WireRequest } from '../../src/http/wire/route.ts'
 import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
 import type { Lease } from '../gateway/api.ts'
@@ -91,7 +92,7 @@ export class RouterInference {
     } catch {
       return new Response(null, { status: 499 })
     }
-    const fields = readInferenceBody(bytes)
+    const fields = readInferenceBody(BodyRange.from(bytes))
     if (fields instanceof AppError) return fields.toResponse('proxy')
     const entry = this.deps.table.get(fields.model)
     if (!entry) return modelNotFound(fields.model).toResponse('proxy')

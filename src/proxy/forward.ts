@@ -110,7 +110,7 @@ export function forwardAction(
   const f = action.forward
   return forward(req, f.origin + f.target, {
     server: s.server,
-    body: f.body as Uint8Array<ArrayBuffer>,
+    body: f.body.bytes(),
     startedAt: s.startedAt,
     firstByteTimeoutMs: f.firstByteTimeoutMs,
     connectTimeoutMs: f.connectTimeoutMs,

@@ -1,17 +1,18 @@
 import { type AppError, proxyError } from '../http/errors.ts'
+import { BodyRange } from '../http/wire/body-range.ts'
 
 /**
  * readModelField finds the `model` of an OpenAI-style JSON request body. The body stays the bytes
  * the client sent (they are forwarded as they are); this only decodes and parses them once, with
- * the runtime's native JSON parser. Returns the model string, or the 400 to send back.
+ * the runtime's native JSON parser, reading the range in place (see BodyRange). Returns the model string, or the 400 to send back.
  */
 const decoder = new TextDecoder()
 const encoder = new TextEncoder()
 
-export function readModelField(body: Uint8Array): string | AppError {
+export function readModelField(body: BodyRange): string | AppError {
   let parsed: unknown
   try {
-    parsed = JSON.parse(decoder.decode(body))
+    parsed = JSON.parse(body.text())
   } catch {
     return invalidJson()
   }
@@ -51,15 +52,16 @@ const COLON = 58
  * re-serialisation. The body must already have passed readModelField (valid JSON, string model);
  * with duplicate keys the last one is replaced, as JSON.parse and the engine read the last one.
  */
-export function replaceModel(body: Uint8Array<ArrayBuffer>, model: string): Uint8Array<ArrayBuffer> {
-  const span = modelValueSpan(body)
+export function replaceModel(body: BodyRange, model: string): BodyRange {
+  const bytes = body.bytes()
+  const span = modelValueSpan(bytes)
   if (!span) return body
   const value = encoder.encode(JSON.stringify(model))
-  const out = new Uint8Array(body.length - (span.end - span.start) + value.length)
-  out.set(body.subarray(0, span.start), 0)
+  const out = new Uint8Array(bytes.length - (span.end - span.start) + value.length)
+  out.set(bytes.subarray(0, span.start), 0)
   out.set(value, span.start)
-  out.set(body.subarray(span.end), span.start + value.length)
-  return out
+  out.set(bytes.subarray(span.end), span.start + value.length)
+  return BodyRange.from(out)
 }
 
 /** modelValueSpan: byte range (quotes included) of the last top-level `"model": "<string>"` value. */

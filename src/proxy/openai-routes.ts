@@ -24,7 +24,7 @@ import {
  */
 export interface InferenceHandlers {
   /** model proxies a JSON request with a `model` field to the engine serving that model. */
-  model(req: Request, server: Server<unknown> | null, body?: Uint8Array<ArrayBuffer>): Promise<Response>
+  model(req: Request, server: Server<unknown> | null): Promise<Response>
   /** models lists the models that can be named in `model`. */
   models(): Response
   /** direct proxies `/api/direct/:port/*` to a managed engine port. */

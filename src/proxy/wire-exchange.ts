@@ -1,4 +1,5 @@
 import type { AppError, ErrorShape } from '../http/errors.ts'
+import type { BodyRange } from '../http/wire/body-range.ts'
 import { nameAt, type RequestHead } from '../http/wire/request-parser.ts'
 import { errorResponse, latin1, statusLine } from '../http/wire/responses.ts'
 import type { ForwardEnd } from './forward.ts'
@@ -77,7 +78,7 @@ export interface WireForward {
   upstream: Target
   /** keepHost: send the client's Host (relaying to the host's own listener) instead of the upstream's. */
   keepHost: boolean
-  body: Uint8Array
+  body: BodyRange
   /** 0: no first-byte deadline. */
   firstByteTimeoutMs: number
   connectTimeoutMs: number
@@ -129,7 +130,7 @@ let slab = Buffer.allocUnsafe(64 * 1024)
 function requestInto(f: WireForward): number {
   const h = f.head
   const { fields, text, raw, rawStart } = h
-  const bound = h.text.length + f.target.length + f.upstream.hostLine.length + 64 + f.body.byteLength
+  const bound = h.text.length + f.target.length + f.upstream.hostLine.length + 64 + f.body.length
   if (bound > slab.length) slab = Buffer.allocUnsafe(Math.max(bound, 2 * slab.length))
   let pos = slab.write(`${h.method} ${f.target} HTTP/1.1\r\n`, 0, 'latin1')
   if (!f.keepHost) pos += slab.write(f.upstream.hostLine, pos, 'latin1')
@@ -157,13 +158,13 @@ function requestInto(f: WireForward): number {
   // An HTTP/1.0 client may send no Host; the upstream request is HTTP/1.1, which needs one.
   if (f.keepHost && !host) pos += slab.write(f.upstream.hostLine, pos, 'latin1')
   const m = h.method
-  const n = f.body.byteLength
+  const n = f.body.length
   if (n > 0 || m === 'POST' || m === 'PUT' || m === 'PATCH') {
     pos += slab.write('content-length: ', pos, 'latin1')
     pos = writeDecimal(slab, pos, n)
     pos += slab.write('\r\n\r\n', pos, 'latin1')
   } else pos += slab.write('\r\n', pos, 'latin1')
-  if (n > 0) slab.set(f.body, pos)
+  if (n > 0) f.body.copyTo(slab, pos)
   return pos + n
 }
 

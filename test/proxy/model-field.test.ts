@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'bun:test'
+import { BodyRange } from '../../src/http/wire/body-range.ts'
 import { readModelField, replaceModel } from '../../src/proxy/model-field.ts'
 
-const enc = (s: string) => new TextEncoder().encode(s)
-const dec = (b: Uint8Array) => new TextDecoder().decode(b)
+const enc = (s: string) => BodyRange.from(new TextEncoder().encode(s))
+const dec = (b: BodyRange) => new TextDecoder().decode(b.bytes())
 
 describe('model field', () => {
   it('reads the model of a JSON object', () => {

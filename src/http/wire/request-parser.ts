@@ -1,10 +1,13 @@
+import { BodyRange } from './body-range.ts'
+
 /**
  * RequestParser reads HTTP/1.1 requests from a client connection, incrementally and strictly (RFC 9112).
  * It is the front listener's security boundary: anything two parsers could frame differently (request
  * smuggling) is refused with the status to answer, never repaired. It is also the hot path: a request
  * that arrives whole in one data event is parsed straight from that Buffer — one latin1 decode of the
- * head, the body returned as a view of the pushed bytes, no copy and no concatenation.
+ * head, the body returned as a range of the pushed bytes, no copy, no view and no concatenation.
  */
+
 export interface RequestHead {
   /** e.g. 'POST' (case-sensitive token, as sent) */
   method: string
@@ -40,8 +43,8 @@ export interface RequestHead {
 
 export interface ParsedRequest {
   head: RequestHead
-  /** the whole body (length 0 when none); may be a view (subarray) of a Buffer given to push() */
-  body: Uint8Array<ArrayBuffer>
+  /** the whole body (length 0 when none); usually a range of a Buffer given to push(), not a copy */
+  body: BodyRange
 }
 
 export class RequestError extends Error {
@@ -91,7 +94,6 @@ const CR = 13
 const LF = 10
 /** Empty lines skipped before a request line (RFC 9112 §2.2: some clients send CRLF after a body). */
 const MAX_EMPTY_LINES = 4
-const EMPTY = new Uint8Array(0)
 /** The end of a head, as bytes: a string needle would be encoded again on every search. */
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
 // Field lines are checked by one test of the whole block after the request line (cheaper than one
@@ -234,14 +236,14 @@ export class RequestParser {
   /** next returns the next complete request, or null when more bytes are needed; throws RequestError. */
   next(): ParsedRequest | null {
     if (this.state === State.Head && !this.readHead()) return null
-    let body: Uint8Array<ArrayBuffer> = EMPTY
+    let body = BodyRange.EMPTY
     if (this.state === State.Body) {
       if (this.size < this.need) return null
       if (this.need > 0) body = this.take(this.need)
     } else {
       if (!this.decodeChunks()) return null
       const p = this.pieces
-      if (p.length > 0) body = p.length === 1 ? p[0]! : Buffer.concat(p, this.held)
+      if (p.length > 0) body = BodyRange.from(p.length === 1 ? p[0]! : Buffer.concat(p, this.held))
       this.pieces = []
       this.held = 0
     }
@@ -315,14 +317,14 @@ export class RequestParser {
     }
   }
 
-  /** take consumes n (0 < n <= size) bytes: a view when they lie in one pushed buffer, else one copy. */
-  private take(n: number): Uint8Array<ArrayBuffer> {
+  /** take consumes n (0 < n <= size) bytes: a range when they lie in one pushed buffer, else one copy. */
+  private take(n: number): BodyRange {
     this.size -= n
     const first = this.parts[this.pi]!
     const pos = this.pos
     if (first.length - pos >= n) {
       this.at(pos + n)
-      return first.subarray(pos, pos + n) as Uint8Array<ArrayBuffer>
+      return BodyRange.of(first, pos, pos + n)
     }
     const out = Buffer.allocUnsafe(n)
     for (let w = 0; w < n; ) {
@@ -331,7 +333,7 @@ export class RequestParser {
       w += k
       this.at(this.pos + k)
     }
-    return out
+    return BodyRange.from(out)
   }
 
   private parseHead(text: string, raw: Buffer, rawStart: number): RequestHead {

@@ -1,5 +1,6 @@
 import type { ForwardEnd } from '../../proxy/forward.ts'
 import type { AppError } from '../errors.ts'
+import type { BodyRange } from './body-range.ts'
 
 /**
  * The contract between the wire front (server.ts) and a plugin's hot routes. A route that can
@@ -15,7 +16,8 @@ export interface WireRequest {
   readonly path: string
   /** '' or '?…'. */
   readonly query: string
-  readonly body: Uint8Array<ArrayBuffer>
+  /** The complete body (read it with text(), copyTo() or bytes()). */
+  readonly body: BodyRange
   /** performance.now() when the request was complete. */
   readonly startedAt: number
   /** header returns the first value of a lower-case header name, or null. */
@@ -31,7 +33,7 @@ export interface WireForwardAction {
   /** Path and query on the upstream. */
   target: string
   /** The body to send (the client's, or a rewritten copy). */
-  body: Uint8Array
+  body: BodyRange
   firstByteTimeoutMs: number
   connectTimeoutMs: number
   /** Called exactly once when the response has fully ended (see ForwardEnd). */

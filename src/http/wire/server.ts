@@ -2,6 +2,7 @@ import type { Socket, TCPSocketListener } from 'bun'
 import { originTarget, unixTarget, writeAll } from '../../proxy/http1-pool.ts'
 import { type WireClient, WireExchange } from '../../proxy/wire-exchange.ts'
 import { AppError, type ErrorShape, internalError } from '../errors.ts'
+import type { BodyRange } from './body-range.ts'
 import {
   header,
   type ParsedRequest,
@@ -136,7 +137,7 @@ export class WireFront {
 class ParsedWireRequest implements WireRequest {
   constructor(
     private readonly head: RequestHead,
-    readonly body: Uint8Array<ArrayBuffer>,
+    readonly body: BodyRange,
     readonly startedAt: number,
   ) {}
 
