@@ -198,7 +198,7 @@ function writeDecimal(buf: Uint8Array, pos: number, value: number): number {
 
 export class WireExchange implements ConnUser, ParserEvents, Watched {
   private conn: Conn | null = null
-  private parser!: ResponseParser
+  private parserOrNull: ResponseParser | null = null
   private unwritten: Uint8Array | null = null
   private phase = Phase.Head
   private mode = Mode.None
@@ -255,10 +255,16 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.conn = conn
     conn.user = this
     this.received = 0
-    this.parser = new ResponseParser(this, this.f.head.method === 'HEAD')
+    this.parserOrNull = null
     const n = requestInto(this.f)
     const written = this.conn.socket!.write(slab, 0, n)
     this.unwritten = written >= n ? null : Buffer.from(slab.subarray(Math.max(written, 0), n))
+  }
+
+  /** The response parser, created on the first read that relayWhole does not take (most never need one). */
+  private get parser(): ResponseParser {
+    this.parserOrNull ??= new ResponseParser(this, this.f.head.method === 'HEAD')
+    return this.parserOrNull
   }
 
   // ConnUser: the upstream socket.
@@ -311,7 +317,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
 
   onClose(conn: Conn): void {
     if (conn !== this.conn || this.phase === Phase.Done) return
-    if (this.parser.closed()) return
+    if (this.parserOrNull?.closed()) return
     // A reused connection the upstream had closed meanwhile: nothing was processed, send again.
     if (conn.served && this.received === 0 && !this.retried) {
       this.retried = true

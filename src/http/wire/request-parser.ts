@@ -106,6 +106,8 @@ const TARGET = /^[!"$-~]+$/
 const ABSOLUTE = /^https?:\/\/([^/?]+)(.*)$/i
 /** Host, or an absolute-form authority: reg-name or IP literal and port; no userinfo ('@'). */
 const HOST = /^[\w\-.~!$&'()*+,;=%:[\]]*$/
+/** HOST's characters, run from a position of the head text (the Host value is checked in place). */
+const HOST_CHARS = /[\w\-.~!$&'()*+,;=%:[\]]*/y
 const DIGITS = /^\d+$/
 const HTTP_VERSION = /^HTTP\/\d\.\d$/
 
@@ -377,7 +379,8 @@ export class RequestParser {
     if (!FIELD_LINES.test(text)) throw new RequestError(400, 'malformed header field')
     const fields: number[] = []
     let hosts = 0
-    let host = ''
+    let hostStart = 0
+    let hostEnd = 0
     let contentLength = -1
     let clRaw: string | null = null
     let te: string | null = null
@@ -400,7 +403,8 @@ export class RequestParser {
         case 4:
           if (nameAt(text, a, 'host')) {
             hosts++
-            host = text.slice(v, e).toLowerCase()
+            hostStart = v
+            hostEnd = e
           }
           break
         case 14:
@@ -439,8 +443,13 @@ export class RequestParser {
     // RFC 9112 §3.2: one Host on HTTP/1.1, never two. An absolute-form authority must agree with it
     // (refused rather than preferred, so nothing downstream routes on a Host we did not check).
     if (hosts > 1 || (hosts === 0 && !http10)) throw new RequestError(400, 'missing or repeated Host')
-    if (hosts === 1 && (!HOST.test(host) || (authority !== null && host !== authority)))
-      throw new RequestError(400, 'bad Host')
+    if (hosts === 1) {
+      HOST_CHARS.lastIndex = hostStart
+      HOST_CHARS.test(text)
+      if (HOST_CHARS.lastIndex !== hostEnd) throw new RequestError(400, 'bad Host')
+      if (authority !== null && text.slice(hostStart, hostEnd).toLowerCase() !== authority)
+        throw new RequestError(400, 'bad Host')
+    }
     let chunked = false
     if (te !== null) {
       if (http10) throw new RequestError(400, 'Transfer-Encoding on HTTP/1.0')

@@ -320,6 +320,8 @@ describe('request parser: refusals', () => {
     ['two Hosts on HTTP/1.0', req('GET / HTTP/1.0', 'Host: a\r\nHost: b\r\n'), 400],
     ['a Host with a space', req('GET / HTTP/1.1', 'Host: a b\r\n'), 400],
     ['a Host with userinfo', req('GET / HTTP/1.1', 'Host: u@a\r\n'), 400],
+    ['a Host with a path', req('GET / HTTP/1.1', 'Host: a/b\r\n'), 400],
+    ['a Host whose last byte is not allowed', req('GET / HTTP/1.1', 'Host: a.b\xe9\r\n'), 400],
     [
       'Content-Length and Transfer-Encoding',
       req('POST / HTTP/1.1', 'Host: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n', '0\r\n\r\n'),
