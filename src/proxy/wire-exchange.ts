@@ -233,10 +233,11 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   }
 
   start(): void {
-    if (this.f.firstByteTimeoutMs > 0) watch(this)
     const conn = takeIdle(this.f.upstream.key)
     if (conn) this.attach(conn)
     else this.open()
+    // After the request is on its way: the engine works on it meanwhile.
+    if (this.f.firstByteTimeoutMs > 0) watch(this)
   }
 
   private open(): void {
@@ -306,11 +307,12 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.received = data.length
     this.status = reply.status
     this.bytes = reply.bodyBytes
+    // The reply goes out first; the bookkeeping after it is off the client's wait.
+    this.client.write(data)
     const conn = this.conn!
     conn.served = true
     if (this.unwritten) conn.destroy()
     else release(conn)
-    this.client.write(data)
     this.finish(null)
     return true
   }
