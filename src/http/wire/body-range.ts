@@ -48,7 +48,7 @@ export class BodyRange {
     return this.buf.copy(target, pos, this.start, this.end)
   }
 
-  /** bytes: the body as an array of its own bytes' view (the rare paths that need one: rewrites, fetch). */
+  /** bytes: the body as an array (itself when the range is all of it, else a view), for the rare paths that need one. */
   bytes(): Uint8Array<ArrayBuffer> {
     const b = this.buf
     if (this.start === 0 && this.end === b.length) return b as Uint8Array<ArrayBuffer>
