@@ -124,10 +124,10 @@ export function unixTarget(path: string): Target {
   return target
 }
 
-export function takeIdle(key: string): Conn | null {
+/** takeIdle: the most recently pooled live connection to key; `now` spares a clock read when known. */
+export function takeIdle(key: string, now = performance.now()): Conn | null {
   const list = idle.get(key)
   if (!list) return null
-  const now = performance.now()
   while (list.length > 0) {
     const c = list.pop()!
     if (c.closed) continue
@@ -142,7 +142,8 @@ export function takeIdle(key: string): Conn | null {
   return null
 }
 
-export function release(conn: Conn): void {
+/** release pools a connection for reuse (at `now`, when the caller has just read the clock). */
+export function release(conn: Conn, now = performance.now()): void {
   conn.user = null
   if (conn.closed) return
   let list = idle.get(conn.key)
@@ -154,7 +155,7 @@ export function release(conn: Conn): void {
     conn.destroy()
     return
   }
-  conn.idleSince = performance.now()
+  conn.idleSince = now
   list.push(conn)
 }
 

@@ -4,7 +4,8 @@ import { BodyRange } from '../http/wire/body-range.ts'
 /**
  * readModelField finds the `model` of an OpenAI-style JSON request body. The body stays the bytes
  * the client sent (they are forwarded as they are); this only decodes and parses them once, with
- * the runtime's native JSON parser, reading the range in place (see BodyRange). Returns the model string, or the 400 to send back.
+ * the runtime's native JSON parser, reading the range in place (see BodyRange). Returns the model
+ * string, or the 400 to send back.
  */
 const decoder = new TextDecoder()
 const encoder = new TextEncoder()

@@ -64,8 +64,11 @@ export interface WireClient {
   readonly draining: boolean
   /** write returns false when the connection is full; onClientDrain follows once it is not. */
   write(data: Uint8Array | string): boolean
-  /** exchangeDone: the response is complete; `reuse` tells whether the connection may carry another. */
-  exchangeDone(reuse: boolean): void
+  /**
+   * exchangeDone: the response is complete at `now` (performance.now()); `reuse` tells whether the
+   * connection may carry another.
+   */
+  exchangeDone(reuse: boolean, now: number): void
   /** closeConnection: the response cannot be completed; close after what was written. */
   closeConnection(): void
 }
@@ -220,6 +223,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private keepAlive: boolean
   /** Set once finished: whether to hand the connection back for reuse (after the cork is flushed). */
   private doneReuse: boolean | null = null
+  /** performance.now() when finished (the client connection's last activity). */
+  private endedAt = 0
   /** While an upstream read is handled, writes are corked: gathered and flushed as one client write. */
   private corked = false
   /** The corked writes (created on first use, then reused for every read). */
@@ -233,7 +238,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   }
 
   start(): void {
-    const conn = takeIdle(this.f.upstream.key)
+    // The request was complete a moment ago: its clock reading is recent enough for the pool.
+    const conn = takeIdle(this.f.upstream.key, this.f.startedAt)
     if (conn) this.attach(conn)
     else this.open()
     // After the request is on its way: the engine works on it meanwhile.
@@ -309,11 +315,12 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.bytes = reply.bodyBytes
     // The reply goes out first; the bookkeeping after it is off the client's wait.
     this.client.write(data)
+    const now = performance.now()
     const conn = this.conn!
     conn.served = true
     if (this.unwritten) conn.destroy()
-    else release(conn)
-    this.finish(null)
+    else release(conn, now)
+    this.finish(null, false, now)
     return true
   }
 
@@ -518,13 +525,14 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     return this.keepAlive
   }
 
-  private finish(error: AppError | null, close = false): void {
+  private finish(error: AppError | null, close = false, now = performance.now()): void {
     this.phase = Phase.Done
+    this.endedAt = now
     if (this.f.firstByteTimeoutMs > 0) unwatch(this)
     const info: ForwardEnd = {
       status: this.clientGone ? 499 : this.status,
       bytes: this.bytes,
-      durationMs: performance.now() - this.f.startedAt,
+      durationMs: now - this.f.startedAt,
       ttftMs: this.ttftMs,
       streamed: this.mode === Mode.Length || this.mode === Mode.Chunked || this.mode === Mode.Close,
       aborted: this.clientGone,
@@ -544,7 +552,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private handBack(): void {
     const reuse = this.doneReuse
     this.doneReuse = null
-    if (reuse) this.client.exchangeDone(true)
+    if (reuse) this.client.exchangeDone(true, this.endedAt)
     else this.client.closeConnection()
   }
 }

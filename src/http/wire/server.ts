@@ -178,7 +178,9 @@ class ClientConn implements WireClient {
 
   onData(data: Buffer): void {
     if (this.closing) return
-    this.lastActive = performance.now()
+    // One clock reading serves as the connection's last activity and the request's start.
+    const now = performance.now()
+    this.lastActive = now
     this.parser.push(data)
     if (this.current) {
       // Pipelined requests wait for the running response; stop reading if they pile up.
@@ -188,11 +190,11 @@ class ClientConn implements WireClient {
       }
       return
     }
-    this.drive()
+    this.drive(now)
   }
 
   /** drive handles the buffered requests, one at a time, until one is running or bytes run out. */
-  private drive(): void {
+  private drive(now: number): void {
     while (!this.current && !this.closing) {
       let r: ParsedRequest | null
       try {
@@ -210,14 +212,14 @@ class ClientConn implements WireClient {
         return
       }
       this.sentContinue = false
-      this.handle(r)
+      this.handle(r, now)
     }
   }
 
-  private handle(r: ParsedRequest): void {
+  /** handle runs one complete request; `startedAt` is performance.now() when it was complete. */
+  private handle(r: ParsedRequest, startedAt: number): void {
     const head = r.head
     this.http10 = head.http10
-    const startedAt = performance.now()
     const route = this.front.match(head.path, head.method)
     if (route) {
       const req = new ParsedWireRequest(head, r.body, startedAt)
@@ -276,8 +278,9 @@ class ClientConn implements WireClient {
       bytes = jsonResponse(status, action.json, keepAlive)
     }
     this.write(bytes)
-    opts.onRequest(head.method, head.path, head.query, status, performance.now() - req.startedAt)
-    this.answered(keepAlive)
+    const now = performance.now()
+    opts.onRequest(head.method, head.path, head.query, status, now - req.startedAt)
+    this.answered(keepAlive, now)
   }
 
   /** relay hands the request to the framework's listener and its response back. */
@@ -325,9 +328,9 @@ class ClientConn implements WireClient {
     return false
   }
 
-  exchangeDone(reuse: boolean): void {
+  exchangeDone(reuse: boolean, now: number): void {
     this.current = null
-    this.answered(reuse)
+    this.answered(reuse, now)
   }
 
   closeConnection(): void {
@@ -337,8 +340,8 @@ class ClientConn implements WireClient {
   }
 
   /** answered: a response is complete; go on with the next request or close. */
-  private answered(reuse: boolean): void {
-    this.lastActive = performance.now()
+  private answered(reuse: boolean, now: number): void {
+    this.lastActive = now
     if (!reuse || this.front.stopped) {
       this.closeConnection()
       return
@@ -347,7 +350,7 @@ class ClientConn implements WireClient {
       this.paused = false
       this.socket.resume()
     }
-    if (this.parser.buffered > 0) this.drive()
+    if (this.parser.buffered > 0) this.drive(now)
   }
 
   onDrain(): void {
