@@ -101,8 +101,13 @@ export function targetOf(url: string): { target: Target; path: string } {
   }
 }
 
+/** The last origin looked up: consecutive requests mostly go to the same one (one string compare). */
+let lastOrigin = ''
+let lastTarget: Target | null = null
+
 /** originTarget: the pool target of an `http://host:port` origin (no path). */
 export function originTarget(origin: string): Target {
+  if (origin === lastOrigin && lastTarget) return lastTarget
   let target = targets.get(origin)
   if (!target) {
     const u = new URL(origin)
@@ -110,6 +115,8 @@ export function originTarget(origin: string): Target {
     target = { key: origin, hostname, port: u.port ? Number(u.port) : 80, hostLine: `host: ${u.host}\r\n` }
     targets.set(origin, target)
   }
+  lastOrigin = origin
+  lastTarget = target
   return target
 }
 

@@ -135,8 +135,11 @@ function requestInto(f: WireForward): number {
   const { fields, text, raw, rawStart } = h
   const bound = h.text.length + f.target.length + f.upstream.hostLine.length + 64 + f.body.length
   if (bound > slab.length) slab = Buffer.allocUnsafe(Math.max(bound, 2 * slab.length))
-  let pos = slab.write(`${h.method} ${f.target} HTTP/1.1\r\n`, 0, 'latin1')
-  if (!f.keepHost) pos += slab.write(f.upstream.hostLine, pos, 'latin1')
+  let pos = putLatin1(slab, 0, h.method)
+  slab[pos++] = SPACE
+  pos = putLatin1(slab, pos, f.target)
+  pos = putLatin1(slab, pos, ' HTTP/1.1\r\n')
+  if (!f.keepHost) pos = putLatin1(slab, pos, f.upstream.hostLine)
   const extra = h.connection === '' ? null : connectionTokens(h.connection)
   let host = false
   // run: text index where the current run of kept field lines starts (-1: none)
@@ -159,16 +162,28 @@ function requestInto(f: WireForward): number {
   // The last field line's CRLF follows the text.
   if (run >= 0) pos += raw.copy(slab, pos, rawStart + run, rawStart + h.text.length + 2)
   // An HTTP/1.0 client may send no Host; the upstream request is HTTP/1.1, which needs one.
-  if (f.keepHost && !host) pos += slab.write(f.upstream.hostLine, pos, 'latin1')
+  if (f.keepHost && !host) pos = putLatin1(slab, pos, f.upstream.hostLine)
   const m = h.method
   const n = f.body.length
   if (n > 0 || m === 'POST' || m === 'PUT' || m === 'PATCH') {
-    pos += slab.write('content-length: ', pos, 'latin1')
+    pos = putLatin1(slab, pos, 'content-length: ')
     pos = writeDecimal(slab, pos, n)
-    pos += slab.write('\r\n\r\n', pos, 'latin1')
-  } else pos += slab.write('\r\n', pos, 'latin1')
+    pos = putLatin1(slab, pos, '\r\n\r\n')
+  } else pos = putLatin1(slab, pos, '\r\n')
   if (n > 0) f.body.copyTo(slab, pos)
   return pos + n
+}
+
+const SPACE = 32
+
+/**
+ * putLatin1 writes s at pos one byte per character, as Buffer.write(s, pos, 'latin1') does, and
+ * returns the position after it. The strings here (method, target, Host line, framing) are short
+ * and already validated as visible ASCII: a JS loop copies them for less than a native call costs.
+ */
+function putLatin1(buf: Uint8Array, pos: number, s: string): number {
+  for (let i = 0; i < s.length; i++) buf[pos + i] = s.charCodeAt(i)
+  return pos + s.length
 }
 
 /** skippedField: the field name at text[a, a+len) is not forwarded (SKIP_REQUEST, or named in Connection). */
