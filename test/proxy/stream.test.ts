@@ -119,6 +119,35 @@ describe('streaming pass-through', () => {
     expect(px.logs.filter((l) => l.includes(' 499 '))).toEqual([])
   })
 
+  it('treats a client that half-closes after its request as gone, as nginx does', async () => {
+    // A FIN is how a proxy learns that a streaming client left; nginx (proxy_ignore_client_abort
+    // off) reads it the same way: "client prematurely closed connection".
+    stub.handler = () => sseResponse(streamFrames(1000), 20)
+    const before = stub.aborts
+    const body = JSON.stringify({ model: 'm', stream: true, ...msg })
+    const { port } = new URL(px.url)
+    let received = ''
+    const socket = await Bun.connect({
+      hostname: '127.0.0.1',
+      port: Number(port),
+      socket: {
+        data(_s, d) {
+          received += d.toString('latin1')
+        },
+      },
+    })
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    )
+    await waitFor(() => received.includes('data: '), 2000, 'the first event')
+    socket.shutdown()
+    await waitFor(() => stub.aborts > before, 2000, 'the engine to see the cancel')
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    expect(received.startsWith('HTTP/1.1 200 ')).toBe(true)
+    expect(px.events.at(-1)).toMatchObject({ status: 499, streamed: true })
+    socket.end()
+  })
+
   it('ends a stream whose engine dies with an error event, then [DONE]', async () => {
     const frames = streamFrames(3).slice(0, 3)
     const engine = brokenEngine(frames)
