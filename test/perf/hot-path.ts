@@ -6,10 +6,13 @@
  * client. What remains is exactly the per-request JS work (and the GC it causes) that the proxy
  * benchmark cannot separate from kernel time and machine noise.
  *
- * Two routes side by side, measured alternately in the same run (min over rounds, since the
+ * Three paths side by side, measured alternately in the same run (min over rounds, since the
  * machine only ever adds time):
  * - baseline: a route that forwards every request to a fixed origin (the front and exchange alone);
- * - gateway /v1: the gateway's real model route (model field, lease, metrics, proxy.request event).
+ * - gateway /v1: the gateway's real model route (model field, lease, metrics, proxy.request event);
+ * - gateway /v1 stream: the same route answered by an engine's chunked SSE stream of CHUNKS reads
+ *   (one event per read, as engines flush them), reported per chunk (the request's own cost spread
+ *   over its chunks): the streaming hot path.
  *
  *   bun test/perf/hot-path.ts [--requests N] [--rounds R]
  */
@@ -20,7 +23,7 @@ import { Logger } from '../../src/host/logger.ts'
 import type { WireRoute } from '../../src/http/wire/server.ts'
 import { WireFront } from '../../src/http/wire/server.ts'
 import { Conn, originTarget, release } from '../../src/proxy/http1-pool.ts'
-import { FakeGateway, instance } from '../proxy/support.ts'
+import { FakeGateway, instance, sseChunk } from '../proxy/support.ts'
 import { numberArg } from './args.ts'
 
 const REQUESTS = numberArg('--requests', 300_000)
@@ -29,9 +32,14 @@ const ROUNDS = numberArg('--rounds', 7)
 const BASELINE_ORIGIN = 'http://127.0.0.1:9998'
 const ENGINE_PORT = 9999
 const REQUEST_BODY = '{"model":"bench-model","messages":[{"role":"user","content":"hi"}]}'
-const REQUEST = Buffer.from(
-  'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n' +
-    `Content-Length: ${REQUEST_BODY.length}\r\nContent-Type: application/json\r\n\r\n${REQUEST_BODY}`,
+const requestOf = (body: string) =>
+  Buffer.from(
+    'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n' +
+      `Content-Length: ${body.length}\r\nContent-Type: application/json\r\n\r\n${body}`,
+  )
+const REQUEST = requestOf(REQUEST_BODY)
+const STREAM_REQUEST = requestOf(
+  '{"model":"stream-model","stream":true,"messages":[{"role":"user","content":"hi"}]}',
 )
 const REPLY_BODY =
   '{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model",' +
@@ -41,6 +49,16 @@ const REPLY = Buffer.from(
   'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ndate: Sat, 21 Nov 2026 22:00:00 GMT\r\n' +
     `content-length: ${REPLY_BODY.length}\r\n\r\n${REPLY_BODY}`,
 )
+
+/** The streamed reply: head, CHUNKS chunked SSE events (one read each), [DONE] and the last chunk. */
+const CHUNKS = 64
+const chunked = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`
+const STREAM_HEAD = Buffer.from(
+  'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ndate: Sat, 21 Nov 2026 22:00:00 GMT\r\n' +
+    'transfer-encoding: chunked\r\n\r\n',
+)
+const STREAM_READS = Array.from({ length: CHUNKS }, (_, i) => Buffer.from(chunked(sseChunk(i, `tok${i} `))))
+const STREAM_END = Buffer.from(`${chunked('data: [DONE]\n\n')}0\r\n\r\n`)
 
 // The front's listener is replaced by one that hands over its socket handlers, so the driver can
 // play the client connection; the upstream is a pooled connection with a counting socket.
@@ -54,12 +72,16 @@ const realListen = Bun.listen
 
 interface Path {
   name: string
+  /** Units one call of once() is reported in (a request, or each streamed chunk). */
+  per: number
+  /** Client writes one call of once() makes. */
+  writes: number
   once(): void
   counts(): { upstream: number; client: number }
 }
 
 /** path: a front with its own upstream origin (each origin's pool holds that path's one connection). */
-function path(name: string, origin: string, routes: WireRoute[]): Path {
+function path(name: string, origin: string, routes: WireRoute[], stream = false): Path {
   const front = new WireFront({
     name,
     hostname: '127.0.0.1',
@@ -100,10 +122,19 @@ function path(name: string, origin: string, routes: WireRoute[]): Path {
   void front
   return {
     name,
+    per: stream ? CHUNKS : 1,
+    // A stream: the head, then each read relayed as it came (the last one carries [DONE] and the end).
+    writes: stream ? CHUNKS + 2 : 1,
     once() {
       // Bun hands each read over as a fresh Buffer: so does the driver.
-      h.data(socket, Buffer.from(REQUEST))
-      up.onData(Buffer.from(REPLY))
+      h.data(socket, Buffer.from(stream ? STREAM_REQUEST : REQUEST))
+      if (!stream) {
+        up.onData(Buffer.from(REPLY))
+        return
+      }
+      up.onData(Buffer.from(STREAM_HEAD))
+      for (const read of STREAM_READS) up.onData(Buffer.from(read))
+      up.onData(Buffer.from(STREAM_END))
     },
     counts: () => ({ upstream, client }),
   }
@@ -111,6 +142,7 @@ function path(name: string, origin: string, routes: WireRoute[]): Path {
 
 const api = new FakeGateway()
 api.add(instance('m0', ENGINE_PORT, { served_model_name: 'bench-model', model_path: 'bench/model' }))
+api.add(instance('m1', ENGINE_PORT + 1, { served_model_name: 'stream-model', model_path: 'bench/stream' }))
 const gateway = createInference({
   api,
   bus: new EventBus(),
@@ -135,30 +167,37 @@ const paths = [
     },
   ]),
   path('gateway /v1', `http://127.0.0.1:${ENGINE_PORT}`, gateway.rawRoutes),
+  path('gateway /v1 stream, per chunk', `http://127.0.0.1:${ENGINE_PORT + 1}`, gateway.rawRoutes, true),
 ]
 ;(Bun as unknown as { listen: unknown }).listen = realListen
 
+/** calls: once() calls per round, so that every path handles about REQUESTS units (requests or chunks). */
+const calls = (p: Path) => Math.ceil(REQUESTS / p.per)
+const WARMUP = 50_000
 const best = new Map<string, number>()
-for (const p of paths) for (let i = 0; i < 50_000; i++) p.once() // JIT warm-up
+for (const p of paths) for (let i = 0; i < Math.ceil(WARMUP / p.per); i++) p.once() // JIT warm-up
 for (let r = 0; r < ROUNDS; r++) {
   for (const p of paths) {
+    const n = calls(p)
     const t = performance.now()
-    for (let i = 0; i < REQUESTS; i++) p.once()
-    const us = ((performance.now() - t) * 1000) / REQUESTS
+    for (let i = 0; i < n; i++) p.once()
+    const us = ((performance.now() - t) * 1000) / (n * p.per)
     best.set(p.name, Math.min(best.get(p.name) ?? Number.POSITIVE_INFINITY, us))
   }
 }
 for (const p of paths) {
   const c = p.counts()
-  const expected = 50_000 + ROUNDS * REQUESTS
-  if (c.upstream !== expected || c.client !== expected)
+  const expected = Math.ceil(WARMUP / p.per) + ROUNDS * calls(p)
+  if (c.upstream !== expected || c.client !== expected * p.writes)
     throw new Error(
-      `${p.name}: ${c.upstream} upstream writes and ${c.client} replies for ${expected} requests`,
+      `${p.name}: ${c.upstream} upstream writes and ${c.client} client writes for ${expected} requests`,
     )
 }
 const base = best.get(paths[0]!.name)!
-console.log(`\nJS cost per proxied request, no sockets (min of ${ROUNDS} rounds × ${REQUESTS})\n`)
+console.log(
+  `\nJS cost per proxied request or streamed chunk, no sockets (min of ${ROUNDS} rounds × ~${REQUESTS})\n`,
+)
 for (const p of paths) {
   const us = best.get(p.name)!
-  console.log(`  ${p.name.padEnd(28)} ${us.toFixed(2).padStart(6)} µs   ${(us / base).toFixed(2)}× baseline`)
+  console.log(`  ${p.name.padEnd(31)} ${us.toFixed(2).padStart(6)} µs   ${(us / base).toFixed(2)}× baseline`)
 }
