@@ -242,7 +242,10 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private endedAt = 0
   /** While an upstream read is handled, writes are corked: gathered and flushed as one client write. */
   private corked = false
-  /** The corked writes (created on first use, then reused for every read). */
+  /**
+   * The corked writes of the current read; null when none. Not kept between reads: most reads of a
+   * stream write nothing corked, and an empty array kept would cost them two memory loads each.
+   */
   private cork: (Uint8Array | string)[] | null = null
 
   constructor(
@@ -472,14 +475,14 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private flush(): void {
     this.corked = false
     const cork = this.cork
-    if (cork && cork.length > 0) {
+    if (cork !== null) {
+      this.cork = null
       let full: boolean
       if (cork.length === 1) full = !this.client.write(cork[0]!)
       else {
         const parts = cork.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : p))
         full = !this.client.write(Buffer.concat(parts))
       }
-      cork.length = 0
       if (full) this.pause()
     }
     if (this.phase === Phase.Done && this.doneReuse !== null) this.handBack()

@@ -161,7 +161,8 @@ class ParsedWireRequest implements WireRequest {
 class ClientConn implements WireClient {
   private readonly parser: RequestParser
   private current: WireExchange | null = null
-  private queue: Uint8Array[] = []
+  /** Bytes the socket did not take yet, in order; null when none (the common case: one field read). */
+  private queue: Uint8Array[] | null = null
   private closed = false
   private closing = false
   private paused = false
@@ -318,13 +319,13 @@ class ClientConn implements WireClient {
 
   write(data: Uint8Array | string): boolean {
     if (this.closed) return false
-    if (this.queue.length > 0) {
+    if (this.queue !== null) {
       this.queue.push(typeof data === 'string' ? Buffer.from(data, 'latin1') : data)
       return false
     }
     const rest = writeAll(this.socket, data)
     if (!rest) return true
-    this.queue.push(rest)
+    this.queue = [rest]
     return false
   }
 
@@ -336,7 +337,7 @@ class ClientConn implements WireClient {
   closeConnection(): void {
     this.current = null
     this.closing = true
-    if (this.queue.length === 0) this.socket.end()
+    if (this.queue === null) this.socket.end()
   }
 
   /** answered: a response is complete; go on with the next request or close. */
@@ -354,15 +355,17 @@ class ClientConn implements WireClient {
   }
 
   onDrain(): void {
-    while (this.queue.length > 0) {
-      const head = this.queue[0]!
+    const queue = this.queue
+    while (queue !== null && queue.length > 0) {
+      const head = queue[0]!
       const n = this.socket.write(head)
       if (n < head.byteLength) {
-        this.queue[0] = head.subarray(Math.max(n, 0))
+        queue[0] = head.subarray(Math.max(n, 0))
         return
       }
-      this.queue.shift()
+      queue.shift()
     }
+    this.queue = null
     if (this.closing) this.socket.end()
     else this.current?.onClientDrain()
   }
@@ -370,7 +373,7 @@ class ClientConn implements WireClient {
   onClose(): void {
     if (this.closed) return
     this.closed = true
-    this.queue = []
+    this.queue = null
     this.front.conns.delete(this)
     const running = this.current
     this.current = null
