@@ -97,6 +97,14 @@ describe('HTTP/1.1 response parser', () => {
   ])('rejects %s', (_name, raw) => {
     expect(() => parse(raw)).toThrow()
   })
+
+  it.each([1000, 1 << 20])('rejects a chunk size line over 8 KiB, read %i bytes at a time', (split) => {
+    const long = `HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;${'x'.repeat(9000)}\r\na\r\n0\r\n\r\n`
+    expect(() => parse(long, { split })).toThrow('chunk size line too long')
+    // Just under the limit, the same extension is read.
+    const ok = `HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;${'x'.repeat(8000)}\r\na\r\n0\r\n\r\n`
+    expect(parse(ok, { split }).body).toBe('a')
+  })
 })
 
 describe('HTTP/1.1 upstream client', () => {
