@@ -3,10 +3,11 @@
  * proxy, same machine, same run, same upstream stub (test/perf/proxy-stub.ts).
  *
  * Columns: the stub directly (baseline), modelgate `/v1/chat/completions`, modelgate
- * `/api/direct/:port/…`, nginx (skipped with a note when not installed). Each server runs in its own
- * process, and so do the load generators (wrk when installed, else test/perf/proxy-load.ts; the
- * stream client test/perf/proxy-stream-client.ts), so client load and proxy never share an event
- * loop. Everything listens on 127.0.0.1; every loop is bounded.
+ * `/api/direct/:port/…`, the router, nginx (skipped with a note when not installed), and a blind Bun
+ * pipe (test/perf/proxy-pipe.ts: the floor of Bun's socket layer, with no proxy logic). Each server
+ * runs in its own process, and so do the load generators (wrk when installed, else
+ * test/perf/proxy-load.ts; the stream client test/perf/proxy-stream-client.ts), so client load and
+ * proxy never share an event loop. Everything listens on 127.0.0.1; every loop is bounded.
  *
  * Shared machines drift by ±20% within a minute, more than the differences measured here, so every
  * measurement runs in ROUNDS rounds (5; `--rounds N`; `--quick`: 1 round), targets in a rotated order
@@ -262,6 +263,7 @@ async function main(): Promise<void> {
   const rtUrl = rt.info.url as string
   const rtPid = rt.info.pid as number
   const ng = await startNginx(stubPort)
+  const pipe = await spawnJson([BUN, join(HERE, 'proxy-pipe.ts'), '--upstream', String(stubPort)])
   const path = '/v1/chat/completions'
   const targets: Target[] = [
     { name: 'stub (direct)', url: `http://127.0.0.1:${stubPort}${path}` },
@@ -270,6 +272,8 @@ async function main(): Promise<void> {
     { name: 'router /v1 (stats on)', url: `${rtUrl}${path}`, pid: rtPid },
   ]
   if (ng) targets.push({ name: 'nginx', url: `${ng.url}${path}`, pid: ng.proc.pid })
+  const pipeName = 'Bun pipe (floor)'
+  targets.push({ name: pipeName, url: `${pipe.info.url as string}${path}`, pid: pipe.info.pid as number })
   await Bun.sleep(1000)
   const idleRss = rssMb(mgPid)
 
@@ -384,6 +388,7 @@ async function main(): Promise<void> {
     `${fmt(idleRss)} / ${fmt(peak)}`,
     '',
     ...(ng ? [''] : []),
+    '',
   ])
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)))
   const line = (r: string[]) =>
@@ -435,6 +440,25 @@ async function main(): Promise<void> {
       [
         'CPU per chunk @1024, modelgate/nginx',
         perRound((i) => stAt(mgName, 1024, i).cpuPerChunk! / stAt('nginx', 1024, i).cpuPerChunk!),
+        '',
+        () => true,
+      ],
+      // The floor: a proxy on Bun's sockets with no logic at all, against the same nginx.
+      [
+        'chunk delay p99 @1024, Bun pipe/nginx',
+        perRound((i) => stAt(pipeName, 1024, i).p99 / stAt('nginx', 1024, i).p99),
+        '',
+        () => true,
+      ],
+      [
+        'CPU per chunk @1024, Bun pipe/nginx',
+        perRound((i) => stAt(pipeName, 1024, i).cpuPerChunk! / stAt('nginx', 1024, i).cpuPerChunk!),
+        '',
+        () => true,
+      ],
+      [
+        'CPU per request c=32, Bun pipe/nginx',
+        perRound((i) => nsAt(pipeName, 32, i).cpuPerReq! / nsAt('nginx', 32, i).cpuPerReq!),
         '',
         () => true,
       ],
