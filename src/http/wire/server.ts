@@ -161,7 +161,7 @@ class ParsedWireRequest implements WireRequest {
 class ClientConn implements WireClient {
   private readonly parser: RequestParser
   private current: WireExchange | null = null
-  /** Bytes the socket did not take yet, in order; null when none (the common case: one field read). */
+  /** Bytes the socket did not take yet, in order; null when none, so a write checks one field. */
   private queue: Uint8Array[] | null = null
   private closed = false
   private closing = false
