@@ -412,7 +412,16 @@ async function main(): Promise<void> {
   } else {
     const mgName = 'modelgate /v1'
     const added = (name: string, c: number, i: number) => nsAt(name, c, i).p50 - nsAt(base, c, i).p50
-    const checks: [string, number[], string, (ratio: number) => boolean][] = [
+    type Check = [string, number[], string, (ratio: number) => boolean]
+    // Per-round ratios of a target's measurement to nginx's, the same for modelgate and the floor.
+    const chunkP99 = (name: string) => perRound((i) => stAt(name, 1024, i).p99 / stAt('nginx', 1024, i).p99)
+    const cpuPerChunk = (name: string) =>
+      perRound((i) => stAt(name, 1024, i).cpuPerChunk! / stAt('nginx', 1024, i).cpuPerChunk!)
+    const cpuPerReq = (name: string) =>
+      perRound((i) => nsAt(name, 32, i).cpuPerReq! / nsAt('nginx', 32, i).cpuPerReq!)
+    /** shown: a ratio printed for reference, with no target. */
+    const shown = (what: string, ratios: number[]): Check => [what, ratios, '', () => true]
+    const checks: Check[] = [
       [
         'throughput c=32, modelgate/nginx',
         perRound((i) => nsAt(mgName, 32, i).rps / nsAt('nginx', 32, i).rps),
@@ -425,43 +434,13 @@ async function main(): Promise<void> {
         '≤ 1.2',
         (r) => r <= 1.2,
       ],
-      [
-        'chunk delay p99 @1024, modelgate/nginx',
-        perRound((i) => stAt(mgName, 1024, i).p99 / stAt('nginx', 1024, i).p99),
-        '≤ 1.0',
-        (r) => r <= 1.0,
-      ],
-      [
-        'CPU per request c=32, modelgate/nginx',
-        perRound((i) => nsAt(mgName, 32, i).cpuPerReq! / nsAt('nginx', 32, i).cpuPerReq!),
-        '',
-        () => true,
-      ],
-      [
-        'CPU per chunk @1024, modelgate/nginx',
-        perRound((i) => stAt(mgName, 1024, i).cpuPerChunk! / stAt('nginx', 1024, i).cpuPerChunk!),
-        '',
-        () => true,
-      ],
+      ['chunk delay p99 @1024, modelgate/nginx', chunkP99(mgName), '≤ 1.0', (r) => r <= 1.0],
+      shown('CPU per request c=32, modelgate/nginx', cpuPerReq(mgName)),
+      shown('CPU per chunk @1024, modelgate/nginx', cpuPerChunk(mgName)),
       // The floor: a proxy on Bun's sockets with no logic at all, against the same nginx.
-      [
-        'chunk delay p99 @1024, Bun pipe/nginx',
-        perRound((i) => stAt(pipeName, 1024, i).p99 / stAt('nginx', 1024, i).p99),
-        '',
-        () => true,
-      ],
-      [
-        'CPU per chunk @1024, Bun pipe/nginx',
-        perRound((i) => stAt(pipeName, 1024, i).cpuPerChunk! / stAt('nginx', 1024, i).cpuPerChunk!),
-        '',
-        () => true,
-      ],
-      [
-        'CPU per request c=32, Bun pipe/nginx',
-        perRound((i) => nsAt(pipeName, 32, i).cpuPerReq! / nsAt('nginx', 32, i).cpuPerReq!),
-        '',
-        () => true,
-      ],
+      shown('chunk delay p99 @1024, Bun pipe/nginx', chunkP99(pipeName)),
+      shown('CPU per chunk @1024, Bun pipe/nginx', cpuPerChunk(pipeName)),
+      shown('CPU per request c=32, Bun pipe/nginx', cpuPerReq(pipeName)),
     ]
     console.log('\nratios (modelgate /v1 vs nginx; median of the per-round ratios, then each round):')
     for (const [what, ratios, target, ok] of checks) {
