@@ -1,0 +1,135 @@
+import { afterAll, beforeEach, describe, expect, it } from 'bun:test'
+import { encodeRequest, HttpStreamClient } from '../../plugins/benchmarks/http-stream.ts'
+
+/**
+ * The benchmark runner's HTTP/1.1 client against a raw server that answers every request with a
+ * scripted list of writes (each flushed on its own, `gapMs` apart), so replies can be split at any
+ * byte and framed any way an engine or a proxy might.
+ */
+interface Script {
+  writes: string[]
+  gapMs?: number
+  /** close: the server closes the connection after the last write. */
+  close?: boolean
+}
+
+let script: Script = { writes: [] }
+let opened = 0
+const server = Bun.listen<{ buf: string }>({
+  hostname: '127.0.0.1',
+  port: 0,
+  socket: {
+    open(s) {
+      opened++
+      s.data = { buf: '' }
+    },
+    async data(s, d) {
+      s.data.buf += d.toString('latin1')
+      const end = s.data.buf.indexOf('\r\n\r\n')
+      if (end < 0) return
+      const len = Number(/content-length: (\d+)/i.exec(s.data.buf.slice(0, end))?.[1] ?? 0)
+      if (s.data.buf.length < end + 4 + len) return
+      s.data.buf = ''
+      const { writes, gapMs = 0, close = false } = script
+      for (const w of writes) {
+        s.write(w)
+        if (gapMs) await Bun.sleep(gapMs)
+      }
+      if (close) s.end()
+    },
+  },
+})
+const url = new URL(`http://127.0.0.1:${server.port}/v1/completions`)
+let client = new HttpStreamClient()
+
+afterAll(() => {
+  client.close()
+  server.stop(true)
+})
+
+interface Outcome {
+  status: number
+  error: string | null
+  body: string
+}
+
+function request(): Promise<Outcome> {
+  return new Promise((resolve) => {
+    let body = ''
+    const deadline = setTimeout(() => resolve({ status: -1, error: 'test deadline', body }), 5000)
+    client.request(url, encodeRequest(url, {}, '{"prompt":"hi"}'), {
+      body(text) {
+        body += text
+      },
+      end(status, error) {
+        clearTimeout(deadline)
+        resolve({ status, error, body })
+      },
+    })
+  })
+}
+
+const CHUNKED = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n'
+
+describe('benchmark HTTP client', () => {
+  beforeEach(() => {
+    client.close()
+    client = new HttpStreamClient()
+    opened = 0
+  })
+
+  it('reads a chunked stream split anywhere, and reuses the connection after it', async () => {
+    script = {
+      writes: [`${CHUNKED}7\r\nda`, 'ta: 1\r\n', '9;ext=1\r\n\ndata: 2\n\r', '\n0\r\n', '\r\n'],
+      gapMs: 5,
+    }
+    expect(await request()).toEqual({ status: 200, error: null, body: 'data: 1\ndata: 2\n' })
+    expect(await request()).toEqual({ status: 200, error: null, body: 'data: 1\ndata: 2\n' })
+    expect(opened).toBe(1)
+  })
+
+  it('reads a Content-Length body and skips an interim 100 Continue', async () => {
+    script = {
+      writes: ['HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhe', 'llo'],
+    }
+    expect(await request()).toEqual({ status: 200, error: null, body: 'hello' })
+    expect(await request()).toEqual({ status: 200, error: null, body: 'hello' })
+    expect(opened).toBe(1)
+  })
+
+  it('reads a body delimited by the close, and does not reuse that connection', async () => {
+    script = {
+      writes: ['HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nsome ', 'text'],
+      close: true,
+      gapMs: 5,
+    }
+    expect(await request()).toEqual({ status: 200, error: null, body: 'some text' })
+    expect(await request()).toEqual({ status: 200, error: null, body: 'some text' })
+    expect(opened).toBe(2)
+  })
+
+  it("ends a non-2xx reply with the engine's error message and no body", async () => {
+    const error = JSON.stringify({
+      object: 'error',
+      message: 'max_tokens is too large',
+      type: 'BadRequestError',
+    })
+    script = { writes: [`HTTP/1.1 400 Bad Request\r\ncontent-length: ${error.length}\r\n\r\n${error}`] }
+    expect(await request()).toEqual({ status: 400, error: 'max_tokens is too large', body: '' })
+  })
+
+  it('fails a malformed chunked body and does not reuse its connection', async () => {
+    script = { writes: [`${CHUNKED}zz\r\ndata: 1\r\n0\r\n\r\n`] }
+    const r = await request()
+    expect(r.status).toBe(200)
+    expect(r.error).toContain('chunk')
+    script = { writes: [`${CHUNKED}0\r\n\r\n`] }
+    expect(await request()).toEqual({ status: 200, error: null, body: '' })
+    expect(opened).toBe(2)
+  })
+
+  it('fails a stream the server closes mid-response', async () => {
+    script = { writes: [`${CHUNKED}7\r\ndata: 1\r\n`], close: true }
+    expect(await request()).toEqual({ status: 200, error: 'connection closed mid-response', body: 'data: 1' })
+  })
+})
