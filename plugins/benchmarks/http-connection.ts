@@ -1,10 +1,12 @@
 import type { Socket } from 'bun'
+import { type ParserEvents, type ResponseHead, ResponseParser } from '../../src/proxy/http1-parser.ts'
 import { errorMessage } from './sse-scan.ts'
 
 /*
  * The connection layer of HttpStreamClient: one keep-alive HTTP/1.1 socket and the response being
- * read on it (status line, headers, then a chunked, content-length or close-delimited body handed on
- * as latin1 text with its arrival time). Socket events reach connections through the Inbox.
+ * read on it, framed by the proxy's own ResponseParser (interim 1xx skipped; chunked, content-length
+ * or close-delimited bodies), the body handed on as latin1 text with its arrival time. Socket
+ * events reach connections through the Inbox.
  */
 
 /** StreamCallbacks receive one response: body text as it arrives, then `end` exactly once. */
@@ -22,42 +24,23 @@ export interface Pending {
   retry: () => void
 }
 
-type BodyMode = 'chunked' | 'length' | 'close'
-
-/** parseHex reads a chunk-size line (hex digits, optional `;extensions`); -1 when malformed. */
-function parseHex(s: string, from: number, to: number): number {
-  let n = 0
-  let digits = 0
-  for (let i = from; i < to; i++) {
-    const c = s.charCodeAt(i)
-    let d: number
-    if (c >= 48 && c <= 57) d = c - 48
-    else if (c >= 97 && c <= 102) d = c - 87
-    else if (c >= 65 && c <= 70) d = c - 55
-    else if (c === 59 /* ; */ || c === 32 || c === 9) break
-    else return -1
-    n = n * 16 + d
-    digits++
-  }
-  return digits > 0 ? n : -1
-}
+/** An error body is kept up to this many characters for its message. */
+const ERROR_BODY_MAX = 4096
 
 /** Connection is one socket and the response currently being read on it. */
-export class Connection {
+export class Connection implements ParserEvents {
   socket: Socket<Connection> | null = null
   pending: Pending | null = null
   closed = false
   idleSince = 0
-  private head = ''
-  private headerDone = false
+  /** The current response's parser (a fresh one per request). */
+  private parser: ResponseParser | null = null
   private status = 0
-  private mode: BodyMode = 'close'
-  private remaining = 0
-  private chunkState: 'size' | 'data' | 'crlf' | 'trailer' = 'size'
-  private buf = ''
   private keepAlive = true
   private errorBody = ''
   private received = false
+  /** The arrival time of the bytes being parsed, for the body events they produce. */
+  private at = 0
   private unsent: Uint8Array | null = null
   /** onGiveUp: a preconnect waiter to settle if the socket closes before it opened. */
   onGiveUp: (() => void) | null = null
@@ -69,13 +52,10 @@ export class Connection {
 
   send(p: Pending): void {
     this.pending = p
-    this.head = ''
-    this.headerDone = false
+    this.parser = new ResponseParser(this, false)
     this.status = 0
-    this.buf = ''
     this.errorBody = ''
     this.received = false
-    this.chunkState = 'size'
     this.write(p.payload)
   }
 
@@ -90,142 +70,64 @@ export class Connection {
     if (this.unsent) this.write(this.unsent)
   }
 
-  onData(data: string, at: number): void {
-    const p = this.pending
-    if (!p) {
+  onData(data: Buffer, at: number): void {
+    const parser = this.parser
+    if (!this.pending || !parser) {
       // bytes on an idle connection: the server is not speaking HTTP/1.1 as expected
       this.destroy()
       return
     }
     this.received = true
-    let text = data
-    if (!this.headerDone) {
-      this.head += text
-      const endOfHead = this.head.indexOf('\r\n\r\n')
-      if (endOfHead < 0) return
-      text = this.head.slice(endOfHead + 4)
-      this.parseHead(this.head.slice(0, endOfHead))
-      this.headerDone = true
-      if (this.status === 101 || (this.status >= 100 && this.status < 200)) {
-        // interim response: start over with what follows it
-        this.headerDone = false
-        this.head = ''
-        if (text) this.onData(text, at)
-        return
-      }
-      if (this.mode === 'length' && this.remaining === 0) {
-        this.complete(at)
-        return
-      }
-    }
-    this.consume(text, at)
-  }
-
-  private parseHead(head: string): void {
-    const lines = head.split('\r\n')
-    const statusLine = lines[0] ?? ''
-    this.status = Number(statusLine.split(' ')[1]) || 0
-    this.keepAlive = !statusLine.startsWith('HTTP/1.0')
-    this.mode = 'close'
-    for (let i = 1; i < lines.length; i++) {
-      const line = lines[i]!
-      const colon = line.indexOf(':')
-      if (colon < 0) continue
-      const name = line.slice(0, colon).trim().toLowerCase()
-      const value = line
-        .slice(colon + 1)
-        .trim()
-        .toLowerCase()
-      if (name === 'transfer-encoding' && value.includes('chunked')) this.mode = 'chunked'
-      else if (name === 'content-length' && this.mode !== 'chunked') {
-        this.mode = 'length'
-        this.remaining = Number(value) || 0
-      } else if (name === 'connection') {
-        if (value.includes('close')) this.keepAlive = false
-        else if (value.includes('keep-alive')) this.keepAlive = true
-      }
-    }
-    if (this.mode === 'close') this.keepAlive = false
-  }
-
-  private deliver(text: string, at: number): void {
-    if (text === '') return
-    if (this.status >= 200 && this.status < 300) this.pending?.cb.body(text, at)
-    else if (this.errorBody.length < 4096) this.errorBody += text
-  }
-
-  private consume(text: string, at: number): void {
-    if (this.mode === 'close') {
-      this.deliver(text, at)
+    this.at = at
+    try {
+      parser.feed(data)
+    } catch (err) {
+      this.fail(err instanceof Error ? err.message : String(err), at)
       return
     }
-    if (this.mode === 'length') {
-      const take = text.length <= this.remaining ? text : text.slice(0, this.remaining)
-      this.remaining -= take.length
-      this.deliver(take, at)
-      if (this.remaining === 0) this.complete(at)
-      return
-    }
-    // chunked: walk with an offset and slice out payloads only (this runs once per token)
-    const buf = this.buf === '' ? text : this.buf + text
-    let pos = 0
-    const len = buf.length
-    for (;;) {
-      if (this.chunkState === 'size') {
-        const nl = buf.indexOf('\r\n', pos)
-        if (nl < 0) break
-        const size = parseHex(buf, pos, nl)
-        pos = nl + 2
-        if (size < 0) {
-          this.fail('malformed chunked encoding', at)
-          return
-        }
-        if (size === 0) this.chunkState = 'trailer'
-        else {
-          this.remaining = size
-          this.chunkState = 'data'
-        }
-      } else if (this.chunkState === 'data') {
-        if (pos >= len) break
-        const end = Math.min(len, pos + this.remaining)
-        this.remaining -= end - pos
-        this.deliver(pos === 0 && end === len ? buf : buf.slice(pos, end), at)
-        pos = end
-        if (this.remaining === 0) this.chunkState = 'crlf'
-      } else if (this.chunkState === 'crlf') {
-        if (len - pos < 2) break
-        pos += 2
-        this.chunkState = 'size'
-      } else {
-        const nl = buf.indexOf('\r\n', pos)
-        if (nl < 0) break
-        const empty = nl === pos
-        pos = nl + 2
-        if (empty) {
-          this.buf = ''
-          this.complete(at)
-          return
-        }
-      }
-    }
-    this.buf = pos >= len ? '' : buf.slice(pos)
+    // Bytes after the end of the response: the connection cannot carry another one.
+    if (parser.done) this.complete(at, !parser.trailingBytes)
   }
 
-  private complete(at: number): void {
+  // ParserEvents: the response on this connection.
+  head(h: ResponseHead): void {
+    this.status = h.status
+    this.keepAlive = h.keepAlive
+  }
+
+  body(buf: Buffer, start: number, end: number): void {
+    if (this.ok) this.pending?.cb.body(buf.toString('latin1', start, end), this.at)
+    else if (this.errorBody.length < ERROR_BODY_MAX) this.errorBody += buf.toString('latin1', start, end)
+  }
+
+  /** end: the parser saw the response end; it is completed once the read is parsed (see onData). */
+  end(): void {}
+
+  private complete(at: number, reusable: boolean): void {
     const p = this.pending
     this.pending = null
+    this.parser = null
     if (!p) return
-    const ok = this.status >= 200 && this.status < 300
-    p.cb.end(this.status, ok ? null : errorMessage(this.errorBody || `HTTP ${this.status}`), at)
-    if (this.keepAlive && !this.closed) {
+    p.cb.end(this.status, this.errorText(), at)
+    if (reusable && this.keepAlive && !this.closed) {
       this.idleSince = performance.now()
       this.release(this)
     } else this.destroy()
   }
 
+  private get ok(): boolean {
+    return this.status >= 200 && this.status < 300
+  }
+
+  /** errorText: null for a 2xx response, else the engine's message from the error body. */
+  private errorText(): string | null {
+    return this.ok ? null : errorMessage(this.errorBody || `HTTP ${this.status}`)
+  }
+
   private fail(message: string, at: number): void {
     const p = this.pending
     this.pending = null
+    this.parser = null
     p?.cb.end(this.status, message, at)
     this.destroy()
   }
@@ -244,9 +146,10 @@ export class Connection {
       p.retry()
       return
     }
-    if (this.headerDone && this.mode === 'close') {
-      const ok = this.status >= 200 && this.status < 300
-      p.cb.end(this.status, ok ? null : errorMessage(this.errorBody || `HTTP ${this.status}`), at)
+    // A close-delimited body ends with the close.
+    if (this.parser?.closed()) {
+      this.parser = null
+      p.cb.end(this.status, this.errorText(), at)
       return
     }
     p.cb.end(

@@ -109,7 +109,7 @@ export class HttpStreamClient {
           }
           opened(s.data)
         },
-        data: (s, data) => inbox.data(s.data, data.toString('latin1'), performance.now()),
+        data: (s, data) => inbox.data(s.data, data, performance.now()),
         drain: (s) => s.data.drain(),
         close: (s, err) => {
           this.all.delete(s.data)

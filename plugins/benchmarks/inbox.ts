@@ -1,7 +1,7 @@
 /** InboxTarget is what the Inbox delivers socket events to (a Connection). */
 export interface InboxTarget {
   readonly closed: boolean
-  onData(text: string, at: number): void
+  onData(data: Buffer, at: number): void
   onClose(err?: Error): void
   abort(message: string): void
 }
@@ -19,15 +19,15 @@ const SLICE = 64
 class Inbox {
   // parallel arrays, reused across flushes (no allocation per socket event)
   private readonly conns: InboxTarget[] = []
-  private readonly texts: (string | null)[] = []
+  private readonly reads: (Buffer | null)[] = []
   private readonly ats: number[] = []
   private readonly errs: (Error | undefined)[] = []
   private scheduled = false
   private head = 0
 
-  data(c: InboxTarget, text: string, at: number): void {
+  data(c: InboxTarget, data: Buffer, at: number): void {
     this.conns.push(c)
-    this.texts.push(text)
+    this.reads.push(data)
     this.ats.push(at)
     this.errs.push(undefined)
     this.schedule()
@@ -35,7 +35,7 @@ class Inbox {
 
   close(c: InboxTarget, err?: Error): void {
     this.conns.push(c)
-    this.texts.push(null)
+    this.reads.push(null)
     this.ats.push(performance.now())
     this.errs.push(err)
     this.schedule()
@@ -49,17 +49,17 @@ class Inbox {
 
   private readonly flush = () => {
     this.scheduled = false
-    const { conns, texts, ats, errs } = this
+    const { conns, reads, ats, errs } = this
     // A bounded slice per turn: between slices the loop polls sockets again, so arrivals keep
     // being stamped while a burst of completions (and the requests they launch) is handled.
     const end = Math.min(conns.length, this.head + SLICE)
     while (this.head < end) {
       const i = this.head++
-      const text = texts[i]
+      const data = reads[i]
       const c = conns[i]!
       try {
-        if (text === null || text === undefined) c.onClose(errs[i])
-        else if (!c.closed) c.onData(text, ats[i]!)
+        if (data === null || data === undefined) c.onClose(errs[i])
+        else if (!c.closed) c.onData(data, ats[i]!)
       } catch (err) {
         c.abort(`response handling failed: ${err instanceof Error ? err.message : String(err)}`)
       }
@@ -70,7 +70,7 @@ class Inbox {
     }
     this.head = 0
     conns.length = 0
-    texts.length = 0
+    reads.length = 0
     ats.length = 0
     errs.length = 0
   }
