@@ -1,5 +1,6 @@
 import { afterAll, beforeEach, describe, expect, it } from 'bun:test'
 import { encodeRequest, HttpStreamClient } from '../../plugins/benchmarks/http-stream.ts'
+import { rawHttpServer } from '../support/raw-http.ts'
 
 /**
  * The benchmark runner's HTTP/1.1 client against a raw server that answers every request with a
@@ -14,37 +15,20 @@ interface Script {
 }
 
 let script: Script = { writes: [] }
-let opened = 0
-const server = Bun.listen<{ buf: string }>({
-  hostname: '127.0.0.1',
-  port: 0,
-  socket: {
-    open(s) {
-      opened++
-      s.data = { buf: '' }
-    },
-    async data(s, d) {
-      s.data.buf += d.toString('latin1')
-      const end = s.data.buf.indexOf('\r\n\r\n')
-      if (end < 0) return
-      const len = Number(/content-length: (\d+)/i.exec(s.data.buf.slice(0, end))?.[1] ?? 0)
-      if (s.data.buf.length < end + 4 + len) return
-      s.data.buf = ''
-      const { writes, gapMs = 0, close = false } = script
-      for (const w of writes) {
-        s.write(w)
-        if (gapMs) await Bun.sleep(gapMs)
-      }
-      if (close) s.end()
-    },
-  },
+const server = rawHttpServer(async (s) => {
+  const { writes, gapMs = 0, close = false } = script
+  for (const w of writes) {
+    s.write(w)
+    if (gapMs) await Bun.sleep(gapMs)
+  }
+  if (close) s.end()
 })
 const url = new URL(`http://127.0.0.1:${server.port}/v1/completions`)
 let client = new HttpStreamClient()
 
 afterAll(() => {
   client.close()
-  server.stop(true)
+  server.stop()
 })
 
 interface Outcome {
@@ -75,7 +59,7 @@ describe('benchmark HTTP client', () => {
   beforeEach(() => {
     client.close()
     client = new HttpStreamClient()
-    opened = 0
+    server.opened = 0
   })
 
   it('reads a chunked stream split anywhere, and reuses the connection after it', async () => {
@@ -85,7 +69,7 @@ describe('benchmark HTTP client', () => {
     }
     expect(await request()).toEqual({ status: 200, error: null, body: 'data: 1\ndata: 2\n' })
     expect(await request()).toEqual({ status: 200, error: null, body: 'data: 1\ndata: 2\n' })
-    expect(opened).toBe(1)
+    expect(server.opened).toBe(1)
   })
 
   it('reads a Content-Length body and skips an interim 100 Continue', async () => {
@@ -94,7 +78,7 @@ describe('benchmark HTTP client', () => {
     }
     expect(await request()).toEqual({ status: 200, error: null, body: 'hello' })
     expect(await request()).toEqual({ status: 200, error: null, body: 'hello' })
-    expect(opened).toBe(1)
+    expect(server.opened).toBe(1)
   })
 
   it('reads a body delimited by the close, and does not reuse that connection', async () => {
@@ -105,7 +89,7 @@ describe('benchmark HTTP client', () => {
     }
     expect(await request()).toEqual({ status: 200, error: null, body: 'some text' })
     expect(await request()).toEqual({ status: 200, error: null, body: 'some text' })
-    expect(opened).toBe(2)
+    expect(server.opened).toBe(2)
   })
 
   it("ends a non-2xx reply with the engine's error message and no body", async () => {
@@ -125,7 +109,7 @@ describe('benchmark HTTP client', () => {
     expect(r.error).toContain('chunk')
     script = { writes: [`${CHUNKED}0\r\n\r\n`] }
     expect(await request()).toEqual({ status: 200, error: null, body: '' })
-    expect(opened).toBe(2)
+    expect(server.opened).toBe(2)
   })
 
   it('fails a stream the server closes mid-response', async () => {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import type { Socket } from 'bun'
 import { type ResponseHead, ResponseParser } from '../../src/proxy/http1-parser.ts'
 import { sendUpstream } from '../../src/proxy/upstream.ts'
+import { rawHttpServer } from '../support/raw-http.ts'
 import { FakeGateway, instance, type ProxyHost, startProxyHost, startStub, waitFor } from './support.ts'
 
 interface Parsed {
@@ -108,32 +108,14 @@ describe('HTTP/1.1 response parser', () => {
 })
 
 describe('HTTP/1.1 upstream client', () => {
-  let opened = 0
   let closeAfterReply = false
-  const server = Bun.listen<{ buf: string }>({
-    hostname: '127.0.0.1',
-    port: 0,
-    socket: {
-      open(s) {
-        opened++
-        s.data = { buf: '' }
-      },
-      data(s: Socket<{ buf: string }>, d) {
-        s.data.buf += d.toString()
-        const end = s.data.buf.indexOf('\r\n\r\n')
-        if (end < 0) return
-        const len = Number(/content-length: (\d+)/i.exec(s.data.buf.slice(0, end))?.[1] ?? 0)
-        if (s.data.buf.length < end + 4 + len) return
-        const body = s.data.buf.slice(end + 4, end + 4 + len)
-        s.data.buf = ''
-        const reply = JSON.stringify({ len: body.length })
-        s.write(
-          `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${reply.length}\r\n\r\n${reply}`,
-        )
-        // A server that silently drops idle keep-alive connections right after replying.
-        if (closeAfterReply) setTimeout(() => s.end(), 5)
-      },
-    },
+  const server = rawHttpServer((s, _head, body) => {
+    const reply = JSON.stringify({ len: body.length })
+    s.write(
+      `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${reply.length}\r\n\r\n${reply}`,
+    )
+    // A server that silently drops idle keep-alive connections right after replying.
+    if (closeAfterReply) setTimeout(() => s.end(), 5)
   })
   const url = `http://127.0.0.1:${server.port}/x`
   const send = (body: string | null = null) =>
@@ -145,15 +127,15 @@ describe('HTTP/1.1 upstream client', () => {
       connectTimeoutMs: 1000,
     })
 
-  afterAll(() => server.stop(true))
+  afterAll(() => server.stop())
 
   it('reuses a keep-alive connection', async () => {
-    const before = opened
+    const before = server.opened
     for (let i = 0; i < 5; i++) {
       const r = await send('{}').reply
       expect(new TextDecoder().decode((await r.readAll())!)).toBe('{"len":2}')
     }
-    expect(opened - before).toBe(1)
+    expect(server.opened - before).toBe(1)
   })
 
   it('resends once on a new connection when a reused one was closed by the server', async () => {
