@@ -1,4 +1,5 @@
 import { HOP_BY_HOP } from './headers.ts'
+import { FIELD_LINES, TCHAR } from './http-grammar.ts'
 
 /**
  * ResponseParser reads HTTP/1.x responses from a byte stream, incrementally: it is fed whatever the
@@ -51,6 +52,24 @@ const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
 const CRLF = Buffer.from('\r\n', 'latin1')
 const CR = 13
 const LF = 10
+/**
+ * The status line, checked in place at the start of the head: HTTP/1.x, SP, a three-digit status,
+ * then SP and a reason phrase without controls but HTAB, or nothing (RFC 9112 §4).
+ */
+const STATUS_LINE = /HTTP\/1\.\d [1-9]\d\d(?: [^\x00-\x08\x0a-\x1f\x7f]*)?(?=\r\n|$)/y
+const DIGITS = /^\d+$/
+
+/** isOws: SP or HTAB, the optional whitespace around a field value. */
+function isOws(c: number): boolean {
+  return c === 32 || c === 9
+}
+
+/** bareLf: buf[from, to) holds an LF not preceded by CR (buf[head] is the first byte of the head). */
+function bareLf(buf: Buffer, head: number, from: number, to: number): boolean {
+  for (let i = buf.indexOf(LF, from); i >= 0 && i < to; i = buf.indexOf(LF, i + 1))
+    if (i === head || buf[i - 1] !== CR) return true
+  return false
+}
 
 /** hexValue: 0-15 for an ASCII hex digit, -1 otherwise. */
 function hexValue(c: number): number {
@@ -104,6 +123,10 @@ export class ResponseParser {
           const end = buf.indexOf(HEAD_END, off)
           if (end < 0) {
             if (n - off > MAX_HEAD) throw new ProtocolError('response head too large')
+            // A head whose lines end in a bare LF never shows CRLFCRLF: refuse it now, not at a
+            // deadline (there may be none). Only the bytes of this read are new to the scan.
+            if (bareLf(buf, off, Math.max(off, n - input.length), n))
+              throw new ProtocolError('bare LF in response head')
             this.pending = Buffer.from(buf.subarray(off))
             return
           }
@@ -178,6 +201,12 @@ export class ResponseParser {
             return
           }
           const empty = eol === off
+          if (!empty) {
+            // Trailer fields follow the field syntax too (rare: one string per trailer line).
+            FIELD_LINES.lastIndex = 0
+            if (!FIELD_LINES.test(`\r\n${buf.toString('latin1', off, eol)}`))
+              throw new ProtocolError('malformed trailer field')
+          }
           off = eol + 2
           if (empty) this.finish()
           break
@@ -202,36 +231,59 @@ export class ResponseParser {
   }
 
   private parseHead(text: string): ResponseHead | null {
-    const lines = text.split('\r\n')
-    const statusLine = lines[0]!
-    if (!statusLine.startsWith('HTTP/1.')) throw new ProtocolError('not an HTTP/1.x response')
-    const status = Number(statusLine.slice(9, 12))
-    if (!Number.isInteger(status) || status < 100 || status > 999) throw new ProtocolError('bad status line')
-    const http10 = statusLine[7] === '0'
+    // The whole head is checked before anything of it is used (the head is relayed to the client):
+    // a strict status line, then every field line in one test (FIELD_LINES: token names, no
+    // whitespace before the colon, no obs-fold, no control byte but HTAB in a value).
+    STATUS_LINE.lastIndex = 0
+    if (!STATUS_LINE.test(text))
+      throw new ProtocolError(text.startsWith('HTTP/1.') ? 'bad status line' : 'not an HTTP/1.x response')
+    let eol = STATUS_LINE.lastIndex
+    FIELD_LINES.lastIndex = eol
+    if (!FIELD_LINES.test(text)) throw new ProtocolError('malformed header field')
+    const status =
+      (text.charCodeAt(9) - 48) * 100 + (text.charCodeAt(10) - 48) * 10 + (text.charCodeAt(11) - 48)
+    const http10 = text.charCodeAt(7) === 48
     // Interim responses (100 Continue, 103 Early Hints) are followed by the real one.
-    if (status >= 100 && status < 200 && status !== 101) return null
-    if (status === 101) throw new ProtocolError('protocol upgrade is not supported')
+    if (status < 200) {
+      if (status === 101) throw new ProtocolError('protocol upgrade is not supported')
+      return null
+    }
     const headers: [string, string][] = []
     let length = -1
     let chunked = false
     let connection = ''
     let contentType: string | null = null
-    for (let i = 1; i < lines.length; i++) {
-      const line = lines[i]!
-      const colon = line.indexOf(':')
-      if (colon <= 0) throw new ProtocolError('bad header line')
-      const name = line.slice(0, colon).trim().toLowerCase()
-      const value = line.slice(colon + 1).trim()
+    const n = text.length
+    for (let a = eol + 2; a < n; a = eol + 2) {
+      // FIELD_LINES allowed a CR only as part of a CRLF, and put a ':' right after the name.
+      eol = text.indexOf('\r', a)
+      if (eol < 0) eol = n
+      const colon = text.indexOf(':', a)
+      const name = text.slice(a, colon).toLowerCase()
+      let v = colon + 1
+      let e = eol
+      while (v < e && isOws(text.charCodeAt(v))) v++
+      while (e > v && isOws(text.charCodeAt(e - 1))) e--
+      const value = text.slice(v, e)
       if (name === 'content-length') {
-        const v = Number(value)
-        if (!Number.isSafeInteger(v) || v < 0 || (length >= 0 && v !== length))
+        const cl = Number(value)
+        if (!DIGITS.test(value) || !Number.isSafeInteger(cl) || (length >= 0 && cl !== length))
           throw new ProtocolError('bad content-length')
-        length = v
-      } else if (name === 'transfer-encoding') chunked = value.toLowerCase().includes('chunked')
-      else if (name === 'connection') connection = value.toLowerCase()
+        length = cl
+      } else if (name === 'transfer-encoding') {
+        // Only `chunked` alone is decoded: another coding (or a list) would reach the client with
+        // framing we did not check, and a near miss (`xchunked`) would leave it waiting forever.
+        if (chunked || value.length !== 7 || value.toLowerCase() !== 'chunked')
+          throw new ProtocolError('unsupported transfer-encoding')
+        chunked = true
+      } else if (name === 'connection') connection = value.toLowerCase()
       else if (name === 'content-type') contentType = value
       headers.push([name, value])
     }
+    // Both framings, or chunked from an HTTP/1.0 server, is the classic smuggling set-up (RFC 9112
+    // §6.1, §6.3): the framing is faulty, not something to pick one reading of.
+    if (chunked && length >= 0) throw new ProtocolError('transfer-encoding with content-length')
+    if (chunked && http10) throw new ProtocolError('transfer-encoding in an HTTP/1.0 response')
     let framing: Framing
     if (this.headOnly || status === 204 || status === 304) framing = 'none'
     else if (chunked) framing = 'chunked'
@@ -285,11 +337,20 @@ function nameIs(data: Buffer, from: number, to: number, name: Buffer): boolean {
   return true
 }
 
+/** notText: byte c is a control other than HTAB (0x00-0x1F, 0x7F), never allowed in a head's text. */
+function notText(c: number): boolean {
+  return (c < 32 && c !== HTAB) || c === 127
+}
+
 /**
  * wholeReply recognises the common engine reply that can be relayed byte for byte: one read holding
  * exactly a complete HTTP/1.1 response with a Content-Length body, not an event stream, and no
  * header a proxy must drop. It returns the status and body length, or null when the response needs
  * the full parser. One pass over the head bytes, no strings (this runs for every request).
+ *
+ * As the bytes go out unchanged, the head is held to the full parser's syntax: token field names
+ * with the colon right after, no control byte but HTAB anywhere, CR only before LF. Anything else
+ * is left to the full parser, which refuses it (ProtocolError): nothing of such a reply is relayed.
  */
 export function wholeReply(data: Buffer): { status: number; bodyBytes: number } | null {
   const n = data.length
@@ -301,9 +362,10 @@ export function wholeReply(data: Buffer): { status: number; bodyBytes: number } 
   if (d0 < 2 || d0 > 5 || d1 < 0 || d1 > 9 || d2 < 0 || d2 > 9) return null
   const status = d0 * 100 + d1 * 10 + d2
   if (status === 204 || status === 304) return null
+  if (data[12] !== SP && data[12] !== CR) return null
   let i = 12
   while (i < n && data[i] !== CR) {
-    if (data[i] === LF) return null
+    if (notText(data[i]!)) return null
     i++
   }
   if (data[i + 1] !== LF) return null
@@ -317,14 +379,19 @@ export function wholeReply(data: Buffer): { status: number; bodyBytes: number } 
       break
     }
     const start = i
-    let colon = -1
-    for (; i < n; i++) {
+    // The name: token characters up to the colon.
+    while (i < n && TCHAR[data[i]!] === 1) i++
+    if (i === start || i === n || data[i] !== 58) return null
+    const colon = i
+    // The value: up to CR, which must be followed by LF.
+    for (i++; i < n; i++) {
       const c = data[i]!
-      if (c === CR) break
-      if (c === LF) return null
-      if (c === 58 && colon < 0) colon = i
+      if (c < 32 || c === 127) {
+        if (c === CR) break
+        if (c !== HTAB) return null
+      }
     }
-    if (i + 1 >= n || data[i + 1] !== LF || colon <= start) return null
+    if (i + 1 >= n || data[i + 1] !== LF) return null
     const eol = i
     i += 2
     const first = data[start]! | 0x20

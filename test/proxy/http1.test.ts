@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { type ResponseHead, ResponseParser } from '../../src/proxy/http1-parser.ts'
+import { ProtocolError, type ResponseHead, ResponseParser, wholeReply } from '../../src/proxy/http1-parser.ts'
 import { sendUpstream } from '../../src/proxy/upstream.ts'
 import { rawHttpServer } from '../support/raw-http.ts'
 import { FakeGateway, instance, type ProxyHost, startProxyHost, startStub, waitFor } from './support.ts'
@@ -98,12 +98,138 @@ describe('HTTP/1.1 response parser', () => {
     expect(() => parse(raw)).toThrow()
   })
 
+  // Issue 16: an engine must not be able to inject headers into the client's response, nor leave
+  // it waiting on framing the parser only half understands. Every case is refused whole.
+  const ok = 'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n'
+  it.each([
+    ['a bare LF in a value', `${ok}x-a: a\nX-Injected: yes\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a bare CR in a value', `${ok}x-a: a\rX-Injected: yes\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a NUL in a value', `${ok}x-a: a\0b\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a DEL in a value', `${ok}x-a: a\x7fb\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a control byte in a value', `${ok}x-a: a\x1bb\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a bare LF in the last value', `${ok}content-length: 2\r\nx-a: a\nX-Injected: yes\r\n\r\n{}`],
+    ['whitespace before the colon', `${ok}x-a : a\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a name that is not a token', `${ok}x(a): a\r\ncontent-length: 2\r\n\r\n{}`],
+    ['an empty name', `${ok}: a\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a line without a colon', `${ok}x-a\r\ncontent-length: 2\r\n\r\n{}`],
+    ['an obs-fold continuation line', `${ok}x-a: a\r\n X-Injected: yes\r\ncontent-length: 2\r\n\r\n{}`],
+    ['a tab-folded continuation line', `${ok}x-a: a\r\n\tb\r\ncontent-length: 2\r\n\r\n{}`],
+    ['Transfer-Encoding: xchunked', `${ok}transfer-encoding: xchunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n`],
+    ['Transfer-Encoding: gzip, chunked', `${ok}transfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n`],
+    ['Transfer-Encoding: chunked, chunked', `${ok}transfer-encoding: chunked, chunked\r\n\r\n0\r\n\r\n`],
+    ['Transfer-Encoding: identity', `${ok}transfer-encoding: identity\r\ncontent-length: 2\r\n\r\n{}`],
+    [
+      'two Transfer-Encoding lines',
+      `${ok}transfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n`,
+    ],
+    [
+      'Transfer-Encoding with Content-Length',
+      `${ok}content-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n`,
+    ],
+    [
+      'Content-Length after Transfer-Encoding',
+      `${ok}transfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n`,
+    ],
+    ['Transfer-Encoding in HTTP/1.0', 'HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n'],
+    ['a hex Content-Length', `${ok}content-length: 0x2\r\n\r\n{}`],
+    ['an empty Content-Length', `${ok}content-length:\r\n\r\n`],
+    ['a Content-Length list', `${ok}content-length: 2, 2\r\n\r\n{}`],
+    ['a status that is not three digits', 'HTTP/1.1 2e2 OK\r\ncontent-length: 0\r\n\r\n'],
+    ['a control byte in the reason phrase', 'HTTP/1.1 200 O\0K\r\ncontent-length: 0\r\n\r\n'],
+    [
+      'a bare LF in an interim response',
+      'HTTP/1.1 103 Early Hints\r\nlink: a\nx: b\r\n\r\nHTTP/1.1 200 OK\r\n\r\n',
+    ],
+  ])('refuses %s, fed whole or a byte at a time', (_name, raw) => {
+    for (const split of [raw.length, 1]) {
+      const seen: string[] = []
+      const parser = new ResponseParser(
+        { head: () => seen.push('head'), body: () => seen.push('body'), end: () => seen.push('end') },
+        false,
+      )
+      const bytes = Buffer.from(raw, 'latin1')
+      expect(() => {
+        for (let i = 0; i < bytes.length; i += split) parser.feed(bytes.subarray(i, i + split))
+      }).toThrow(ProtocolError)
+      // Nothing of the response was reported: a caller has nothing to relay.
+      expect(seen).toEqual([])
+    }
+  })
+
+  it('refuses a malformed trailer field', () => {
+    const raw = `${ok}transfer-encoding: chunked\r\n\r\n1\r\na\r\n0\r\nx-t: a\nX-Injected: yes\r\n\r\n`
+    expect(() => parse(raw)).toThrow('malformed trailer field')
+    expect(() => parse(raw, { split: 1 })).toThrow('malformed trailer field')
+  })
+
+  it.each([1, 5, 1000])(
+    'refuses a head whose lines end in bare LF at once, fed %i bytes at a time',
+    (split) => {
+      // No CRLFCRLF ever comes: without this the reply would wait for a deadline that may not exist.
+      expect(() => parse('HTTP/1.1 200 OK\ncontent-length: 2\n\n{}', { split })).toThrow(
+        'bare LF in response head',
+      )
+    },
+  )
+
+  it('keeps HTAB and obs-text in values, trims only SP and HTAB around them', () => {
+    const r = parse(`${ok}x-a: \t a\tb\xe9\xa0 \t\r\nx-b:\r\nTransfer-Encoding: \tChunKed \r\n\r\n0\r\n\r\n`)
+    expect(r.heads[0]!.headers).toEqual([
+      ['content-type', 'application/json'],
+      ['x-a', 'a\tb\xe9\xa0'],
+      ['x-b', ''],
+      ['transfer-encoding', 'ChunKed'],
+    ])
+    expect(r.heads[0]!.framing).toBe('chunked')
+    expect(r.ended).toBe(1)
+  })
+
+  it('reads a status line without a reason phrase, and well-formed trailers', () => {
+    const r = parse('HTTP/1.1 200\r\ntransfer-encoding: chunked\r\n\r\n1\r\na\r\n0\r\nx-t: 1\r\n\r\n')
+    expect(r.heads[0]!.status).toBe(200)
+    expect(r.body).toBe('a')
+    expect(r.ended).toBe(1)
+  })
+
   it.each([1000, 1 << 20])('rejects a chunk size line over 8 KiB, read %i bytes at a time', (split) => {
     const long = `HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;${'x'.repeat(9000)}\r\na\r\n0\r\n\r\n`
     expect(() => parse(long, { split })).toThrow('chunk size line too long')
     // Just under the limit, the same extension is read.
     const ok = `HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;${'x'.repeat(8000)}\r\na\r\n0\r\n\r\n`
     expect(parse(ok, { split }).body).toBe('a')
+  })
+})
+
+describe('wholeReply (the verbatim relay of a complete reply)', () => {
+  const reply = (head: string) =>
+    Buffer.from(`HTTP/1.1 200 OK\r\n${head}content-length: 2\r\n\r\n{}`, 'latin1')
+
+  it('takes a plain complete reply', () => {
+    expect(wholeReply(reply('content-type: application/json\r\nx-a: a\tb\xe9\r\n'))).toEqual({
+      status: 200,
+      bodyBytes: 2,
+    })
+  })
+
+  // Relayed byte for byte, the head must be as clean as the full parser wants it: anything else
+  // goes to the full parser (null), which refuses it.
+  it.each([
+    ['a bare LF in a value', 'x-a: a\nX-Injected: yes\r\n'],
+    ['a bare CR in a value', 'x-a: a\rX-Injected: yes\r\n'],
+    ['a NUL in a value', 'x-a: a\0b\r\n'],
+    ['a DEL in a value', 'x-a: a\x7fb\r\n'],
+    ['an escape in a value', 'x-a: \x1b[31m\r\n'],
+    ['whitespace before the colon', 'x-a : a\r\n'],
+    ['a name that is not a token', 'x/a: a\r\n'],
+    ['an empty name', ': a\r\n'],
+    ['an obs-fold line', 'x-a: a\r\n folded\r\n'],
+  ])('leaves %s to the full parser', (_name, head) => {
+    expect(wholeReply(reply(head))).toBeNull()
+  })
+
+  it('leaves a control byte in the reason phrase, or a four-digit status, to the full parser', () => {
+    expect(wholeReply(Buffer.from('HTTP/1.1 200 O\0K\r\ncontent-length: 2\r\n\r\n{}', 'latin1'))).toBeNull()
+    expect(wholeReply(Buffer.from('HTTP/1.1 2000 OK\r\ncontent-length: 2\r\n\r\n{}', 'latin1'))).toBeNull()
   })
 })
 

@@ -1,0 +1,22 @@
+/**
+ * The HTTP/1.1 field syntax (RFC 9110 §5, RFC 9112 §5) both parsers check heads against: the
+ * client's requests (src/http/wire/request-parser.ts) and the engines' responses (http1-parser.ts).
+ * One definition, so a request head and a response head are held to the same rules.
+ */
+
+/**
+ * FIELD_LINES checks every field line of a head in one test of the whole block (cheaper than one
+ * per line): set lastIndex to the end of the start line (the CRLF before the first field line) and
+ * test the head text without its final CRLFCRLF. Each line is CRLF, a token, ':' at once, and a
+ * value with no control but HTAB. That refuses obs-fold, whitespace before the colon, NUL, DEL, and
+ * any bare CR or LF. Bytes >= 0x80 pass (obs-text). Sticky: callers set lastIndex before each test.
+ */
+export const FIELD_LINES = /(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*)*$/y
+
+/** TCHAR[b] is 1 when byte b is a token character (RFC 9110 §5.6.2), for byte-level scans. */
+export const TCHAR: Uint8Array = (() => {
+  const table = new Uint8Array(256)
+  const tchar = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]$/
+  for (let b = 0; b < 128; b++) if (tchar.test(String.fromCharCode(b))) table[b] = 1
+  return table
+})()
