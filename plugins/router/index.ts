@@ -8,12 +8,19 @@ import { RouterService } from './service.ts'
  * listener (with its own /docs). It routes OpenAI-style inference to configured vLLM endpoints
  * and, when the gateway plugin is on and `from_gateway` is set, to the gateway's instances; it
  * keeps traffic statistics and sleeps idle models. It does not depend on the gateway: alone it
- * routes the configured endpoints only.
+ * routes the configured endpoints only. Beside the gateway it honours the gateway's inference key
+ * for the gateway's models (access.ts): the router is no way around it.
  */
 const DESCRIPTION =
   'Traffic-routing controller: OpenAI-compatible /v1 inference routed by model name, traffic statistics, ' +
-  'sleep and wake of models (manual and automatic after an idle threshold), health. No authentication: ' +
-  'put it behind a reverse proxy that adds it. Every error has the shape {error: {message, type, code}}.'
+  'sleep and wake of models (manual and automatic after an idle threshold), health. Authentication: ' +
+  "none for standalone models (`plugins.router.models`, the spec's default: put the router behind a " +
+  'reverse proxy that adds it). With `auth.inference_api_key` set and the router following the gateway, ' +
+  "the gateway's models need that key (`Authorization: Bearer <key>`, 401 missing_api_key / " +
+  'invalid_api_key otherwise) on POST /v1/chat/completions, POST /v1/completions, POST ' +
+  '/action/sleep/{model_name} and POST /action/wakeup/{model_name}; so does a model name the router ' +
+  'does not know. The read-only routes (/models, /models/*, /traffic/stats*, /sleep/*, /health*, ' +
+  '/get_server_info) need no key. Every error has the shape {error: {message, type, code}}.'
 
 export default definePlugin({
   id: 'router',

@@ -8,6 +8,7 @@ import { BodyRange } from '../../src/http/wire/body-range.ts'
 import type { WireAction, WireRequest } from '../../src/http/wire/route.ts'
 import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
 import type { Lease } from '../gateway/api.ts'
+import type { GatewayKeyGate } from './access.ts'
 import type { EndpointBackend } from './backends.ts'
 import { readInferenceBody } from './body.ts'
 import type { RouterConfig } from './config.ts'
@@ -21,7 +22,11 @@ import type { TrafficCounter } from './stats.ts'
  * served as raw routes on the router listener (the same per-request cost as the gateway's /v1).
  * It resolves the model in the table, wakes a sleeping model (reject or hold), then hands the
  * bytes to the shared proxy core (`forward`). Every request naming a known model is counted in
- * the traffic statistics when its response has fully ended; 2xx is a success.
+ * the traffic statistics when its response has fully ended; 2xx is a success. A request refused
+ * for the gateway's inference key (GatewayKeyGate, checked right after the model lookup on both
+ * paths) is not: it neither counts nor touches the model, so a caller without the key can neither
+ * skew a gateway model's statistics nor keep it from auto-sleep, and it never reaches the engine
+ * or starts a wake.
  */
 export const INFERENCE_PATHS: readonly string[] = ['/v1/chat/completions', '/v1/completions']
 
@@ -36,6 +41,8 @@ export interface InferenceDeps {
   lifetime: AbortSignal
   /** bus: requests to gateway instances are announced as `proxy.request`, so the gateway counts them. */
   bus: EventBus
+  /** gate: the gateway's inference key for gateway models (and unknown names), see access.ts. */
+  gate: GatewayKeyGate
 }
 
 const paths = new Set(INFERENCE_PATHS)
@@ -61,6 +68,8 @@ export class RouterInference {
     const fields = readInferenceBody(req.body)
     if (fields instanceof AppError) return { error: fields }
     const entry = this.deps.table.get(fields.model)
+    const denied = this.deps.gate.check(entry, req.header('authorization'))
+    if (denied) return { error: denied }
     if (!entry) return { error: modelNotFound(fields.model) }
     if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null) return null
     entry.touch(Date.now())
@@ -95,6 +104,8 @@ export class RouterInference {
     const fields = readInferenceBody(BodyRange.from(bytes))
     if (fields instanceof AppError) return fields.toResponse('proxy')
     const entry = this.deps.table.get(fields.model)
+    const denied = this.deps.gate.check(entry, req.headers.get('authorization'))
+    if (denied) return denied.toResponse('proxy')
     if (!entry) return modelNotFound(fields.model).toResponse('proxy')
     entry.touch(Date.now())
     if (fields.invalid) return this.refuse(entry, fields.invalid, startedAt)

@@ -51,6 +51,23 @@ function render(err: unknown, log: Logger, path: string): Response {
   return internalError().toResponse('proxy')
 }
 
+/**
+ * KEY_RULE: which requests need the gateway's inference key (plugins/router/access.ts), said once
+ * for the inference routes and the actions.
+ */
+const KEY_RULE =
+  'With `auth.inference_api_key` set and the router following the gateway (`from_gateway`, gateway ' +
+  'plugin on), a request for a gateway model needs `Authorization: Bearer <inference key>`, as on the ' +
+  "gateway's /v1: 401 `missing_api_key` / `invalid_api_key` otherwise, before anything else happens " +
+  '(nothing reaches the engine, nothing sleeps or wakes, the request is not counted in the traffic ' +
+  'statistics nor as activity). A name the router does not know needs the key too (401 without it, ' +
+  '404 `model_not_found` with it), so a caller without the key cannot tell gateway models from unknown ' +
+  'names by the answer. Standalone models (`plugins.router.models`) need no key.'
+
+const ACTION_KEY_RULE = `${KEY_RULE} A path without a model name is an unknown route (404 \`not_found\`): it names no model.`
+
+const authError = { 401: RouterError }
+
 export function routerRoutes(service: RouterService, log: Logger) {
   const guard =
     <R>(fn: (c: RouteContext) => R | Promise<R>) =>
@@ -69,6 +86,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
     response: {
       200: ok as typeof ChatCompletion,
       400: RouterError,
+      ...authError,
       404: RouterError,
       502: RouterError,
       503: RouterError,
@@ -83,7 +101,9 @@ export function routerRoutes(service: RouterService, log: Logger) {
         'Retry-After, with `hold` the request waits until the engine is awake (503 after `hold_timeout`). ' +
         'Errors: 400 `invalid_parameter` (no model, max_tokens not a positive integer), 400 `invalid_json`, ' +
         '404 `model_not_found`, 502 `wake_failed` / `upstream_unavailable`, 504 `upstream_timeout`; engine ' +
-        'errors pass through unchanged.',
+        'errors pass through unchanged. ' +
+        KEY_RULE +
+        ' A body that names no model (400) names no gateway model either: it needs no key.',
       requestBody: {
         required: true,
         content: { 'application/json': { schema: body } },
@@ -156,7 +176,8 @@ export function routerRoutes(service: RouterService, log: Logger) {
           description:
             'A request counts when its response has fully ended (a stream at its last byte); 2xx is a success, ' +
             'anything else (router refusals, engine errors, client aborts) a failure. Requests naming an unknown ' +
-            'model are not counted. `window` limits to the last N seconds (one-second resolution up to an hour, ' +
+            'model, and requests refused for the inference key (401), are not counted. `window` limits to ' +
+            'the last N seconds (one-second resolution up to an hour, ' +
             'one-minute up to a day; longer windows cover a day).',
           parameters: [windowParam],
         },
@@ -191,8 +212,8 @@ export function routerRoutes(service: RouterService, log: Logger) {
     })
     .post(
       '/action/sleep/:model_name',
-      guard(async ({ params, set }) => {
-        const r = await service.sleepAction(params.model_name!)
+      guard(async ({ params, set, request }) => {
+        const r = await service.sleepAction(params.model_name!, request.headers.get('authorization'))
         set.status = r.httpStatus
         return r.body
       }),
@@ -200,6 +221,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
         parse: 'none',
         response: {
           200: ActionResultSchema,
+          ...authError,
           404: RouterError,
           409: ActionResultSchema,
           502: ActionResultSchema,
@@ -209,15 +231,16 @@ export function routerRoutes(service: RouterService, log: Logger) {
           summary: 'Put a model to sleep (engine POST /sleep?level=auto_sleep.level)',
           description:
             'Body: empty or {} (ignored). Refusals answer 409 with the error result: already sleeping, going ' +
-            'to sleep, waking up, requests in flight, no sleep mode. 502 when the engine does not answer.',
+            'to sleep, waking up, requests in flight, no sleep mode. 502 when the engine does not answer. ' +
+            ACTION_KEY_RULE,
           parameters: [modelParam],
         },
       },
     )
     .post(
       '/action/wakeup/:model_name',
-      guard(async ({ params, set }) => {
-        const r = await service.wakeAction(params.model_name!)
+      guard(async ({ params, set, request }) => {
+        const r = await service.wakeAction(params.model_name!, request.headers.get('authorization'))
         set.status = r.httpStatus
         return r.body
       }),
@@ -225,6 +248,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
         parse: 'none',
         response: {
           200: ActionResultSchema,
+          ...authError,
           404: RouterError,
           409: ActionResultSchema,
           502: ActionResultSchema,
@@ -235,7 +259,8 @@ export function routerRoutes(service: RouterService, log: Logger) {
           description:
             'Body: empty or {} (ignored). 409 with the error result when the model is already active, already ' +
             'waking, or has slept less than auto_sleep.min_sleep_duration (then with min_sleep_duration and ' +
-            'actual_sleep_duration in seconds). 502 when the engine does not answer.',
+            'actual_sleep_duration in seconds). 502 when the engine does not answer. ' +
+            ACTION_KEY_RULE,
           parameters: [modelParam],
         },
       },

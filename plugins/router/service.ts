@@ -1,5 +1,6 @@
 import type { PluginContext } from '../../src/host/plugin.ts'
 import type { GatewayApi } from '../gateway/api.ts'
+import { GatewayKeyGate } from './access.ts'
 import type { RouterConfig } from './config.ts'
 import { ActionRefused, EngineUnavailable, modelNotFound } from './errors.ts'
 import { RouterInference } from './inference.ts'
@@ -45,6 +46,8 @@ export class RouterService {
   readonly overall = new TrafficCounter()
   readonly sleep: SleepController
   readonly inference: RouterInference
+  /** gate: the gateway's inference key for gateway models on the inference routes and the actions. */
+  readonly gate: GatewayKeyGate
   private readonly lifetime = new AbortController()
   private unsubscribe: (() => void)[] = []
   private gatewayApi: GatewayApi | undefined
@@ -54,6 +57,8 @@ export class RouterService {
     private readonly ctx: PluginContext,
   ) {
     this.table = new ModelTable(cfg, this.startedAt, ctx.log)
+    // Fixed by the configuration (not by start()), so it holds from the moment the listener opens.
+    this.gate = new GatewayKeyGate(ctx.auth, cfg.from_gateway && ctx.has('gateway'))
     this.sleep = new SleepController({
       table: this.table,
       cfg,
@@ -70,6 +75,7 @@ export class RouterService {
       idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
       lifetime: this.lifetime.signal,
       bus: ctx.bus,
+      gate: this.gate,
     })
   }
 
@@ -213,8 +219,22 @@ export class RouterService {
 
   // ---- actions ----
 
-  async sleepAction(name: string): Promise<ActionOutcome> {
-    const e = this.require(name)
+  /**
+   * requireForAction: the model an action names, once the caller may act on it. The key check
+   * comes before the lookup (an unknown name needs the key as a gateway model does), so a caller
+   * without it gets 401 whether or not the name exists; `authorization` is the request's
+   * Authorization header value.
+   */
+  private requireForAction(name: string, authorization: string | null): ModelEntry {
+    const e = this.table.get(name)
+    const denied = this.gate.check(e, authorization)
+    if (denied) throw denied
+    if (!e) throw modelNotFound(name)
+    return e
+  }
+
+  async sleepAction(name: string, authorization: string | null): Promise<ActionOutcome> {
+    const e = this.requireForAction(name, authorization)
     try {
       await this.sleep.sleep(e, this.cfg.auto_sleep.level as 1 | 2)
     } catch (err) {
@@ -223,8 +243,8 @@ export class RouterService {
     return success(e, 'Model put to sleep')
   }
 
-  async wakeAction(name: string): Promise<ActionOutcome> {
-    const e = this.require(name)
+  async wakeAction(name: string, authorization: string | null): Promise<ActionOutcome> {
+    const e = this.requireForAction(name, authorization)
     try {
       if (e.state === 'waking' || e.wakePromise) throw new ActionRefused('Model is already waking up')
       if (e.op === 'sleep') throw new ActionRefused('Model is going to sleep; try again when it sleeps')
