@@ -83,17 +83,21 @@ export async function startRouter(section: string, dataDir?: string): Promise<Te
   return wrap(await startHost(yaml, [routerPlugin], {}, dataDir))
 }
 
-/** startRouterWithGateway boots the gateway (driving simulator engines) and the router together. */
+/**
+ * startRouterWithGateway boots the gateway (driving simulator engines) and the router together;
+ * `hostEnv` is the Host's environment (e.g. INFERENCE_API_KEY).
+ */
 export async function startRouterWithGateway(
   ports: [number, number],
   section: string,
+  hostEnv: Record<string, string> = {},
 ): Promise<TestRouter & { simDir: string }> {
   const simDir = mkdtempSync(join(tmpdir(), 'modelgate-router-gw-'))
   const yaml = gatewayYaml({ ports, extraYaml: routerYaml(section) }, simDir).replace(
     'log: { level: debug }',
     'log: { level: warn }',
   )
-  const th = await startHost(yaml, [...withoutRouter, routerPlugin])
+  const th = await startHost(yaml, [...withoutRouter, routerPlugin], hostEnv)
   const r = wrap(th)
   return {
     ...r,
