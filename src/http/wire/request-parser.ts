@@ -50,7 +50,7 @@ export interface ParsedRequest {
 export class RequestError extends Error {
   override readonly name = 'RequestError'
   constructor(
-    readonly status: 400 | 413 | 417 | 431 | 501 | 505,
+    readonly status: 400 | 408 | 413 | 417 | 431 | 501 | 505,
     message: string,
   ) {
     super(message)
@@ -61,6 +61,13 @@ export interface ParserLimits {
   maxHeadBytes: number
   maxHeaders: number
   maxBodyBytes: number
+  /**
+   * bodyLimit, when given, is asked once per request head for the largest body that request may
+   * have (e.g. smaller for requests the front relays to the framework than for inference); a
+   * larger Content-Length, or a chunked body that grows past it, is refused with 413 before the
+   * body is read. It never raises maxBodyBytes.
+   */
+  bodyLimit?: (head: RequestHead) => number
 }
 
 export const DEFAULT_LIMITS: ParserLimits = Object.freeze({
@@ -101,15 +108,53 @@ const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
 // obs-fold, whitespace before the colon, NUL, and any bare CR or LF. Bytes >= 0x80 pass.
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 const FIELD_LINES = /(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*)*$/y
-/** Visible ASCII but '#': a fragment is never sent, and backends disagree about one. */
-const TARGET = /^[!"$-~]+$/
+/**
+ * Visible ASCII but '#' (a fragment is never sent, and backends disagree about one) and '\\' (URL
+ * parsers turn it into '/': the framework would route another path than the one parsed here).
+ */
+const TARGET = /^[!"$-[\]-~]+$/
+/**
+ * A dot segment ('.' or '..', also spelled %2e) in a path: URL parsers remove them, so the path
+ * routed behind the front would differ from the path parsed and authorised here. Refused, not
+ * resolved: no client has a reason to send one.
+ */
+const DOT_SEGMENT = /\/(?:\.|%2e)(?:\.|%2e)?(?:\/|$)/i
 const ABSOLUTE = /^https?:\/\/([^/?]+)(.*)$/i
-/** Host, or an absolute-form authority: reg-name or IP literal and port; no userinfo ('@'). */
-const HOST = /^[\w\-.~!$&'()*+,;=%:[\]]*$/
-/** HOST's characters, run from a position of the head text (the Host value is checked in place). */
-const HOST_CHARS = /[\w\-.~!$&'()*+,;=%:[\]]*/y
+/**
+ * The common Host: a name or dotted address of letters, digits, '-' and '.', with an optional
+ * port of 1-5 digits, run from a position of the head text (checked in place on the hot path; a
+ * port above 65535 is left to validHost). Anything else goes to the full grammar (validHost).
+ */
+const HOST_CHARS = /[A-Za-z0-9\-.]+(?::[1-9]\d{0,3})?/y
 const DIGITS = /^\d+$/
 const HTTP_VERSION = /^HTTP\/\d\.\d$/
+/**
+ * AUTHORITY: a Host value (or an absolute-form authority) as RFC 9110 §7.2 / RFC 3986 §3.2.2 have
+ * it: an IP literal in brackets, or a reg-name (unreserved, sub-delims, well-formed %XX; an IPv4
+ * address is one), then an optional port of at most five digits (checked <= 65535 after). Empty is
+ * allowed (a request without an authority); a port without a host is not.
+ */
+const AUTHORITY =
+  /^(?:\[[0-9A-Fa-f:.]+\]|\[v[0-9A-Fa-f]+\.[\w\-.~!$&'()*+,;=:]+\]|(?:[\w\-.~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+)(?::(\d{0,5}))?$/
+/**
+ * The methods this server implements (RFC 9110 §9 less CONNECT and TRACE, plus PATCH). Methods
+ * are case-sensitive: `get` is not GET. Anything else is 501, as RFC 9110 §9.1 has it.
+ */
+const METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'])
+
+/** validHost: an empty Host, or one AUTHORITY accepts with a port <= 65535. */
+export function validHost(value: string): boolean {
+  if (value === '') return true
+  const m = AUTHORITY.exec(value)
+  return m !== null && (m[1] === undefined || (m[1] !== '' && Number(m[1]) <= 65535))
+}
+
+/** bareLf: buf[from, to) holds an LF not preceded by CR. */
+function bareLf(buf: Buffer, from: number, to: number): boolean {
+  for (let i = buf.indexOf(LF, from); i >= 0 && i < to; i = buf.indexOf(LF, i + 1))
+    if (i === 0 || buf[i - 1] !== CR) return true
+  return false
+}
 
 /** hexValue: 0-15 for an ASCII hex digit, -1 otherwise. */
 function hexValue(c: number): number {
@@ -171,6 +216,9 @@ export class RequestParser {
   private readonly maxHead: number
   private readonly maxHeaders: number
   private readonly maxBody: number
+  private readonly bodyLimit: ((head: RequestHead) => number) | undefined
+  /** The body limit of the request being read (maxBody, or less as bodyLimit says). */
+  private limit: number
   /** Pushed buffers not yet consumed: parts[pi] from pos on, then the next ones whole; size bytes in all. */
   private parts: Buffer[] = []
   private pi = 0
@@ -198,6 +246,8 @@ export class RequestParser {
     this.maxHead = limits?.maxHeadBytes ?? DEFAULT_LIMITS.maxHeadBytes
     this.maxHeaders = limits?.maxHeaders ?? DEFAULT_LIMITS.maxHeaders
     this.maxBody = limits?.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes
+    this.bodyLimit = limits?.bodyLimit
+    this.limit = this.maxBody
   }
 
   /** push appends bytes received on the connection (kept by reference: callers never reuse them). */
@@ -268,6 +318,9 @@ export class RequestParser {
     const end = buf.indexOf(HEAD_END, start + this.scanned)
     if (end < 0) {
       if (buf.length - start >= this.maxHead) throw new RequestError(431, 'request head too large')
+      // A head whose lines end in a bare LF never shows CRLFCRLF: refuse it now, not at the timeout.
+      if (bareLf(buf, start + Math.max(0, this.scanned - 1), buf.length))
+        throw new RequestError(400, 'bare LF in request head')
       this.scanned = Math.max(0, buf.length - start - 3)
       return false
     }
@@ -284,6 +337,9 @@ export class RequestParser {
       this.push(buf.subarray(end + 4))
     }
     this.head = head
+    this.limit = this.bodyLimit ? Math.min(this.maxBody, this.bodyLimit(head)) : this.maxBody
+    if (!head.chunked && head.contentLength > this.limit)
+      throw new RequestError(413, 'request body too large')
     if (head.chunked) {
       this.state = State.Chunked
       this.cs = Chunk.Size
@@ -354,10 +410,11 @@ export class RequestParser {
         : sp1 === 3 && text.startsWith('GET')
           ? 'GET'
           : text.slice(0, sp1)
-    if (method !== 'POST' && method !== 'GET' && !TOKEN.test(method))
-      throw new RequestError(400, 'malformed method')
-    // CONNECT opens a tunnel (authority-form target): not something this proxy offers.
-    if (method === 'CONNECT') throw new RequestError(501, 'CONNECT is not supported')
+    if (method !== 'POST' && method !== 'GET') {
+      if (!TOKEN.test(method)) throw new RequestError(400, 'malformed method')
+      // CONNECT (a tunnel), TRACE, lower-case spellings and unknown methods: not implemented here.
+      if (!METHODS.has(method)) throw new RequestError(501, `method ${method} is not implemented`)
+    }
     const exact = eol - sp2 === 9
     const http10 = exact && text.startsWith('HTTP/1.0', sp2 + 1)
     if (!http10 && !(exact && text.startsWith('HTTP/1.1', sp2 + 1))) {
@@ -368,7 +425,7 @@ export class RequestParser {
     let authority: string | null = null
     if (target.charCodeAt(0) !== 47) {
       const m = ABSOLUTE.exec(target)
-      if (m && HOST.test(m[1]!)) {
+      if (m && validHost(m[1]!)) {
         authority = m[1]!.toLowerCase()
         const rest = m[2]!
         target = rest === '' || rest.charCodeAt(0) === 63 ? '/' + rest : rest
@@ -444,9 +501,12 @@ export class RequestParser {
     // (refused rather than preferred, so nothing downstream routes on a Host we did not check).
     if (hosts > 1 || (hosts === 0 && !http10)) throw new RequestError(400, 'missing or repeated Host')
     if (hosts === 1) {
+      // The common Host (name or address, optional port) is checked in place; anything else by
+      // the full grammar (IP literals, %-escapes, the port's range).
       HOST_CHARS.lastIndex = hostStart
-      HOST_CHARS.test(text)
-      if (HOST_CHARS.lastIndex !== hostEnd) throw new RequestError(400, 'bad Host')
+      if (!HOST_CHARS.test(text) || HOST_CHARS.lastIndex !== hostEnd) {
+        if (!validHost(text.slice(hostStart, hostEnd))) throw new RequestError(400, 'bad Host')
+      }
       if (authority !== null && text.slice(hostStart, hostEnd).toLowerCase() !== authority)
         throw new RequestError(400, 'bad Host')
     }
@@ -458,10 +518,12 @@ export class RequestParser {
       chunked = true
     } else if (contentLength > this.maxBody) throw new RequestError(413, 'request body too large')
     const q = target.indexOf('?')
+    const path = q < 0 ? target : target.slice(0, q)
+    if (DOT_SEGMENT.test(path)) throw new RequestError(400, 'dot segment in the request target')
     return {
       method,
       target,
-      path: q < 0 ? target : target.slice(0, q),
+      path,
       query: q < 0 ? '' : target.slice(q),
       http10,
       contentLength,
@@ -500,7 +562,7 @@ export class RequestParser {
             if (hexValue(c) >= 0) {
               if (++this.digits > 12) throw new RequestError(400, 'chunk size too long')
               this.remaining = this.remaining * 16 + hexValue(c)
-              if (this.held + this.remaining > this.maxBody)
+              if (this.held + this.remaining > this.limit)
                 throw new RequestError(413, 'request body too large')
             } else if (this.digits === 0) throw new RequestError(400, 'missing chunk size')
             else if (c === CR) this.cs = Chunk.SizeLF

@@ -271,9 +271,14 @@ describe('request parser: requests it accepts', () => {
     expect(refusal(`\r\n\r\n\r\n\r\n\r\n${GET}`)).toBe(400)
   })
 
-  test('a method is case-sensitive: any token is passed on as sent', () => {
-    expect(feed('get / HTTP/1.1\r\nHost: a\r\n\r\n')[0]!.head.method).toBe('get')
-    expect(feed('M-SEARCH / HTTP/1.1\r\nHost: a\r\n\r\n')[0]!.head.method).toBe('M-SEARCH')
+  test('a method is case-sensitive: the implemented ones pass as sent, `get` is not GET (501)', () => {
+    expect(feed('PATCH / HTTP/1.1\r\nHost: a\r\n\r\n')[0]!.head.method).toBe('PATCH')
+    expect(() => feed('get / HTTP/1.1\r\nHost: a\r\n\r\n')).toThrow(
+      new RequestError(501, 'method get is not implemented'),
+    )
+    expect(() => feed('M-SEARCH / HTTP/1.1\r\nHost: a\r\n\r\n')).toThrow(
+      new RequestError(501, 'method M-SEARCH is not implemented'),
+    )
   })
 
   test('header() returns the first value of a lower-case name, or null', () => {
@@ -295,7 +300,8 @@ describe('request parser: requests it accepts', () => {
 })
 
 const req = (line: string, fields = 'Host: a\r\n', body = '') => `${line}\r\n${fields}\r\n${body}`
-const chunked = (body: string) => req('POST / HTTP/1.1', 'Host: a\r\nTransfer-Encoding: chunked\r\n', body)
+const chunked = (body: string, path = '/') =>
+  req(`POST ${path} HTTP/1.1`, 'Host: a\r\nTransfer-Encoding: chunked\r\n', body)
 
 describe('request parser: refusals', () => {
   const cases: [string, string, number][] = [
@@ -396,6 +402,13 @@ describe('request parser: refusals', () => {
     ['HTAB in the target', req('GET /a\tb HTTP/1.1'), 400],
     ['byte >= 0x80 in the target', req('GET /caf\xe9 HTTP/1.1'), 400],
     ['fragment in the target', req('GET /a#b HTTP/1.1'), 400],
+    ['backslash in the target', req('GET /api\\..\\v1 HTTP/1.1'), 400],
+    ["'..' segment", req('GET /api/health/../v1/models HTTP/1.1'), 400],
+    ["'.' segment", req('GET /./api HTTP/1.1'), 400],
+    ["'..' at the end", req('GET /api/.. HTTP/1.1'), 400],
+    ["'%2e%2e' segment", req('GET /api/health/%2e%2E/v1 HTTP/1.1'), 400],
+    ["'.%2e' segment", req('GET /api/.%2e/v1 HTTP/1.1'), 400],
+    ["'..' in an absolute-form target", req('GET http://a/x/../y HTTP/1.1'), 400],
     ['relative target', req('GET a/b HTTP/1.1'), 400],
     ["'*' with GET", req('GET * HTTP/1.1'), 400],
     ['authority-form target', req('OPTIONS a:443 HTTP/1.1'), 400],
@@ -404,6 +417,20 @@ describe('request parser: refusals', () => {
     ['absolute-form with userinfo', req('GET http://u:p@a/ HTTP/1.1', 'Host: a\r\n'), 400],
     ['absolute-form disagreeing with Host', req('GET http://b/ HTTP/1.1', 'Host: a\r\n'), 400],
     ['CONNECT', req('CONNECT a:443 HTTP/1.1', 'Host: a:443\r\n'), 501],
+    ['an unknown method', req('FOO / HTTP/1.1'), 501],
+    ['a lower-case method', req('get / HTTP/1.1'), 501],
+    ['TRACE', req('TRACE / HTTP/1.1'), 501],
+    ['a head whose lines end in bare LF', 'GET / HTTP/1.1\nHost: a\n\n', 400],
+    ['a bare LF between CRLF field lines', 'GET / HTTP/1.1\r\nHost: a\nX: y\r\n', 400],
+    ["Host '['", req('GET / HTTP/1.1', 'Host: [\r\n'), 400],
+    ["Host '%'", req('GET / HTTP/1.1', 'Host: %\r\n'), 400],
+    ["Host 'a%zz'", req('GET / HTTP/1.1', 'Host: a%zz\r\n'), 400],
+    ["Host 'a:b:c'", req('GET / HTTP/1.1', 'Host: a:b:c\r\n'), 400],
+    ["Host ':80'", req('GET / HTTP/1.1', 'Host: :80\r\n'), 400],
+    ["Host '127.0.0.1:99999'", req('GET / HTTP/1.1', 'Host: 127.0.0.1:99999\r\n'), 400],
+    ["Host 'a:123456'", req('GET / HTTP/1.1', 'Host: a:123456\r\n'), 400],
+    ["Host '[::1'", req('GET / HTTP/1.1', 'Host: [::1\r\n'), 400],
+    ["absolute-form authority 'a:b:c'", req('GET http://a:b:c/ HTTP/1.1', 'Host: a:b:c\r\n'), 400],
     [
       'Expect: something else',
       req('POST / HTTP/1.1', 'Host: a\r\nExpect: 200-ok\r\nContent-Length: 1\r\n', 'x'),
@@ -426,6 +453,12 @@ describe('request parser: refusals', () => {
     expect(refusal(chunked('3;a=b\r\nabc\r\n0\r\nX: y\r\n\r\n'))).toBe(0)
     expect(refusal(chunked('000000000003\r\nabc\r\n0\r\n\r\n'))).toBe(0)
     expect(refusal(req('GET http://a/ HTTP/1.1', 'Host: a\r\n'))).toBe(0)
+    for (const path of ['/a.b', '/..a', '/a/...', '/.well-known/x', '/a/b.', '/x?p=/../'])
+      expect(refusal(req(`GET ${path} HTTP/1.1`))).toBe(0)
+    for (const host of ['', 'gpu', 'a:65535', '[::1]:8080', '127.0.0.1:99', 'a%41.b', 'x_y.example:1'])
+      expect(refusal(req('GET / HTTP/1.1', `Host: ${host}\r\n`))).toBe(0)
+    for (const method of ['PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS'])
+      expect(refusal(req(`${method} / HTTP/1.1`))).toBe(0)
     expect(refusal(req('POST / HTTP/1.1', 'Host: a\r\nContent-Length: 1\r\n', 'x'))).toBe(0)
     expect(
       refusal(req('POST / HTTP/1.1', 'Host: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n', 'x')),
@@ -441,6 +474,19 @@ describe('request parser: refusals', () => {
         maxBodyBytes: 10,
       }),
     ).toBe(0)
+  })
+
+  test('bodyLimit lowers the limit per request head: Content-Length and chunked alike', () => {
+    const limits = { maxBodyBytes: 100, bodyLimit: (h: { path: string }) => (h.path === '/small' ? 4 : 1000) }
+    expect(refusal(req('POST /small HTTP/1.1', 'Host: a\r\nContent-Length: 5\r\n', '01234'), 1, limits)).toBe(
+      413,
+    )
+    expect(refusal(chunked('3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n', '/small'), 1, limits)).toBe(413)
+    expect(refusal(req('POST /small HTTP/1.1', 'Host: a\r\nContent-Length: 4\r\n', '0123'), 1, limits)).toBe(
+      0,
+    )
+    // It never raises maxBodyBytes.
+    expect(refusal(req('POST /big HTTP/1.1', 'Host: a\r\nContent-Length: 101\r\n'), 1, limits)).toBe(413)
   })
 
   test('a chunked body over maxBodyBytes → 413 as soon as a size exceeds it, before its data', () => {
