@@ -17,10 +17,22 @@ export const HOP_BY_HOP = [
 ] as const
 
 /**
- * Not sent upstream: hop-by-hop headers, `host` (the upstream's is sent), `content-length` and
- * `expect` (the client frames the forwarded body itself).
+ * PEER_HEADER carries the client's address from the listener's front to the framework behind it
+ * (which sees only a Unix socket): the front sets it and never forwards a client's own copy.
  */
-export const SKIP_REQUEST: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'host', 'content-length', 'expect'])
+export const PEER_HEADER = 'x-modelgate-peer'
+
+/**
+ * Not sent upstream: hop-by-hop headers, `host` (the upstream's is sent), `content-length` and
+ * `expect` (the client frames the forwarded body itself), and PEER_HEADER (only the front sets it).
+ */
+export const SKIP_REQUEST: ReadonlySet<string> = new Set([
+  ...HOP_BY_HOP,
+  'host',
+  'content-length',
+  'expect',
+  PEER_HEADER,
+])
 
 /** Not returned to the client: hop-by-hop headers and `content-length` (the listener frames the body). */
 export const SKIP_RESPONSE: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'content-length'])
@@ -49,6 +61,7 @@ export function upstreamRequestHeaders(src: Headers): Headers {
   h.delete('host')
   h.delete('content-length')
   h.delete('expect')
+  h.delete(PEER_HEADER)
   return h
 }
 

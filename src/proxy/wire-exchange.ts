@@ -37,9 +37,9 @@ import {
  * no promise per chunk. It is the front's hot path, the way nginx's proxy module is nginx's, and the
  * counterpart of forward() (which does the same for a Request inside the framework).
  *
- * - The request goes out in one write: request line, Host (the upstream's, or the client's when
- *   relaying to the host's own framework listener), the client's headers minus hop-by-hop ones,
- *   Content-Length, body.
+ * - The request goes out in one write: request line, the upstream's Host (never the client's: the
+ *   framework behind the front sees one canonical Host), the front's own lines, the client's
+ *   headers minus hop-by-hop ones, Content-Length, body.
  * - A reply with a Content-Length up to BUFFER_LIMIT (and not an event stream) is held until
  *   complete and written in one piece, so a failure half-way is still a clean 502. Anything else
  *   is written as it arrives: with its Content-Length, or re-framed chunked (close-delimited for
@@ -79,8 +79,11 @@ export interface WireForward {
   /** Path and query on the upstream. */
   target: string
   upstream: Target
-  /** keepHost: send the client's Host (relaying to the host's own listener) instead of the upstream's. */
-  keepHost: boolean
+  /**
+   * extraHead: header lines (each ending CRLF) the front adds, '' for none: the client's peer address
+   * when relaying to the framework (PEER_HEADER; a client's own copy is never forwarded).
+   */
+  extraHead: string
   body: BodyRange
   /** 0: no first-byte deadline. */
   firstByteTimeoutMs: number
@@ -125,33 +128,29 @@ enum Mode {
 let slab = Buffer.allocUnsafe(64 * 1024)
 
 /**
- * requestInto writes the upstream request into the slab and returns its length: request line, Host
- * (the upstream's, or the client's when relaying to the host's own listener), the client's field
+ * requestInto writes the upstream request into the slab and returns its length: request line, the
+ * upstream's Host, the front's extra lines, the client's field
  * lines as received minus those SKIP_REQUEST and its Connection header name, Content-Length, body.
  * Field lines are copied as runs of the received bytes (validated by the parser: no bare CR or LF).
  */
 function requestInto(f: WireForward): number {
   const h = f.head
   const { fields, text, raw, rawStart } = h
-  const bound = h.text.length + f.target.length + f.upstream.hostLine.length + 64 + f.body.length
+  const bound =
+    h.text.length + f.target.length + f.upstream.hostLine.length + f.extraHead.length + 64 + f.body.length
   if (bound > slab.length) slab = Buffer.allocUnsafe(Math.max(bound, 2 * slab.length))
   let pos = putLatin1(slab, 0, h.method)
   slab[pos++] = SPACE
   pos = putLatin1(slab, pos, f.target)
   pos = putLatin1(slab, pos, ' HTTP/1.1\r\n')
-  if (!f.keepHost) pos = putLatin1(slab, pos, f.upstream.hostLine)
+  pos = putLatin1(slab, pos, f.upstream.hostLine)
+  if (f.extraHead !== '') pos = putLatin1(slab, pos, f.extraHead)
   const extra = h.connection === '' ? null : connectionTokens(h.connection)
-  let host = false
   // run: text index where the current run of kept field lines starts (-1: none)
   let run = -1
   for (let k = 0; k < fields.length; k += 4) {
     const a = fields[k]!
-    const len = fields[k + 1]! - a
-    let keep: boolean
-    if (len === 4 && nameAt(text, a, 'host')) {
-      host = true
-      keep = f.keepHost
-    } else keep = !skippedField(text, a, len, extra)
+    const keep = !skippedField(text, a, fields[k + 1]! - a, extra)
     if (keep) {
       if (run < 0) run = a
     } else if (run >= 0) {
@@ -161,8 +160,6 @@ function requestInto(f: WireForward): number {
   }
   // The last field line's CRLF follows the text.
   if (run >= 0) pos += raw.copy(slab, pos, rawStart + run, rawStart + h.text.length + 2)
-  // An HTTP/1.0 client may send no Host; the upstream request is HTTP/1.1, which needs one.
-  if (f.keepHost && !host) pos = putLatin1(slab, pos, f.upstream.hostLine)
   const m = h.method
   const n = f.body.length
   if (n > 0 || m === 'POST' || m === 'PUT' || m === 'PATCH') {

@@ -48,6 +48,28 @@ export class BodyRange {
     return this.buf.copy(target, pos, this.start, this.end)
   }
 
+  /**
+   * nestedDeeperThan: the body, read as JSON text, opens more than `max` arrays or objects inside one
+   * another (brackets inside strings do not count). One pass over the bytes, no parse: it runs
+   * before a body is parsed or validated, whose recursive descent is what a deep body attacks.
+   */
+  nestedDeeperThan(max: number): boolean {
+    const b = this.buf
+    let depth = 0
+    let inString = false
+    for (let i = this.start; i < this.end; i++) {
+      const c = b[i]!
+      if (inString) {
+        if (c === 0x5c) i++
+        else if (c === 0x22) inString = false
+      } else if (c === 0x22) inString = true
+      else if (c === 0x5b || c === 0x7b) {
+        if (++depth > max) return true
+      } else if (c === 0x5d || c === 0x7d) depth--
+    }
+    return false
+  }
+
   /** bytes: the body as an array (itself when the range is all of it, else a view), for the rare paths that need one. */
   bytes(): Uint8Array<ArrayBuffer> {
     const b = this.buf

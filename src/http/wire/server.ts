@@ -1,4 +1,5 @@
 import type { Socket, TCPSocketListener } from 'bun'
+import { PEER_HEADER } from '../../proxy/headers.ts'
 import { originTarget, unixTarget, writeAll } from '../../proxy/http1-pool.ts'
 import { type WireClient, WireExchange } from '../../proxy/wire-exchange.ts'
 import { AppError, type ErrorShape, internalError } from '../errors.ts'
@@ -44,6 +45,8 @@ export interface FrontOptions {
   port: number
   idleTimeoutSeconds: number
   routes: WireRoute[]
+  /** Limits against slow, many and hostile clients (FrontLimits); defaults in DEFAULT_FRONT_LIMITS. */
+  front?: Partial<FrontLimits>
   /** guard runs before a hot route answers (the inference API key); an error is sent as is. */
   guard?: (req: WireRequest) => AppError | null
   /** The framework's Unix socket, where everything the front does not answer goes. */
@@ -55,6 +58,46 @@ export interface FrontOptions {
   limits?: Partial<ParserLimits>
 }
 
+/**
+ * FrontLimits: what one listener grants its clients, as the best servers set it (nginx's
+ * client_header_timeout, client_body_timeout, client_max_body_size, worker_connections).
+ */
+export interface FrontLimits {
+  /** A request head must arrive whole within this (Slowloris); then 408 and close. */
+  headTimeoutMs: number
+  /**
+   * After headTimeoutMs, a body still arriving must average at least this many bytes a second since
+   * the request began; below it, 408 and close.
+   */
+  minBodyBytesPerSecond: number
+  /** Open client connections; beyond it (and the reserve) a new connection is closed at once. */
+  maxConnections: number
+  /**
+   * Connections accepted past maxConnections that may only ask for `alwaysServe` paths (health),
+   * one request each; anything else gets 503. Keeps a probe working while the listener is full.
+   */
+  reserveConnections: number
+  /** Largest body relayed to the framework (admin API, imports); inference keeps the parser's limit. */
+  relayBodyBytes: number
+  /** Deepest JSON nesting relayed to the framework (checked before anything parses the body). */
+  maxJsonDepth: number
+  /** Paths a reserve connection may ask for. */
+  alwaysServe(path: string): boolean
+}
+
+export const DEFAULT_FRONT_LIMITS: FrontLimits = Object.freeze({
+  headTimeoutMs: 60_000,
+  minBodyBytesPerSecond: 1024,
+  maxConnections: 10_000,
+  reserveConnections: 32,
+  relayBodyBytes: 16 * 1024 * 1024,
+  maxJsonDepth: 64,
+  alwaysServe: (path: string) => path === '/api/health' || path.startsWith('/api/health/'),
+})
+
+/** How often the front looks for requests that are arriving too slowly. */
+const SWEEP_MS = 1000
+
 /** Pipelined bytes held while a response runs before the connection stops being read. */
 const MAX_PIPELINED = 1024 * 1024
 /** Relays to the framework's own socket: connect deadline (it is local), no first-byte deadline. */
@@ -62,34 +105,59 @@ const FRAMEWORK_CONNECT_MS = 5000
 
 const REFUSAL_CODES: Record<number, string> = {
   400: 'BAD_REQUEST',
+  408: 'REQUEST_TIMEOUT',
   413: 'PAYLOAD_TOO_LARGE',
   417: 'EXPECTATION_FAILED',
   431: 'HEADERS_TOO_LARGE',
   501: 'NOT_IMPLEMENTED',
+  503: 'SERVICE_UNAVAILABLE',
   505: 'HTTP_VERSION_NOT_SUPPORTED',
 }
+
+/** Content types whose body the framework parses as JSON (and an absent one, which it may sniff). */
+const JSON_TYPE = /json/i
 
 export class WireFront {
   private readonly listener: TCPSocketListener<ClientConn>
   readonly conns = new Set<ClientConn>()
+  readonly limits: FrontLimits
+  /** Connections accepted past maxConnections (reserve: health only). */
+  overflow = 0
+  /** Connections closed at once because the listener was full (a metric's worth, and for tests). */
+  rejected = 0
+  /** Requests running that drain waits for: forwards to engines and hot routes left to the framework. */
+  private inflight = 0
+  private drainWaiters: (() => void)[] = []
+  private readonly sweeper: Timer
   private stopping = false
 
   constructor(readonly opts: FrontOptions) {
     const front = this
+    this.limits = { ...DEFAULT_FRONT_LIMITS, ...opts.front }
+    const limits = this.limits
     this.listener = Bun.listen<ClientConn>({
       hostname: opts.hostname,
       port: opts.port,
       socket: {
         open(s) {
-          s.data = new ClientConn(front, s)
+          // Past the cap, close before reading anything: accept() never meets the fd limit, so the
+          // process never spins on it, and connections already open keep being served.
+          const full = front.conns.size >= limits.maxConnections
+          if (full && front.overflow >= limits.reserveConnections) {
+            front.rejected++
+            s.terminate()
+            return
+          }
+          s.data = new ClientConn(front, s, full)
           front.conns.add(s.data)
+          if (full) front.overflow++
           if (front.opts.idleTimeoutSeconds > 0) s.timeout(front.opts.idleTimeoutSeconds)
         },
         data(s, d) {
-          s.data.onData(d as Buffer)
+          s.data?.onData(d as Buffer)
         },
         drain(s) {
-          s.data.onDrain()
+          s.data?.onDrain()
         },
         close(s) {
           s.data?.onClose()
@@ -98,10 +166,41 @@ export class WireFront {
           s.data?.onClose()
         },
         timeout(s) {
-          s.data.onTimeout()
+          s.data?.onTimeout()
         },
       },
     })
+    this.sweeper = setInterval(() => this.sweep(), SWEEP_MS)
+    this.sweeper.unref()
+  }
+
+  /** sweep refuses requests that arrive too slowly (a head past its deadline, a body below the rate). */
+  private sweep(): void {
+    const now = performance.now()
+    for (const c of this.conns) c.checkArrival(now)
+  }
+
+  /** inferenceStarted / inferenceEnded count the requests drain() waits for. */
+  inferenceStarted(): void {
+    this.inflight++
+  }
+
+  inferenceEnded(): void {
+    if (--this.inflight > 0) return
+    const waiters = this.drainWaiters
+    this.drainWaiters = []
+    for (const w of waiters) w()
+  }
+
+  /** running: inference requests (forwards and held requests) not finished yet. */
+  get running(): number {
+    return this.inflight
+  }
+
+  /** drained resolves once no inference request is running (at once when none is). */
+  drained(): Promise<void> {
+    if (this.inflight === 0) return Promise.resolve()
+    return new Promise((resolve) => this.drainWaiters.push(resolve))
   }
 
   get hostname(): string {
@@ -130,6 +229,7 @@ export class WireFront {
       this.stopping = true
       this.listener.stop(false)
     }
+    if (force) clearInterval(this.sweeper)
     for (const c of [...this.conns]) c.shutdown(force)
   }
 }
@@ -168,13 +268,24 @@ class ClientConn implements WireClient {
   private paused = false
   private sentContinue = false
   private lastActive = performance.now()
+  /** performance.now() when the first byte of the request now arriving came (0: none arriving). */
+  private arriving = 0
+  /** The running exchange is one drain waits for (counted in the front's inflight). */
+  private inference = false
   http10 = false
 
   constructor(
     private readonly front: WireFront,
     private readonly socket: Socket<ClientConn>,
+    /** reserve: accepted past the listener's cap; serves one request for an alwaysServe path. */
+    private readonly reserve: boolean,
   ) {
-    this.parser = new RequestParser(front.opts.limits)
+    const relayBody = front.limits.relayBodyBytes
+    this.parser = new RequestParser({
+      ...front.opts.limits,
+      // A body the framework will parse gets the smaller limit, refused from the head alone.
+      bodyLimit: (head) => (front.match(head.path, head.method) ? Number.POSITIVE_INFINITY : relayBody),
+    })
   }
 
   onData(data: Buffer): void {
@@ -182,6 +293,7 @@ class ClientConn implements WireClient {
     // One clock reading serves as the connection's last activity and the request's start.
     const now = performance.now()
     this.lastActive = now
+    if (this.arriving === 0 && !this.current) this.arriving = now
     this.parser.push(data)
     if (this.current) {
       // Pipelined requests wait for the running response; stop reading if they pile up.
@@ -210,17 +322,41 @@ class ClientConn implements WireClient {
           this.sentContinue = true
           this.write(`${pending.http10 ? 'HTTP/1.0' : 'HTTP/1.1'} 100 Continue\r\n\r\n`)
         }
+        if (this.parser.buffered === 0 && !pending) this.arriving = 0
         return
       }
       this.sentContinue = false
+      // Bytes already here for a pipelined request start its clock now.
+      this.arriving = this.parser.buffered > 0 ? now : 0
       this.handle(r, now)
     }
+  }
+
+  /**
+   * checkArrival (the front's sweep): a request head not complete headTimeoutMs after its first
+   * byte, or a body then averaging less than minBodyBytesPerSecond, gets 408 and the connection
+   * closes. A running response is never cut here.
+   */
+  checkArrival(now: number): void {
+    if (this.arriving === 0 || this.current || this.closing) return
+    const { headTimeoutMs, minBodyBytesPerSecond } = this.front.limits
+    const elapsed = now - this.arriving
+    if (elapsed <= headTimeoutMs) return
+    if (this.parser.pendingHead) {
+      const due = ((elapsed - headTimeoutMs) * minBodyBytesPerSecond) / 1000
+      if (this.parser.buffered >= due) return
+      this.refuse(new RequestError(408, 'request body arriving too slowly'))
+    } else this.refuse(new RequestError(408, 'request head not received in time'))
   }
 
   /** handle runs one complete request; `startedAt` is performance.now() when it was complete. */
   private handle(r: ParsedRequest, startedAt: number): void {
     const head = r.head
     this.http10 = head.http10
+    if (this.reserve && !this.front.limits.alwaysServe(head.path)) {
+      this.refuseHead(head, 503, 'The listener is at its connection limit; retry later', startedAt)
+      return
+    }
     const route = this.front.match(head.path, head.method)
     if (route) {
       const req = new ParsedWireRequest(head, r.body, startedAt)
@@ -236,8 +372,25 @@ class ClientConn implements WireClient {
         this.act(head, req, action)
         return
       }
+    } else if (r.body.length > 0 && this.tooDeep(r)) {
+      this.refuseHead(head, 400, `JSON body nested deeper than ${this.front.limits.maxJsonDepth}`, startedAt)
+      return
     }
-    this.relay(r, startedAt)
+    this.relay(r, startedAt, route !== undefined)
+  }
+
+  /** tooDeep: a body the framework would parse as JSON nests deeper than the listener allows. */
+  private tooDeep(r: ParsedRequest): boolean {
+    const type = header(r.head, 'content-type')
+    return (type === null || JSON_TYPE.test(type)) && r.body.nestedDeeperThan(this.front.limits.maxJsonDepth)
+  }
+
+  /** refuseHead answers a complete request with an error in its path's shape and closes the connection. */
+  private refuseHead(head: RequestHead, status: number, message: string, startedAt: number): void {
+    const error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
+    this.write(errorResponse(error, this.front.opts.shapeOf(head.path), false))
+    this.front.opts.onRequest(head.method, head.path, head.query, status, performance.now() - startedAt)
+    this.closeConnection()
   }
 
   private act(head: RequestHead, req: ParsedWireRequest, action: WireAction): void {
@@ -250,11 +403,12 @@ class ClientConn implements WireClient {
     }
     if ('forward' in action) {
       const f = action.forward
+      this.startInference()
       this.current = new WireExchange(this, {
         head,
         target: f.target,
         upstream: originTarget(f.origin),
-        keepHost: false,
+        extraHead: '',
         body: f.body,
         firstByteTimeoutMs: f.firstByteTimeoutMs,
         connectTimeoutMs: f.connectTimeoutMs,
@@ -284,14 +438,20 @@ class ClientConn implements WireClient {
     this.answered(keepAlive, now)
   }
 
-  /** relay hands the request to the framework's listener and its response back. */
-  private relay(r: ParsedRequest, startedAt: number): void {
+  /**
+   * relay hands the request to the framework's listener and its response back: the target as this
+   * front parsed it (origin-form), a canonical Host (never the client's, so the framework's URL and
+   * routing see exactly the path parsed here), and the client's address in PEER_HEADER. `hot`: a
+   * hot route left this request to the framework (e.g. held while a model wakes): drain waits for it.
+   */
+  private relay(r: ParsedRequest, startedAt: number, hot: boolean): void {
     const head = r.head
+    if (hot) this.startInference()
     this.current = new WireExchange(this, {
       head,
       target: head.target,
       upstream: unixTarget(this.front.opts.frameworkSocket),
-      keepHost: true,
+      extraHead: `${PEER_HEADER}: ${this.socket.remoteAddress}\r\n`,
       body: r.body,
       firstByteTimeoutMs: 0,
       connectTimeoutMs: FRAMEWORK_CONNECT_MS,
@@ -300,6 +460,20 @@ class ClientConn implements WireClient {
       onEnd: () => {},
     })
     this.current.start()
+  }
+
+  private startInference(): void {
+    this.inference = true
+    this.front.inferenceStarted()
+  }
+
+  /** endCurrent: the running exchange is over (done, failed, or its client went away). */
+  private endCurrent(): void {
+    this.current = null
+    if (this.inference) {
+      this.inference = false
+      this.front.inferenceEnded()
+    }
   }
 
   private refuse(err: unknown): void {
@@ -330,20 +504,21 @@ class ClientConn implements WireClient {
   }
 
   exchangeDone(reuse: boolean, now: number): void {
-    this.current = null
+    this.endCurrent()
     this.answered(reuse, now)
   }
 
   closeConnection(): void {
-    this.current = null
+    this.endCurrent()
     this.closing = true
+    this.arriving = 0
     if (this.queue === null) this.socket.end()
   }
 
   /** answered: a response is complete; go on with the next request or close. */
   private answered(reuse: boolean, now: number): void {
     this.lastActive = now
-    if (!reuse || this.front.stopped) {
+    if (!reuse || this.front.stopped || this.reserve) {
       this.closeConnection()
       return
     }
@@ -375,8 +550,9 @@ class ClientConn implements WireClient {
     this.closed = true
     this.queue = null
     this.front.conns.delete(this)
+    if (this.reserve) this.front.overflow--
     const running = this.current
-    this.current = null
+    this.endCurrent()
     running?.onClientClose()
   }
 

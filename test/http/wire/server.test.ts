@@ -7,6 +7,7 @@ import { Logger } from '../../../src/host/logger.ts'
 import { createBaseApp, shapeFor } from '../../../src/http/app.ts'
 import { type FrontOptions, WireFront } from '../../../src/http/wire/server.ts'
 import type { ForwardEnd } from '../../../src/proxy/forward.ts'
+import { parse, Raw, rawExchange } from '../../support/raw-client.ts'
 
 /**
  * The wire front (src/http/wire/server.ts) over real sockets: a WireFront on port 0 whose hot route
@@ -17,121 +18,6 @@ import type { ForwardEnd } from '../../../src/proxy/forward.ts'
  * timeout, client aborts reaching the upstream, and stop(false|true).
  */
 
-// ---- raw client ----
-class Raw {
-  buf = Buffer.alloc(0)
-  closed = false
-  socket!: Socket<Raw>
-  private wake: () => void = () => {}
-
-  static async open(port: number): Promise<Raw> {
-    const r = new Raw()
-    const on = (s: Socket<Raw>) => {
-      s.data.closed = true
-      s.data.wake()
-    }
-    r.socket = await Bun.connect<Raw>({
-      hostname: '127.0.0.1',
-      port,
-      data: r,
-      socket: {
-        data(s, d) {
-          s.data.buf = Buffer.concat([s.data.buf, d])
-          s.data.wake()
-        },
-        close: on,
-        error: on,
-      },
-    })
-    return r
-  }
-  get text(): string {
-    return this.buf.toString('latin1')
-  }
-  write(b: string | Uint8Array): void {
-    this.socket.write(typeof b === 'string' ? Buffer.from(b, 'latin1') : b)
-  }
-  /** waitFor: true once pred holds, false at the deadline. */
-  async waitFor(pred: (r: Raw) => boolean, ms: number): Promise<boolean> {
-    const deadline = performance.now() + ms
-    while (!pred(this)) {
-      const left = deadline - performance.now()
-      if (left <= 0) return false
-      const woke = new Promise<void>((res) => {
-        this.wake = res
-      })
-      await Promise.race([woke, Bun.sleep(Math.min(left, 50))])
-    }
-    return true
-  }
-}
-
-/** rawExchange writes bytes on a new connection and collects the reply until it closes, `until` holds, or waitMs. */
-async function rawExchange(
-  port: number,
-  bytes: string | Uint8Array,
-  opts: { waitMs: number; until?: (text: string) => boolean },
-): Promise<{ text: string; closed: boolean }> {
-  const r = await Raw.open(port)
-  r.write(bytes)
-  await r.waitFor((c) => c.closed || (opts.until?.(c.text) ?? false), opts.waitMs)
-  const out = { text: r.text, closed: r.closed }
-  r.socket.terminate()
-  return out
-}
-
-interface Res {
-  status: number
-  head: string
-  headers: Record<string, string>
-  body: string
-}
-/** parse splits raw bytes (latin1) into the complete responses; bodies by length, chunked, or to the end. */
-function parse(text: string, headOnly: boolean[] = []): Res[] {
-  const out: Res[] = []
-  let i = 0
-  while (i < text.length) {
-    const end = text.indexOf('\r\n\r\n', i)
-    if (end < 0) break
-    const head = text.slice(i, end)
-    const lines = head.split('\r\n')
-    const status = Number(lines[0]!.split(' ')[1])
-    const headers: Record<string, string> = {}
-    for (const l of lines.slice(1)) {
-      const c = l.indexOf(':')
-      const name = l.slice(0, c).toLowerCase()
-      headers[name] = headers[name] ? `${headers[name]}, ${l.slice(c + 1).trim()}` : l.slice(c + 1).trim()
-    }
-    i = end + 4
-    let body = ''
-    if (status >= 200 && status !== 204 && status !== 304 && !headOnly[out.length]) {
-      if (headers['transfer-encoding'] === 'chunked') {
-        for (;;) {
-          const eol = text.indexOf('\r\n', i)
-          const n = Number.parseInt(text.slice(i, eol), 16)
-          if (eol < 0 || Number.isNaN(n) || text.length < eol + 4 + n) return out // incomplete
-          i = eol + 2
-          if (n === 0) {
-            i += 2
-            break
-          }
-          body += text.slice(i, i + n)
-          i += n + 2
-        }
-      } else if (headers['content-length'] !== undefined) {
-        const n = Number(headers['content-length'])
-        if (text.length < i + n) return out
-        body = text.slice(i, i + n)
-        i += n
-      } else {
-        body = text.slice(i)
-        i = text.length
-      }
-    }
-    if (status >= 200) out.push({ status, head, headers, body })
-  }
-  return out
-}
 const count = (n: number) => (text: string) => parse(text).length >= n
 
 // ---- upstream stub (raw TCP: every reply framing by hand) ----
@@ -249,6 +135,8 @@ function front(over: Partial<FrontOptions> = {}): WireFront {
   return f
 }
 let main: WireFront
+/** Requests that reached the framework (a refusal by the front must leave it unchanged). */
+let fwHits = 0
 const REQ = (method: string, target: string, extra = '', version = 'HTTP/1.1') =>
   `${method} ${target} ${version}\r\nHost: gw.test\r\n${extra}\r\n`
 
@@ -258,9 +146,13 @@ beforeAll(() => {
   framework = Bun.serve({
     unix: fwSocket,
     async fetch(req) {
+      fwHits++
       const path = new URL(req.url).pathname
       if (path === '/api/hello') return new Response('hello framework', { headers: { 'x-fw': '1' } })
-      if (path === '/api/echo') return new Response(`${req.headers.get('host')}|${await req.text()}`)
+      if (path === '/api/echo')
+        return new Response(
+          `${req.headers.get('host')}|${req.headers.get('x-modelgate-peer')}|${await req.text()}`,
+        )
       if (path === '/v1/leave') return new Response('framework took it')
       if (path === '/api/events') {
         const enc = new TextEncoder()
@@ -328,7 +220,8 @@ describe('wire front: connections', () => {
     const { text } = await rawExchange(main.port, bytes, { waitMs: 3000, until: count(3) })
     expect(parse(text).map((r) => [r.status, r.body])).toEqual([
       [200, 'late'],
-      [200, 'gw.test|mid!'],
+      // The framework sees a canonical Host and the client's address, never the client's Host.
+      [200, 'localhost|127.0.0.1|mid!'],
       [200, 'third'],
     ])
   })
@@ -604,5 +497,172 @@ describe('wire front: timeouts, aborts, stop', () => {
     f.stop(true)
     expect(await busy.waitFor((r) => r.closed, 200)).toBe(true)
     expect(busy.text).toBe('')
+  })
+})
+
+describe('wire front: hostile clients', () => {
+  const refusal = async (port: number, bytes: string, waitMs = 3000) => {
+    const hits = fwHits
+    const r = await rawExchange(port, bytes, { waitMs })
+    expect(r.closed).toBe(true)
+    const [res, ...more] = parse(r.text)
+    expect(more).toHaveLength(0)
+    expect(res!.headers.connection).toBe('close')
+    // Nothing of a refused request reaches the framework.
+    expect(fwHits).toBe(hits)
+    return { status: res!.status, body: JSON.parse(res!.body) }
+  }
+
+  it('answers an unknown or lower-case method 501, a bare-LF head 400, at once', async () => {
+    for (const method of ['FOO', 'get', 'TRACE'])
+      expect(await refusal(main.port, REQ(method, '/api/hello'))).toEqual({
+        status: 501,
+        body: {
+          error: { code: 'NOT_IMPLEMENTED', message: `method ${method} is not implemented`, statusCode: 501 },
+        },
+      })
+    expect(await refusal(main.port, 'GET /api/hello HTTP/1.1\nHost: a\n\n')).toEqual({
+      status: 400,
+      body: { error: { code: 'BAD_REQUEST', message: 'bare LF in request head', statusCode: 400 } },
+    })
+  })
+
+  it('answers a malformed Host 400 in the shape of the path, never 500', async () => {
+    for (const host of ['[', '%', 'a:b:c', ':80', '127.0.0.1:99999']) {
+      const api = await refusal(main.port, `GET /api/hello HTTP/1.1\r\nHost: ${host}\r\n\r\n`)
+      expect(api).toEqual({
+        status: 400,
+        body: { error: { code: 'BAD_REQUEST', message: 'bad Host', statusCode: 400 } },
+      })
+      const v1 = await refusal(main.port, `GET /v1/echo HTTP/1.1\r\nHost: ${host}\r\n\r\n`)
+      expect(v1.status).toBe(400)
+      expect(v1.body.error.type).toBe('invalid_request_error')
+    }
+  })
+
+  it('relays a short Host as the canonical one, and never a client-sent peer header', async () => {
+    const bytes =
+      'POST /api/echo HTTP/1.1\r\nHost: a\r\nX-Modelgate-Peer: 10.9.9.9\r\nContent-Length: 2\r\n\r\nhi'
+    const r = await rawExchange(main.port, bytes, { waitMs: 2000, until: (t) => parse(t).length === 1 })
+    expect(parse(r.text)[0]!.body).toBe('localhost|127.0.0.1|hi')
+  })
+
+  it('refuses JSON nested deeper than the limit before the framework parses it', async () => {
+    const deep = '['.repeat(65) + ']'.repeat(65)
+    const req = (body: string, type = 'Content-Type: application/json\r\n') =>
+      `POST /api/echo HTTP/1.1\r\nHost: a\r\n${type}Content-Length: ${body.length}\r\n\r\n${body}`
+    expect(await refusal(main.port, req(deep))).toEqual({
+      status: 400,
+      body: { error: { code: 'BAD_REQUEST', message: 'JSON body nested deeper than 64', statusCode: 400 } },
+    })
+    // No Content-Type: the framework may still parse it as JSON, so it is checked too.
+    expect((await refusal(main.port, req(deep, ''))).status).toBe(400)
+    // 20 000 deep (the attack that froze every listener): refused as fast.
+    expect((await refusal(main.port, req('['.repeat(20_000)))).status).toBe(400)
+    // At the limit, or brackets inside strings, or another content type: relayed.
+    const ok = async (body: string, type?: string) => {
+      const r = await rawExchange(main.port, req(body, type), {
+        waitMs: 2000,
+        until: (t) => parse(t).length === 1,
+      })
+      expect(parse(r.text)[0]!.status).toBe(200)
+    }
+    await ok('['.repeat(64) + ']'.repeat(64))
+    await ok(JSON.stringify({ a: '['.repeat(100), b: '\\"[[[[' }))
+    await ok(deep, 'Content-Type: text/plain\r\n')
+  })
+
+  it('refuses a relayed body over relayBodyBytes from its head alone (413), not an inference one', async () => {
+    const f = front({ front: { relayBodyBytes: 10 } })
+    expect(await refusal(f.port, `POST /api/echo HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n`)).toEqual(
+      {
+        status: 413,
+        body: { error: { code: 'PAYLOAD_TOO_LARGE', message: 'request body too large', statusCode: 413 } },
+      },
+    )
+    const body = 'x'.repeat(20)
+    const r = await rawExchange(
+      f.port,
+      REQ('POST', '/v1/echo', `Content-Length: ${body.length}\r\n`) + body,
+      {
+        waitMs: 2000,
+        until: (t) => parse(t).length === 1,
+      },
+    )
+    expect(parse(r.text)[0]!.status).toBe(200)
+  })
+
+  it('past maxConnections serves the reserve health only, then closes new connections at once', async () => {
+    const f = front({
+      front: { maxConnections: 2, reserveConnections: 1, alwaysServe: (p) => p === '/api/hello' },
+    })
+    const held = [await Raw.open(f.port), await Raw.open(f.port)]
+    // Both count once the listener has seen them open: wait on that, not on time.
+    const deadline = performance.now() + 2000
+    while (f.conns.size < 2 && performance.now() < deadline) await Bun.sleep(5)
+    expect(f.conns.size).toBe(2)
+    // A reserve connection: health is answered (and the connection closed), anything else is 503.
+    const health = await rawExchange(f.port, REQ('GET', '/api/hello'), { waitMs: 2000 })
+    expect(health.closed).toBe(true)
+    expect(parse(health.text)[0]!.status).toBe(200)
+    expect((await refusal(f.port, REQ('GET', '/api/echo'))).status).toBe(503)
+    // With the reserve taken, one more is closed before anything is read.
+    const reserve = await Raw.open(f.port)
+    while (f.overflow < 1 && performance.now() < deadline + 2000) await Bun.sleep(5)
+    const rejected = f.rejected
+    const extra = await Raw.open(f.port)
+    expect(await extra.waitFor((r) => r.closed, 2000)).toBe(true)
+    expect(extra.text).toBe('')
+    expect(f.rejected).toBe(rejected + 1)
+    // The connections already open keep being served.
+    held[0]!.write(REQ('GET', '/api/hello'))
+    expect(await held[0]!.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+    for (const c of [...held, reserve]) c.socket.terminate()
+  })
+
+  it('answers 408 to a head that is not complete within headTimeoutMs (Slowloris)', async () => {
+    const f = front({ front: { headTimeoutMs: 200 } })
+    const c = await Raw.open(f.port)
+    c.write('GET /api/hello HTTP/1.1\r\nHo')
+    // A byte now and then does not extend the head's deadline.
+    c.write('s')
+    expect(await c.waitFor((r) => r.closed, 5000)).toBe(true)
+    const [res] = parse(c.text)
+    expect(res!.status).toBe(408)
+    expect(JSON.parse(res!.body).error.code).toBe('REQUEST_TIMEOUT')
+  })
+
+  it('answers 408 to a body arriving below minBodyBytesPerSecond, and not to a running response', async () => {
+    const f = front({ front: { headTimeoutMs: 200, minBodyBytesPerSecond: 1_000_000 } })
+    const slow = await Raw.open(f.port)
+    slow.write(REQ('POST', '/api/echo', 'Content-Length: 100\r\n') + 'x')
+    const busy = await Raw.open(f.port)
+    busy.write(REQ('GET', '/v1/delay?ms=1500'))
+    expect(await slow.waitFor((r) => r.closed, 5000)).toBe(true)
+    expect(parse(slow.text)[0]!.status).toBe(408)
+    expect(await busy.waitFor((r) => parse(r.text).length === 1, 5000)).toBe(true)
+    expect(parse(busy.text)[0]!.body).toBe('late')
+    busy.socket.terminate()
+  })
+
+  it('counts running inference requests and resolves drained() when the last one ends', async () => {
+    const f = front()
+    expect(f.running).toBe(0)
+    const c = await Raw.open(f.port)
+    c.write(REQ('GET', '/v1/delay?ms=300'))
+    const deadline = performance.now() + 2000
+    while (f.running === 0 && performance.now() < deadline) await Bun.sleep(5)
+    expect(f.running).toBe(1)
+    let drained = false
+    const done = f.drained().then(() => {
+      drained = true
+    })
+    expect(drained).toBe(false)
+    await done
+    expect(f.running).toBe(0)
+    // Drained means answered: the response was written before the count fell.
+    expect(await c.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+    expect(parse(c.text).map((r) => r.body)).toEqual(['late'])
+    c.socket.terminate()
   })
 })

@@ -1,0 +1,122 @@
+import type { Socket } from 'bun'
+
+/**
+ * A raw HTTP/1.1 client for tests that must send what fetch never would (bare LF, short or broken
+ * Host, odd targets, slow heads) and read exactly the bytes that came back: Raw is one TCP
+ * connection, rawExchange one request on a new connection, parse splits the reply bytes into
+ * responses. Waits are on data events, each with a deadline.
+ */
+export class Raw {
+  buf = Buffer.alloc(0)
+  closed = false
+  socket!: Socket<Raw>
+  private wake: () => void = () => {}
+
+  static async open(port: number): Promise<Raw> {
+    const r = new Raw()
+    const on = (s: Socket<Raw>) => {
+      s.data.closed = true
+      s.data.wake()
+    }
+    r.socket = await Bun.connect<Raw>({
+      hostname: '127.0.0.1',
+      port,
+      data: r,
+      socket: {
+        data(s, d) {
+          s.data.buf = Buffer.concat([s.data.buf, d])
+          s.data.wake()
+        },
+        close: on,
+        error: on,
+      },
+    })
+    return r
+  }
+  get text(): string {
+    return this.buf.toString('latin1')
+  }
+  write(b: string | Uint8Array): void {
+    this.socket.write(typeof b === 'string' ? Buffer.from(b, 'latin1') : b)
+  }
+  /** waitFor: true once pred holds, false at the deadline. */
+  async waitFor(pred: (r: Raw) => boolean, ms: number): Promise<boolean> {
+    const deadline = performance.now() + ms
+    while (!pred(this)) {
+      const left = deadline - performance.now()
+      if (left <= 0) return false
+      const woke = new Promise<void>((res) => {
+        this.wake = res
+      })
+      await Promise.race([woke, Bun.sleep(Math.min(left, 50))])
+    }
+    return true
+  }
+}
+
+/** rawExchange writes bytes on a new connection and collects the reply until it closes, `until` holds, or waitMs. */
+export async function rawExchange(
+  port: number,
+  bytes: string | Uint8Array,
+  opts: { waitMs: number; until?: (text: string) => boolean },
+): Promise<{ text: string; closed: boolean }> {
+  const r = await Raw.open(port)
+  r.write(bytes)
+  await r.waitFor((c) => c.closed || (opts.until?.(c.text) ?? false), opts.waitMs)
+  const out = { text: r.text, closed: r.closed }
+  r.socket.terminate()
+  return out
+}
+
+export interface Res {
+  status: number
+  head: string
+  headers: Record<string, string>
+  body: string
+}
+/** parse splits raw bytes (latin1) into the complete responses; bodies by length, chunked, or to the end. */
+export function parse(text: string, headOnly: boolean[] = []): Res[] {
+  const out: Res[] = []
+  let i = 0
+  while (i < text.length) {
+    const end = text.indexOf('\r\n\r\n', i)
+    if (end < 0) break
+    const head = text.slice(i, end)
+    const lines = head.split('\r\n')
+    const status = Number(lines[0]!.split(' ')[1])
+    const headers: Record<string, string> = {}
+    for (const l of lines.slice(1)) {
+      const c = l.indexOf(':')
+      const name = l.slice(0, c).toLowerCase()
+      headers[name] = headers[name] ? `${headers[name]}, ${l.slice(c + 1).trim()}` : l.slice(c + 1).trim()
+    }
+    i = end + 4
+    let body = ''
+    if (status >= 200 && status !== 204 && status !== 304 && !headOnly[out.length]) {
+      if (headers['transfer-encoding'] === 'chunked') {
+        for (;;) {
+          const eol = text.indexOf('\r\n', i)
+          const n = Number.parseInt(text.slice(i, eol), 16)
+          if (eol < 0 || Number.isNaN(n) || text.length < eol + 4 + n) return out // incomplete
+          i = eol + 2
+          if (n === 0) {
+            i += 2
+            break
+          }
+          body += text.slice(i, i + n)
+          i += n + 2
+        }
+      } else if (headers['content-length'] !== undefined) {
+        const n = Number(headers['content-length'])
+        if (text.length < i + n) return out
+        body = text.slice(i, i + n)
+        i += n
+      } else {
+        body = text.slice(i)
+        i = text.length
+      }
+    }
+    if (status >= 200) out.push({ status, head, headers, body })
+  }
+  return out
+}
