@@ -234,7 +234,13 @@ export function profileRoutes(
       .post('/check', ({ body }) => checkPreload(store, service, body, opts), {
         body: CheckBody,
         response: { 200: CheckResultSchema, 400: ControllerError },
-        detail: { tags, summary: 'Pre-load check: will this model fit?', description: CHECK_DOCS },
+        // A query with a body: it changes nothing, so admin-readonly may run it.
+        detail: {
+          tags,
+          summary: 'Pre-load check: will this model fit?',
+          description: CHECK_DOCS,
+          'x-read-only': true,
+        },
       })
       .get(
         '/export',

@@ -27,6 +27,37 @@ export const RootConfigSchema = T.Object(
           maximum: 255,
           description: 'keep-alive idle timeout; proxied streams disable it per request',
         }),
+        request_head_timeout_seconds: T.Integer({
+          default: 60,
+          minimum: 1,
+          description: 'a request head must arrive whole within this (408 after it)',
+        }),
+        min_body_bytes_per_second: T.Integer({
+          default: 1024,
+          minimum: 0,
+          description: 'after the head timeout, a body still arriving must average this rate (408 below it)',
+        }),
+        max_connections: T.Integer({
+          default: 0,
+          minimum: 0,
+          description: 'open client connections per listener; 0 derives it from the open-file limit',
+        }),
+        max_admin_body_bytes: T.Integer({
+          default: 16 * 1024 * 1024,
+          minimum: 1024,
+          description: 'largest body of a non-inference request (admin API, imports); 413 above it',
+        }),
+        max_json_depth: T.Integer({
+          default: 64,
+          minimum: 8,
+          maximum: 1000,
+          description: 'deepest JSON nesting of a non-inference body; 400 above it',
+        }),
+        login_attempts_per_minute: T.Integer({
+          default: 10,
+          minimum: 1,
+          description: 'password logins per client address and minute; 429 beyond',
+        }),
       },
       { additionalProperties: false, default: {} },
     ),
@@ -57,7 +88,15 @@ export const RootConfigSchema = T.Object(
       { additionalProperties: false, default: {} },
     ),
     shutdown: T.Object(
-      { timeout_ms: T.Integer({ default: 30000, minimum: 100 }) },
+      {
+        timeout_ms: T.Integer({ default: 30000, minimum: 100 }),
+        drain_ms: T.Integer({
+          default: 25000,
+          minimum: 0,
+          description:
+            'running inference requests may finish for this long (within timeout_ms) before engines stop',
+        }),
+      },
       { additionalProperties: false, default: {} },
     ),
     plugins: T.Record(T.String(), T.Unknown(), { default: {} }),

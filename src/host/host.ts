@@ -14,6 +14,7 @@ import { pathOf, splitUrl } from '../http/url.ts'
 import { WireFront } from '../http/wire/server.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { EventBus } from './bus.ts'
+import { connectionCap } from './limits.ts'
 import { Logger } from './logger.ts'
 import { createMetricsRegistry } from './metrics.ts'
 import type {
@@ -62,7 +63,7 @@ export class Host {
     const { root } = opts.config
     this.log = opts.logger ?? new Logger(root.log.level, 'modelgate', root.log.format)
     this.metrics = createMetricsRegistry()
-    this.auth = new AuthService(root.auth)
+    this.auth = new AuthService({ ...root.auth, logins_per_minute: root.server.login_attempts_per_minute })
   }
 
   /** urls lists where each listener serves, for the start-up banner and tests. */
@@ -145,7 +146,7 @@ export class Host {
             'inference routes take the inference API key when INFERENCE_API_KEY is set.',
           version: this.opts.version,
           tags,
-          withAuth: true,
+          access: (method, pattern) => this.auth.access(method, pattern),
         }),
       )
       .use(
@@ -159,6 +160,8 @@ export class Host {
         }),
       )
     for (const r of this.running) if (r.instance.routes) app = app.use(r.instance.routes)
+    // The guard authorises the matched route by its own declaration (src/http/auth.ts).
+    this.auth.declareRoutes(app.routes)
     return app
   }
 
@@ -185,7 +188,6 @@ export class Host {
           description: l.description,
           version: this.opts.version,
           tags: [],
-          withAuth: false,
         }),
       )
       .use(l.app)
@@ -207,7 +209,8 @@ export class Host {
   ): void {
     const log = this.log
     const auth = this.auth
-    const idleTimeout = this.opts.config.root.server.idle_timeout_seconds
+    const srv = this.opts.config.root.server
+    const idleTimeout = srv.idle_timeout_seconds
     const handle = app.fetch as (req: Request) => Response | Promise<Response>
     this.socketDir ??= mkdtempSync(join(tmpdir(), 'modelgate-'))
     const socket = join(this.socketDir, `${name}.sock`)
@@ -242,6 +245,13 @@ export class Host {
         port,
         idleTimeoutSeconds: idleTimeout,
         routes: raw,
+        front: {
+          headTimeoutMs: srv.request_head_timeout_seconds * 1000,
+          minBodyBytesPerSecond: srv.min_body_bytes_per_second,
+          maxConnections: srv.max_connections || connectionCap(),
+          relayBodyBytes: srv.max_admin_body_bytes,
+          maxJsonDepth: srv.max_json_depth,
+        },
         ...(name === 'gateway'
           ? { guard: (req) => auth.checkInferenceKey(req.header('authorization')) }
           : {}),
@@ -261,14 +271,20 @@ export class Host {
     })
   }
 
-  /** shutdown stops listeners, then plugins in reverse order under one deadline, then the store. */
+  /**
+   * shutdown stops accepting, lets running inference requests (streams included) finish for up to
+   * `shutdown.drain_ms`, then stops plugins in reverse order (the gateway stops its engines), all
+   * under one deadline (`shutdown.timeout_ms`), then closes the store.
+   */
   shutdown(reason: string): Promise<void> {
     if (this.stopping) return this.stopping
     this.stopping = (async () => {
-      const budget = this.opts.config.root.shutdown.timeout_ms
+      const { timeout_ms: budget, drain_ms } = this.opts.config.root.shutdown
       const deadline = AbortSignal.timeout(budget)
       this.log.info('shutting down', { reason, budget_ms: budget })
       for (const s of this.servers) s.front.stop(false)
+      // The drain never takes the last STOP_RESERVE_MS of the budget: engines need it to stop.
+      await this.drain(Math.min(drain_ms, Math.max(0, budget - STOP_RESERVE_MS)), deadline)
       for (const r of [...this.running].reverse()) {
         try {
           await withDeadline(Promise.resolve(r.instance.stop?.(deadline)), deadline)
@@ -288,6 +304,19 @@ export class Host {
     return this.stopping
   }
 
+  /** drain waits for the listeners' running inference requests, for up to `ms`. */
+  private async drain(ms: number, deadline: AbortSignal): Promise<void> {
+    const running = () => this.servers.reduce((n, s) => n + s.front.running, 0)
+    if (running() === 0 || ms === 0) return
+    this.log.info('draining running requests', { running: running(), drain_ms: ms })
+    const limit = AbortSignal.any([deadline, AbortSignal.timeout(ms)])
+    try {
+      await withDeadline(Promise.all(this.servers.map((s) => s.front.drained())), limit)
+    } catch {
+      this.log.warn('drain ended with requests still running; they are cut', { running: running() })
+    }
+  }
+
   /** kill is the forced exit path (second signal): synchronous last-resort cleanup of children. */
   kill(): void {
     for (const r of [...this.running].reverse()) {
@@ -305,6 +334,9 @@ function matchRaw(raw: RawRoute[], req: Request): RawRoute | undefined {
   for (const r of raw) if (r.match(pathname, req.method)) return r
   return undefined
 }
+
+/** Of the shutdown budget, what the drain leaves for stopping plugins (engines: TERM, wait, KILL). */
+const STOP_RESERVE_MS = 5000
 
 function withDeadline<T>(p: Promise<T>, deadline: AbortSignal): Promise<T> {
   if (deadline.aborted) return Promise.reject(new Error('shutdown deadline passed'))

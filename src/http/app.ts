@@ -10,6 +10,12 @@ import { describeValidationError } from './validation.ts'
  * one error renderer (controller shape for /api/*, proxy shape for inference paths). Elysia's own
  * validation, parse and not-found errors come out in those shapes too, never as its raw dump or a
  * stack trace.
+ *
+ * The guard runs as a transform hook, once the router has matched a route and before validation
+ * and the handler: it authorises the matched route's pattern (`route`), so a path the router does
+ * not match never reaches a handler (404), and one it matches is judged by that route's own
+ * declaration. A body is parsed before the guard runs (Elysia parses before transforms); the
+ * listener's front bounds its size and nesting before it gets here.
  */
 export function shapeFor(pathname: string): ErrorShape {
   return categorize(pathname) === 'inference' ? 'proxy' : 'controller'
@@ -44,19 +50,15 @@ export function createBaseApp(opts: BaseAppOptions) {
   const { auth, log } = opts
   const shapeOf = (pathname: string) => opts.shape ?? shapeFor(pathname)
   return new Elysia({ name: opts.name })
-    .onRequest(async ({ request }) => {
+    .onTransform({ as: 'global' }, async ({ request, route }) => {
       if (!auth) return
-      const url = new URL(request.url)
-      try {
-        const principal = await auth.guard(request, url)
-        if (principal) principals.set(request, principal)
-      } catch (err) {
-        return renderError(err, url.pathname, log, opts.shape)
-      }
+      const principal = await auth.guard(request, route)
+      if (principal) principals.set(request, principal)
     })
-    .onError({ as: 'global' }, ({ code, error, request }) => {
+    .onError({ as: 'global' }, ({ code, error, request, route }) => {
       const pathname = pathOf(request.url)
-      const shape = shapeOf(pathname)
+      // A matched route's errors take its pattern's shape (`/tokenize/` is still `/tokenize`).
+      const shape = shapeOf(typeof route === 'string' && route !== '' ? route : pathname)
       if (code === 'VALIDATION') {
         const message = describeValidationError(error)
         const err =
@@ -84,6 +86,6 @@ export function createBaseApp(opts: BaseAppOptions) {
             : new AppError(404, 'NOT_FOUND', `No route for ${request.method} ${pathname}`)
         return err.toResponse(shape)
       }
-      return renderError(error, pathname, log, opts.shape)
+      return renderError(error, pathname, log, opts.shape ?? shape)
     })
 }

@@ -4,14 +4,19 @@ import type { RootConfig } from '../config/schema.ts'
 import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
 
 /**
- * AuthService is the one guard for every route: it sorts a path into the spec's categories
- * (public, admin, inference, internal) and checks what that category requires. Routes never check
- * auth themselves. Roles ride on every admin request (`admin` for writes, `admin-readonly` may read),
- * the seam OAuth group mapping plugs into.
+ * AuthService is the one guard for every route. It authorises the route the framework matched (its
+ * registered pattern, e.g. `/api/v1/models/:id`), never a second reading of the URL: what a route
+ * requires is read from the mounted routes themselves (declareRoutes), so the path that is
+ * authorised is the path that is routed. A route's category (public, admin, inference, internal)
+ * follows the spec's prefixes applied to its pattern unless its `detail` declares `x-auth`; a
+ * state-free POST declares `x-read-only: true`. Routes never check auth themselves. Roles ride on
+ * every admin request (`admin` for writes, `admin-readonly` may read), the seam OAuth group
+ * mapping plugs into.
  */
 export type Role = 'admin' | 'admin-readonly'
 export type RouteCategory = 'public' | 'admin' | 'inference' | 'internal'
-export type AuthConfig = RootConfig['auth']
+/** The auth section, and the login throttle from the server section. */
+export type AuthConfig = RootConfig['auth'] & { logins_per_minute: number }
 
 export interface Principal {
   sub: string
@@ -38,7 +43,10 @@ const INFERENCE_EXACT = new Set([
   '/re-rank',
 ])
 
-/** categorize maps a request path to its auth category (spec: Authentication, route categories). */
+/**
+ * categorize maps a route pattern to its auth category by the spec's prefixes (Authentication,
+ * route categories). The guard applies it to patterns the routes registered, never to a URL.
+ */
 export function categorize(pathname: string): RouteCategory {
   if (pathname.startsWith('/v1/') || pathname === '/v1' || pathname.startsWith('/api/direct/'))
     return 'inference'
@@ -53,13 +61,38 @@ export function categorize(pathname: string): RouteCategory {
   return 'public'
 }
 
-/** READ_ONLY_POSTS are POSTs that change nothing (they carry a query body), open to admin-readonly. */
-const READ_ONLY_POSTS = new Set(['/api/memory/profiles/check'])
+/** What a route requires, as declared by the route (see AuthService). */
+export interface RouteAccess {
+  category: RouteCategory
+  /** The route changes nothing (a GET, or a POST that only carries a query body): admin-readonly may call it. */
+  readOnly: boolean
+}
+
+/** A mounted route as the framework lists it (Elysia's `app.routes`). */
+export interface RouteDeclaration {
+  method: string
+  path: string
+  hooks?: { detail?: unknown }
+}
+
+const CATEGORIES: ReadonlySet<string> = new Set(['public', 'admin', 'inference', 'internal'])
+
+/** accessOf reads a route's declaration: `detail['x-auth']` and `detail['x-read-only']`, else the defaults. */
+export function accessOf(r: RouteDeclaration): RouteAccess {
+  const detail = (r.hooks?.detail ?? {}) as Record<string, unknown>
+  const declared = detail['x-auth']
+  if (declared !== undefined && (typeof declared !== 'string' || !CATEGORIES.has(declared)))
+    throw new Error(`route ${r.method} ${r.path}: x-auth must be one of ${[...CATEGORIES].join(', ')}`)
+  const method = r.method.toUpperCase()
+  return {
+    category: (declared as RouteCategory | undefined) ?? categorize(r.path),
+    readOnly: method === 'GET' || method === 'HEAD' || detail['x-read-only'] === true,
+  }
+}
 
 /** requiredRole: reads may be done by admin-readonly, everything that changes state needs admin. */
-export function requiredRole(method: string, pathname = ''): Role {
-  if (method === 'GET' || method === 'HEAD') return 'admin-readonly'
-  return method === 'POST' && READ_ONLY_POSTS.has(pathname) ? 'admin-readonly' : 'admin'
+export function requiredRole(access: RouteAccess): Role {
+  return access.readOnly ? 'admin-readonly' : 'admin'
 }
 
 function sha256(s: string): Buffer {
@@ -97,6 +130,10 @@ export class AuthService {
   } | null
   /** revoked holds logged-out token ids until they expire (in memory: a restart forgets them). */
   private readonly revoked = new Map<string, number>()
+  /** Password logins per client address in the current minute (login throttling). */
+  private readonly logins = new Map<string, { since: number; count: number }>()
+  /** What each mounted route requires, by `METHOD pattern` (declareRoutes). */
+  private readonly routes = new Map<string, RouteAccess>()
 
   constructor(private readonly cfg: AuthConfig) {
     this.mode = cfg.mode
@@ -145,13 +182,27 @@ export class AuthService {
     }
   }
 
-  /** login checks simple-mode credentials in constant time and returns a JWT. */
-  async login(username: string, password: string): Promise<LoginResult> {
+  /**
+   * login checks simple-mode credentials in constant time and returns a JWT. `peer` is the client's
+   * address: each may try `loginsPerMinute` times a minute (a fixed window), then gets 429 with
+   * Retry-After, so guessing a password costs the guesser time, not the host CPU.
+   */
+  async login(username: string, password: string, peer = 'unknown', now = Date.now()): Promise<LoginResult> {
     if (this.mode !== 'simple')
       throw new AppError(
         400,
         'LOGIN_NOT_AVAILABLE',
         `Password login is not available when AUTH_MODE=${this.mode}`,
+      )
+    const wait = this.takeLogin(peer, now)
+    if (wait > 0)
+      throw new AppError(
+        429,
+        'TOO_MANY_REQUESTS',
+        `Too many login attempts from this address; retry in ${wait} s`,
+        'rate_limit_error',
+        undefined,
+        { 'retry-after': String(wait) },
       )
     const userOk = safeEqual(username, this.cfg.admin_username)
     const passOk = safeEqual(password, this.cfg.admin_password ?? '')
@@ -183,6 +234,21 @@ export class AuthService {
     }
   }
 
+  /** takeLogin counts one login attempt by `peer`; returns 0, or the seconds to wait when over the limit. */
+  private takeLogin(peer: string, now: number): number {
+    const WINDOW = 60_000
+    let w = this.logins.get(peer)
+    if (!w || now - w.since >= WINDOW) {
+      // Forget finished windows before the table grows (many addresses, one attempt each).
+      if (this.logins.size >= 10_000)
+        for (const [k, v] of this.logins) if (now - v.since >= WINDOW) this.logins.delete(k)
+      w = { since: now, count: 0 }
+      this.logins.set(peer, w)
+    }
+    if (++w.count <= this.cfg.logins_per_minute) return 0
+    return Math.max(1, Math.ceil((w.since + WINDOW - now) / 1000))
+  }
+
   revoke(principal: Principal): void {
     if (!principal.jti || !principal.exp) return
     const nowSec = Date.now() / 1000
@@ -190,11 +256,32 @@ export class AuthService {
     this.revoked.set(principal.jti, principal.exp)
   }
 
-  /** adminPrincipal authenticates a controller request (header, or `?token=` on event streams). */
-  async adminPrincipal(req: Request, url: URL): Promise<Principal> {
+  /** declareRoutes records what each mounted route requires (call once the routes are mounted). */
+  declareRoutes(routes: readonly RouteDeclaration[]): void {
+    for (const r of routes) this.routes.set(`${r.method.toUpperCase()} ${r.path}`, accessOf(r))
+  }
+
+  /**
+   * access: what the route `pattern` requires for `method` (HEAD is served by the GET route). A route
+   * that was not declared falls back to its pattern's prefix and counts as writing: never more open
+   * than its declaration would be.
+   */
+  access(method: string, pattern: string): RouteAccess {
+    const m = method === 'HEAD' ? 'GET' : method
+    return (
+      this.routes.get(`${m} ${pattern}`) ??
+      this.routes.get(`ALL ${pattern}`) ?? { category: categorize(pattern), readOnly: false }
+    )
+  }
+
+  /**
+   * adminPrincipal authenticates a controller request: the bearer header, or `?token=` on an event
+   * stream route (EventSource cannot send headers); `route` is the matched pattern.
+   */
+  async adminPrincipal(req: Request, route: string): Promise<Principal> {
     if (this.mode === 'none') return ANONYMOUS_ADMIN
     let token = bearer(req)
-    if (!token && url.pathname.endsWith('/events')) token = url.searchParams.get('token')
+    if (!token && route.endsWith('/events')) token = new URL(req.url).searchParams.get('token')
     if (!token) throw unauthorized('Missing bearer token')
     return this.verifyToken(token)
   }
@@ -222,27 +309,30 @@ export class AuthService {
   }
 
   /**
-   * guard is the single check every request passes. It returns the principal for admin routes,
-   * null for public and inference routes, or throws an AppError rendered in the right shape.
+   * guard is the single check every routed request passes, given the pattern of the route the
+   * framework matched. It returns the principal for admin routes, null for public and inference
+   * routes, or throws an AppError rendered in the route's shape.
    */
-  async guard(req: Request, url: URL): Promise<Principal | null> {
-    const category = categorize(url.pathname)
-    if (category === 'public') return null
-    if (category === 'inference') {
-      const err = this.checkInference(req)
-      if (err) throw err
-      return null
+  async guard(req: Request, route: string): Promise<Principal | null> {
+    const access = this.access(req.method, route)
+    switch (access.category) {
+      case 'public':
+        return null
+      case 'inference': {
+        const err = this.checkInference(req)
+        if (err) throw err
+        return null
+      }
+      case 'internal':
+        // Internal routes carry the cluster's HMAC signature, verified by the cluster plugin; none is
+        // mounted without it, so an internal route is refused here until one declares otherwise.
+        throw new AppError(403, 'FORBIDDEN', 'Internal routes accept only signed cluster requests')
     }
-    if (category === 'internal') {
-      // The cluster plugin verifies its HMAC signature itself; without it there is no internal API.
-      return null
-    }
-    if (req.method === 'OPTIONS') return null
-    const principal = await this.adminPrincipal(req, url)
-    const need = requiredRole(req.method, url.pathname)
+    const principal = await this.adminPrincipal(req, route)
+    const need = requiredRole(access)
     const ok =
       principal.roles.includes('admin') || (need === 'admin-readonly' && principal.roles.includes(need))
-    if (!ok) throw forbidden(need === 'admin' ? 'admin' : 'admin-readonly')
+    if (!ok) throw forbidden(need)
     return principal
   }
 }

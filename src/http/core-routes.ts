@@ -1,5 +1,6 @@
 import { Elysia, t } from 'elysia'
 import type { Registry } from 'prom-client'
+import { PEER_HEADER } from '../proxy/headers.ts'
 import { principalOf } from './app.ts'
 import type { AuthService } from './auth.ts'
 import { unauthorized } from './errors.ts'
@@ -96,32 +97,39 @@ export function coreRoutes(o: CoreRoutesOptions) {
             roles: t.Array(t.String()),
           }),
         })
-        .post('/login', ({ body }) => o.auth.login(body.username, body.password), {
-          body: t.Object({ username: t.String({ minLength: 1 }), password: t.String({ minLength: 1 }) }),
-          detail: {
-            tags: ['auth'],
-            summary: 'Simple-mode login',
-            description: 'Returns an HS256 JWT (claims sub, username, roles, authMode, iat, exp, jti).',
+        .post(
+          '/login',
+          ({ body, request }) =>
+            o.auth.login(body.username, body.password, request.headers.get(PEER_HEADER) ?? 'unknown'),
+          {
+            body: t.Object({ username: t.String({ minLength: 1 }), password: t.String({ minLength: 1 }) }),
+            detail: {
+              tags: ['auth'],
+              summary: 'Simple-mode login',
+              description:
+                'Returns an HS256 JWT (claims sub, username, roles, authMode, iat, exp, jti). Each client ' +
+                'address may try `server.login_attempts_per_minute` times a minute; beyond, 429 with Retry-After.',
+            },
+            response: {
+              200: t.Object({
+                token: t.String(),
+                token_type: t.Literal('Bearer'),
+                expires_at: t.String(),
+                expires_in: t.Number(),
+                user: t.Object({ username: t.String(), roles: t.Array(t.String()) }),
+              }),
+              400: ControllerError,
+              401: ControllerError,
+              429: ControllerError,
+            },
           },
-          response: {
-            200: t.Object({
-              token: t.String(),
-              token_type: t.Literal('Bearer'),
-              expires_at: t.String(),
-              expires_in: t.Number(),
-              user: t.Object({ username: t.String(), roles: t.Array(t.String()) }),
-            }),
-            400: ControllerError,
-            401: ControllerError,
-          },
-        })
+        )
         .get(
           '/me',
           async ({ request }) => {
             if (o.auth.mode === 'none')
               return { sub: 'anonymous', username: 'anonymous', roles: ['admin'], authMode: 'none' }
-            const url = new URL(request.url)
-            return principalOf(request) ?? (await o.auth.adminPrincipal(request, url))
+            return principalOf(request) ?? (await o.auth.adminPrincipal(request, '/api/auth/me'))
           },
           {
             detail: {
@@ -137,7 +145,7 @@ export function coreRoutes(o: CoreRoutesOptions) {
           '/logout',
           async ({ request }) => {
             if (o.auth.mode !== 'none') {
-              const principal = await o.auth.adminPrincipal(request, new URL(request.url)).catch(() => {
+              const principal = await o.auth.adminPrincipal(request, '/api/auth/logout').catch(() => {
                 throw unauthorized()
               })
               o.auth.revoke(principal)

@@ -4,20 +4,21 @@ import cssPath from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 // The Swagger UI assets are imported as files so `bun build --compile` embeds them: /docs works
 // on a host with no internet access.
 import bundlePath from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
-import { categorize } from './auth.ts'
+import type { RouteAccess } from './auth.ts'
 
 /**
  * docsPlugin serves the OpenAPI document at `/docs/json` and an offline Swagger UI at `/docs`.
- * Security requirements are added from the same path categories the auth guard enforces, so the
- * document cannot drift from what is actually required.
+ * Security requirements and the role each admin operation needs (`x-required-role`) are read from
+ * the same route declarations the auth guard enforces, so the document cannot drift from what is
+ * actually required.
  */
 export interface DocsOptions {
   title: string
   description: string
   version: string
   tags: { name: string; description: string }[]
-  /** withAuth declares the bearer schemes (the router listener has no auth). */
-  withAuth: boolean
+  /** access: what a route requires (the guard's table); absent on a listener without the admin guard. */
+  access?: (method: string, pattern: string) => RouteAccess
 }
 
 const assetHeaders = (type: string) => ({
@@ -48,12 +49,12 @@ window.onload = () => {
 }
 
 type OpenApiDoc = {
-  paths?: Record<string, Record<string, { security?: unknown[]; tags?: string[] }>>
+  paths?: Record<string, Record<string, { security?: unknown[]; tags?: string[]; [x: string]: unknown }>>
   components?: Record<string, unknown>
 }
 
-function addSecurity(doc: OpenApiDoc, withAuth: boolean): OpenApiDoc {
-  if (!withAuth) return doc
+function addSecurity(doc: OpenApiDoc, access: DocsOptions['access']): OpenApiDoc {
+  if (!access) return doc
   doc.components = {
     ...doc.components,
     securitySchemes: {
@@ -71,16 +72,17 @@ function addSecurity(doc: OpenApiDoc, withAuth: boolean): OpenApiDoc {
     },
   }
   for (const [path, ops] of Object.entries(doc.paths ?? {})) {
-    const category = categorize(path.replace(/\{[^}]+\}/g, 'x'))
-    const security =
-      category === 'admin'
-        ? [{ adminJwt: [] }]
-        : category === 'inference'
-          ? [{ inferenceKey: [] }]
-          : undefined
-    if (!security) continue
-    for (const op of Object.values(ops))
-      if (op && typeof op === 'object' && !op.security) op.security = security
+    // OpenAPI writes `{id}` where the route registered `:id`.
+    const pattern = path.replace(/\{([^}]+)\}/g, ':$1')
+    for (const [method, op] of Object.entries(ops)) {
+      if (!op || typeof op !== 'object') continue
+      const a = access(method.toUpperCase(), pattern)
+      op['x-auth'] = a.category
+      if (a.category === 'admin') {
+        op['x-required-role'] = a.readOnly ? 'admin-readonly' : 'admin'
+        op.security ??= [{ adminJwt: [] }]
+      } else if (a.category === 'inference') op.security ??= [{ inferenceKey: [] }]
+    }
   }
   return doc
 }
@@ -95,7 +97,7 @@ export function docsPlugin(opts: DocsOptions) {
         typeof response === 'object' &&
         !(response instanceof Response)
       )
-        return addSecurity(response as OpenApiDoc, opts.withAuth)
+        return addSecurity(response as OpenApiDoc, opts.access)
     })
     .use(
       swagger({

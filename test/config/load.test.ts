@@ -35,7 +35,18 @@ function problems(yaml: string, env: Record<string, string> = {}): string[] {
 describe('config loading', () => {
   it('applies defaults to an empty document', () => {
     const { root, plugins } = loadConfig('', {}, known)
-    expect(root.server).toEqual({ host: '127.0.0.1', port: 3000, idle_timeout_seconds: 120 })
+    expect(root.server).toEqual({
+      host: '127.0.0.1',
+      port: 3000,
+      idle_timeout_seconds: 120,
+      request_head_timeout_seconds: 60,
+      min_body_bytes_per_second: 1024,
+      max_connections: 0,
+      max_admin_body_bytes: 16 * 1024 * 1024,
+      max_json_depth: 64,
+      login_attempts_per_minute: 10,
+    })
+    expect(root.shutdown).toEqual({ timeout_ms: 30000, drain_ms: 25000 })
     expect(root.auth.mode).toBe('none')
     expect(root.log.level).toBe('info')
     expect(plugins.size).toBe(0)

@@ -230,10 +230,13 @@ describe('auth in none mode', () => {
 
 describe('required roles', () => {
   it('lets admin-readonly read and run the memory pre-load check, and nothing else', async () => {
-    const { requiredRole } = await import('../../src/http/auth.ts')
-    expect(requiredRole('GET', '/api/v1/models')).toBe('admin-readonly')
-    expect(requiredRole('POST', '/api/memory/profiles/check')).toBe('admin-readonly')
-    expect(requiredRole('POST', '/api/memory/profiles')).toBe('admin')
-    expect(requiredRole('DELETE', '/api/memory/profiles/x')).toBe('admin')
+    const { accessOf, requiredRole } = await import('../../src/http/auth.ts')
+    const role = (method: string, path: string, detail?: object) =>
+      requiredRole(accessOf({ method, path, hooks: { detail } }))
+    expect(role('GET', '/api/v1/models')).toBe('admin-readonly')
+    expect(role('HEAD', '/api/v1/models')).toBe('admin-readonly')
+    expect(role('POST', '/api/memory/profiles/check', { 'x-read-only': true })).toBe('admin-readonly')
+    expect(role('POST', '/api/memory/profiles')).toBe('admin')
+    expect(role('DELETE', '/api/memory/profiles/:id')).toBe('admin')
   })
 })

@@ -19,6 +19,8 @@ export interface GatewayOptions {
   dataDir?: string
   hostEnv?: Record<string, string>
   stopGraceSeconds?: number
+  /** shutdown.drain_ms (default 2000: a test's own stop should not wait long for what it left running). */
+  drainMs?: number
 }
 
 export interface TestGateway extends TestHost {
@@ -33,7 +35,7 @@ export function gatewayYaml(o: GatewayOptions, simDir: string): string {
   const env = { SIM_LOAD_DELAY_MS: '300', SIM_TOKENS_PER_SEC: '200', ...o.env }
   return `
 log: { level: debug }
-shutdown: { timeout_ms: 15000 }
+shutdown: { timeout_ms: 15000, drain_ms: ${o.drainMs ?? 2000} }
 plugins:
   gateway:
     engine:
