@@ -1,4 +1,5 @@
 import { type AppError, proxyError } from '../http/errors.ts'
+import { ProtocolError } from './http1-parser.ts'
 
 /**
  * The proxy's own failures, in the proxy (OpenAI-style) error shape. Types mirror the HTTP status
@@ -7,6 +8,7 @@ import { type AppError, proxyError } from '../http/errors.ts'
  * | status | type            | code                     | when                                           |
  * |--------|-----------------|--------------------------|------------------------------------------------|
  * | 502    | bad_gateway     | upstream_unavailable     | connection refused/reset before any response   |
+ * | 502    | bad_gateway     | bad_gateway              | a reply head the proxy refuses to relay        |
  * | 502    | bad_gateway     | upstream_disconnected    | the engine went away in the middle of a stream |
  * | 504    | gateway_timeout | upstream_connect_timeout | no TCP connection within the connect deadline  |
  * | 504    | gateway_timeout | upstream_timeout         | no first byte within the first-byte deadline   |
@@ -14,11 +16,27 @@ import { type AppError, proxyError } from '../http/errors.ts'
  * Messages never carry the engine's address: clients need not know the topology.
  */
 export function upstreamUnavailable(cause: unknown): AppError {
+  // Both proxy paths (wire-exchange, forward) answer any failure before the response with this.
+  if (cause instanceof ProtocolError) return upstreamBadReply(cause)
   return proxyError(
     502,
     'bad_gateway',
     'upstream_unavailable',
     `The model engine is unavailable (${describeCause(cause)})`,
+  )
+}
+
+/**
+ * upstreamBadReply: the engine answered, but with a head that is not HTTP a proxy may relay (control
+ * bytes or a malformed name in a field, obs-fold, a Transfer-Encoding other than chunked, both
+ * framings…). The message names the flaw in the parser's words, never the engine's bytes.
+ */
+export function upstreamBadReply(cause: ProtocolError): AppError {
+  return proxyError(
+    502,
+    'bad_gateway',
+    'bad_gateway',
+    `The model engine sent a malformed response (${cause.message})`,
   )
 }
 
