@@ -4,12 +4,15 @@ import type { Socket, TCPSocketListener } from 'bun'
  * A raw HTTP/1.1 server for client tests: it waits until each request is complete (head and
  * Content-Length body, latin1) and hands it to `answer`, which writes whatever bytes the test needs,
  * split or framed any way. Several requests may follow on one connection; `opened` counts the
- * connections, so a test can tell a reused one from a new one.
+ * connections, so a test can tell a reused one from a new one, and `closed` those that ended, so a
+ * test can wait for the client to drop one.
  */
 export interface RawHttpServer {
   readonly port: number
   /** Connections accepted so far (a test may reset it). */
   opened: number
+  /** Connections closed so far, by either side. */
+  closed: number
   stop(): void
 }
 
@@ -28,6 +31,9 @@ export function rawHttpServer(answer: RawAnswer): RawHttpServer {
         server.opened++
         s.data = { buf: '' }
       },
+      close() {
+        server.closed++
+      },
       data(s, d) {
         s.data.buf += d.toString('latin1')
         const end = s.data.buf.indexOf('\r\n\r\n')
@@ -44,6 +50,7 @@ export function rawHttpServer(answer: RawAnswer): RawHttpServer {
   const server: RawHttpServer = {
     port: listener.port,
     opened: 0,
+    closed: 0,
     stop: () => listener.stop(true),
   }
   return server

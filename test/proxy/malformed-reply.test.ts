@@ -1,0 +1,195 @@
+import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import type { Server } from 'bun'
+import { forward } from '../../src/proxy/forward.ts'
+import { type RawHttpServer, rawHttpServer } from '../support/raw-http.ts'
+import { FakeGateway, instance, type ProxyHost, startProxyHost, waitFor } from './support.ts'
+
+/**
+ * Issue 16: a malicious or broken engine must not be able to inject headers into the client's
+ * response or leave the client hanging. Through real sockets, on both proxy paths — the wire
+ * front's WireExchange (the gateway's inference routes) and forward() over the own HTTP/1.1 client
+ * (the router's hold-while-waking) — an engine reply whose head is not clean HTTP/1.1 is refused
+ * with a 502 `bad_gateway` in the proxy shape, nothing of it reaches the client, and the engine
+ * connection is closed rather than pooled.
+ */
+
+const BODY = 'ENGINE-BODY'
+const JSON_HEAD = 'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n'
+
+/** Engine replies to refuse; each carries an `x-a` header and the body BODY the client must not see. */
+const BAD: [string, string][] = [
+  ['a bare LF in a header value', `${JSON_HEAD}x-a: a\nX-Injected: yes\r\ncontent-length: 11\r\n\r\n${BODY}`],
+  ['a bare CR in a header value', `${JSON_HEAD}x-a: a\rX-Injected: yes\r\ncontent-length: 11\r\n\r\n${BODY}`],
+  ['a NUL in a header value', `${JSON_HEAD}x-a: a\0X-Injected: yes\r\ncontent-length: 11\r\n\r\n${BODY}`],
+  // The engine keeps the connection open: read as chunked, this reply used to hang the client.
+  ['Transfer-Encoding: xchunked', `${JSON_HEAD}x-a: 1\r\ntransfer-encoding: xchunked\r\n\r\n${BODY}`],
+  [
+    'Transfer-Encoding: gzip, chunked',
+    `${JSON_HEAD}x-a: 1\r\ntransfer-encoding: gzip, chunked\r\n\r\nb\r\n${BODY}\r\n0\r\n\r\n`,
+  ],
+  [
+    'both Content-Length and Transfer-Encoding',
+    `${JSON_HEAD}x-a: 1\r\ncontent-length: 11\r\ntransfer-encoding: chunked\r\n\r\nb\r\n${BODY}\r\n0\r\n\r\n`,
+  ],
+  ['an obs-fold line', `${JSON_HEAD}x-a: 1\r\n X-Injected: yes\r\ncontent-length: 11\r\n\r\n${BODY}`],
+  ['whitespace before a colon', `${JSON_HEAD}x-a : 1\r\ncontent-length: 11\r\n\r\n${BODY}`],
+  // No CRLFCRLF ever comes; the engine keeps the connection open.
+  ['a head with bare-LF line ends', `HTTP/1.1 200 OK\nx-a: 1\nX-Injected: yes\n\n${BODY}`],
+  // An event stream's head would be written at once: it must be checked before that too.
+  [
+    'a bare LF in an event stream head',
+    `HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-a: a\nX-Injected: yes\r\ntransfer-encoding: chunked\r\n\r\nb\r\n${BODY}\r\n`,
+  ],
+]
+
+/** The engine answers each request with `reply.bytes`, leaving the connection open. */
+const reply = { bytes: '' }
+
+/** sendRaw sends one request with `Connection: close` and returns every byte of the answer, latin1. */
+async function sendRaw(port: number, path: string): Promise<string> {
+  const body = '{"model":"bad","messages":[]}'
+  const { promise, resolve, reject } = Promise.withResolvers<string>()
+  let got = ''
+  const socket = await Bun.connect({
+    hostname: '127.0.0.1',
+    port,
+    socket: {
+      data(_s, d) {
+        got += d.toString('latin1')
+      },
+      close() {
+        resolve(got)
+      },
+      error(_s, err) {
+        reject(err)
+      },
+    },
+  })
+  socket.write(
+    `POST ${path} HTTP/1.1\r\nhost: gateway.test\r\ncontent-type: application/json\r\n` +
+      `content-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+  )
+  return promise
+}
+
+/** expectRefused: `raw` is a complete 502 bad_gateway in the proxy shape holding nothing of the engine's reply. */
+function expectRefused(raw: string): void {
+  const end = raw.indexOf('\r\n\r\n')
+  expect(end).toBeGreaterThan(0)
+  const head = raw.slice(0, end).toLowerCase()
+  expect(head.startsWith('http/1.1 502 ')).toBe(true)
+  expect(head).not.toContain('x-injected')
+  expect(head).not.toMatch(/(^|\n)x-a/)
+  expect(raw).not.toContain(BODY)
+  const length = Number(/\r\ncontent-length: (\d+)/.exec(head)?.[1])
+  const body = raw.slice(end + 4)
+  expect(body.length).toBe(length)
+  const error = (JSON.parse(body) as { error: Record<string, unknown> }).error
+  expect(error).toEqual({
+    message: expect.stringMatching(/^The model engine sent a malformed response \(/),
+    type: 'bad_gateway',
+    code: 'bad_gateway',
+  })
+}
+
+describe('a malformed engine reply through the gateway (wire front)', () => {
+  const api = new FakeGateway()
+  let engine: RawHttpServer
+  let px: ProxyHost
+
+  beforeAll(async () => {
+    engine = rawHttpServer((s) => {
+      s.write(reply.bytes)
+    })
+    api.add(instance('bad', engine.port))
+    // A first-byte deadline longer than the test's own timeout: a hang fails the test, not a 504.
+    px = await startProxyHost(api, { firstByteTimeoutMs: 60_000 })
+  })
+  afterAll(async () => {
+    await px.stop()
+    engine.stop()
+  })
+
+  const port = () => Number(px.url.slice(px.url.lastIndexOf(':') + 1))
+
+  it.each(BAD)('refuses %s with 502 bad_gateway and closes the engine connection', async (_name, bytes) => {
+    reply.bytes = bytes
+    const opened = engine.opened
+    const closed = engine.closed
+    const events = px.events.length
+    const logs = px.logs.length
+    expectRefused(await sendRaw(port(), '/v1/chat/completions'))
+    // The engine connection is dropped, not pooled for the next request.
+    await waitFor(() => engine.closed === closed + 1, 2000, 'the engine connection to close')
+    expect(engine.opened).toBe(opened + 1)
+    await waitFor(() => px.events.length === events + 1, 2000, 'the proxy.request event')
+    expect(px.events.at(-1)).toMatchObject({ status: 502, instance_id: 'bad' })
+    const warned = px.logs.slice(logs).filter((l) => l.includes('upstream failure'))
+    expect(warned).toHaveLength(1)
+    expect(warned[0]).toContain('bad_gateway')
+    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+  })
+
+  it.each([
+    ['a Content-Length reply', `${JSON_HEAD}x-a: 1\r\ncontent-length: 11\r\n\r\n${BODY}`],
+    [
+      'a chunked reply',
+      `${JSON_HEAD}x-a: 1\r\ntransfer-encoding: Chunked \r\n\r\n6\r\nENGINE\r\n5\r\n-BODY\r\n0\r\n\r\n`,
+    ],
+  ])('still relays %s unchanged, on a pooled connection', async (_name, bytes) => {
+    reply.bytes = bytes
+    const first = await fetch(`${px.url}/v1/chat/completions`, {
+      method: 'POST',
+      body: '{"model":"bad","messages":[]}',
+    })
+    expect(first.status).toBe(200)
+    expect(first.headers.get('x-a')).toBe('1')
+    expect(await first.text()).toBe(BODY)
+    const opened = engine.opened
+    const again = await fetch(`${px.url}/v1/chat/completions`, {
+      method: 'POST',
+      body: '{"model":"bad","messages":[]}',
+    })
+    expect(await again.text()).toBe(BODY)
+    expect(engine.opened).toBe(opened)
+  })
+})
+
+describe('a malformed engine reply through forward() (own HTTP/1.1 client)', () => {
+  let engine: RawHttpServer
+  let proxy: Server<unknown>
+  const errors: (string | undefined)[] = []
+
+  beforeAll(() => {
+    engine = rawHttpServer((s) => {
+      s.write(reply.bytes)
+    })
+    proxy = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      fetch(req, server) {
+        return forward(req, `http://127.0.0.1:${engine.port}/v1/chat/completions`, {
+          server,
+          firstByteTimeoutMs: 60_000,
+          connectTimeoutMs: 1000,
+          transport: 'auto',
+          onEnd: (info) => errors.push(info.error),
+        })
+      },
+    })
+  })
+  afterAll(() => {
+    proxy.stop(true)
+    engine.stop()
+  })
+
+  it.each(BAD)('refuses %s with 502 bad_gateway and closes the engine connection', async (_name, bytes) => {
+    reply.bytes = bytes
+    const closed = engine.closed
+    const ends = errors.length
+    expectRefused(await sendRaw(proxy.port!, '/v1/chat/completions'))
+    await waitFor(() => engine.closed === closed + 1, 2000, 'the engine connection to close')
+    await waitFor(() => errors.length === ends + 1, 2000, 'onEnd')
+    expect(errors.at(-1)).toBe('bad_gateway')
+  })
+})
