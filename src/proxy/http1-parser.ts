@@ -87,6 +87,11 @@ export class ResponseParser {
   private crlfLeft = 0
   /** trailingBytes: bytes arrived after the end of the response (the connection must be closed). */
   trailingBytes = false
+  /**
+   * endInInput: when a feed ended the response, how many bytes of that feed's input belonged to it
+   * (what follows is not this response's, and must never reach the client); -1 before.
+   */
+  endInInput = -1
 
   constructor(
     private readonly events: ParserEvents,
@@ -117,6 +122,8 @@ export class ResponseParser {
     }
     let off = 0
     const n = buf.length
+    // Bytes of an earlier read held in `pending` come first in buf.
+    const base = n - input.length
     while (off < n) {
       switch (this.state) {
         case State.Head: {
@@ -142,7 +149,7 @@ export class ResponseParser {
           off += take
           this.remaining -= take
           if (this.remaining === 0) {
-            if (this.state === State.Length) this.finish()
+            if (this.state === State.Length) this.finishAt(off - base)
             else {
               this.state = State.ChunkDataEnd
               this.crlfLeft = 2
@@ -208,7 +215,7 @@ export class ResponseParser {
               throw new ProtocolError('malformed trailer field')
           }
           off = eol + 2
-          if (empty) this.finish()
+          if (empty) this.finishAt(off - base)
           break
         }
         case State.Close:
@@ -221,6 +228,12 @@ export class ResponseParser {
           return
       }
     }
+  }
+
+  /** finishAt: the response ended after `end` bytes of the current input. */
+  private finishAt(end: number): void {
+    this.endInInput = end
+    this.finish()
   }
 
   /** closed: the connection ended; true when that completes a close-delimited body. */

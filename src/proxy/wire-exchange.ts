@@ -227,6 +227,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private held: Uint8Array[] | null = null
   /** The chunked body is relayed with the upstream's framing (see onData). */
   private verbatim = false
+  /** A verbatim read, written once the parser has accepted it (up to the response's end, if in it). */
+  private verbatimRead: Buffer | null = null
   private last = LF
   private beforeLast = LF
   private paused = false
@@ -304,20 +306,25 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       return
     this.received += data.length
     // A chunked body read from a chunk boundary on goes out with the engine's own chunk framing:
-    // the bytes are written as received and the parser only follows them (end, counts, last bytes).
+    // the bytes are written as received, once the parser has accepted them, and only up to the end
+    // of the response (end() writes that part): what an engine sends after its last chunk, or a
+    // malformed chunk or trailer, never reaches the client.
     if (this.mode === Mode.Chunked && (this.verbatim || this.parser.atChunkStart)) {
       this.verbatim = true
-      if (!this.client.write(data)) this.pause()
+      this.verbatimRead = data
     }
     this.corked = true
     try {
       this.parser.feed(data)
     } catch (err) {
+      this.verbatimRead = null
       this.conn?.destroy()
       this.fail(err)
     }
-    // Bytes after the end went out verbatim too: the client connection cannot be reused.
-    if (this.verbatim && this.parser.trailingBytes && this.doneReuse) this.doneReuse = false
+    if (this.verbatimRead !== null) {
+      this.write(this.verbatimRead)
+      this.verbatimRead = null
+    }
     this.flush()
   }
 
@@ -458,6 +465,10 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.write(latin1(`${this.headText}content-length: ${body.byteLength}\r\n\r\n`))
       this.write(body)
     } else if (this.mode === Mode.Chunked && !this.verbatim) this.write(LAST_CHUNK)
+    else if (this.verbatimRead !== null) {
+      this.write(this.verbatimRead.subarray(0, this.parser.endInInput))
+      this.verbatimRead = null
+    }
     this.finish(null)
   }
 

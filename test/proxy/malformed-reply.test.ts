@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { Server } from 'bun'
 import { forward } from '../../src/proxy/forward.ts'
+import { Raw } from '../support/raw-client.ts'
 import { type RawHttpServer, rawHttpServer } from '../support/raw-http.ts'
 import { FakeGateway, instance, type ProxyHost, startProxyHost, waitFor } from './support.ts'
 
@@ -96,9 +97,12 @@ describe('a malformed engine reply through the gateway (wire front)', () => {
   const api = new FakeGateway()
   let engine: RawHttpServer
   let px: ProxyHost
+  /** The engine's connection of the last request, for a test that sends the rest of a reply later. */
+  let engineSocket: { write(b: string): unknown } | null = null
 
   beforeAll(async () => {
     engine = rawHttpServer((s) => {
+      engineSocket = s
       s.write(reply.bytes)
     })
     api.add(instance('bad', engine.port))
@@ -128,6 +132,34 @@ describe('a malformed engine reply through the gateway (wire front)', () => {
     expect(warned).toHaveLength(1)
     expect(warned[0]).toContain('bad_gateway')
     await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+  })
+
+  // A stream already relayed with the engine's own chunk framing: what the engine sends after its
+  // last chunk, or in a malformed trailer, must not reach the client (a client reusing or
+  // pipelining on the connection would read it as the next response).
+  it.each([
+    [
+      'a whole response after the last chunk',
+      '0\r\n\r\nHTTP/1.1 200 OK\r\nX-Injected: yes\r\ncontent-length: 5\r\n\r\nEVIL!',
+    ],
+    ['a trailer with a bare LF', '0\r\nx-t: a\nX-Injected: yes\r\n\r\n'],
+    ['a malformed chunk after good ones', '3\r\nabc\r\nzz\r\nX-Injected: yes\r\n\r\n'],
+  ])('sends nothing of %s once a stream is running', async (_name, rest) => {
+    reply.bytes = `HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n6\r\nENGINE\r\n`
+    const client = await Raw.open(port())
+    const body = '{"model":"bad","messages":[]}'
+    client.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+    )
+    // The first chunk reached the client: the stream is running, the rest comes in another read.
+    expect(await client.waitFor((c) => c.text.includes('ENGINE'), 5000)).toBe(true)
+    engineSocket!.write(rest)
+    await client.waitFor((c) => c.closed || c.text.includes('\r\n0\r\n\r\n'), 5000)
+    // Give a stray byte the same chance to arrive as the end did: wait for the close or 200 ms more.
+    await client.waitFor((c) => c.closed, 200)
+    expect(client.text).not.toContain('X-Injected')
+    expect(client.text).not.toContain('EVIL')
+    client.socket.terminate()
   })
 
   it.each([
