@@ -1,3 +1,4 @@
+import { FIELD_LINES } from '../../proxy/http-grammar.ts'
 import { BodyRange } from './body-range.ts'
 
 /**
@@ -103,11 +104,9 @@ const LF = 10
 const MAX_EMPTY_LINES = 4
 /** The end of a head, as bytes: a string needle would be encoded again on every search. */
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
-// Field lines are checked by one test of the whole block after the request line (cheaper than one
-// per line): each is CRLF, a token, ':' at once, and a value with no control but HTAB. That refuses
-// obs-fold, whitespace before the colon, NUL, and any bare CR or LF. Bytes >= 0x80 pass.
+// Field lines are checked by one test of the whole block after the request line (FIELD_LINES, the
+// same rule the engines' responses are held to). The method is a token.
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-const FIELD_LINES = /(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*)*$/y
 /**
  * Visible ASCII but '#' (a fragment is never sent, and backends disagree about one) and '\\' (URL
  * parsers turn it into '/': the framework would route another path than the one parsed here).

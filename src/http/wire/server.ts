@@ -272,6 +272,8 @@ class ClientConn implements WireClient {
   private arriving = 0
   /** The running exchange is one drain waits for (counted in the front's inflight). */
   private inference = false
+  /** The hot route of the head the parser read last (bodyLimit matched it; handle reuses it). */
+  private route: WireRoute | undefined = undefined
   http10 = false
 
   constructor(
@@ -284,7 +286,10 @@ class ClientConn implements WireClient {
     this.parser = new RequestParser({
       ...front.opts.limits,
       // A body the framework will parse gets the smaller limit, refused from the head alone.
-      bodyLimit: (head) => (front.match(head.path, head.method) ? Number.POSITIVE_INFINITY : relayBody),
+      bodyLimit: (head) => {
+        this.route = front.match(head.path, head.method)
+        return this.route ? Number.POSITIVE_INFINITY : relayBody
+      },
     })
   }
 
@@ -357,7 +362,8 @@ class ClientConn implements WireClient {
       this.refuseHead(head, 503, 'The listener is at its connection limit; retry later', startedAt)
       return
     }
-    const route = this.front.match(head.path, head.method)
+    // Matched once, when the parser asked for this head's body limit.
+    const route = this.route
     if (route) {
       const req = new ParsedWireRequest(head, r.body, startedAt)
       let action: WireAction | null
