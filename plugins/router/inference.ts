@@ -6,7 +6,7 @@ import { AppError } from '../../src/http/errors.ts'
 import { splitUrl } from '../../src/http/url.ts'
 import { BodyRange } from '../../src/http/wire/body-range.ts'
 import type { WireAction, WireRequest } from '../../src/http/wire/route.ts'
-import { type ForwardEnd, forward } from '../../src/proxy/forward.ts'
+import { type ForwardEnd, forwardAction } from '../../src/proxy/forward.ts'
 import type { Lease } from '../gateway/api.ts'
 import type { GatewayKeyGate } from './access.ts'
 import type { EndpointBackend } from './backends.ts'
@@ -20,8 +20,8 @@ import type { TrafficCounter } from './stats.ts'
 /**
  * RouterInference is the router's hot path: `POST /v1/chat/completions` and `/v1/completions`,
  * served as raw routes on the router listener (the same per-request cost as the gateway's /v1).
- * It resolves the model in the table, wakes a sleeping model (reject or hold), then hands the
- * bytes to the shared proxy core (`forward`). Every request naming a known model is counted in
+ * It resolves the model in the table, wakes a sleeping model (reject, or hold: a decision the
+ * front defers until the model is awake), then forwards socket to socket on the front. Every request naming a known model is counted in
  * the traffic statistics when its response has fully ended; 2xx is a success. A request refused
  * for the gateway's inference key (GatewayKeyGate, checked right after the model lookup on both
  * paths) is not: it neither counts nor touches the model, so a caller without the key can neither
@@ -61,100 +61,80 @@ export class RouterInference {
   }
 
   /**
-   * wire answers on the listener's wire front when the model is active: refusals and the forward.
-   * A model that sleeps or is waking is left to the framework (`handle`), which holds the request.
+   * wire decides every inference request, on the listener's wire front and (through handle) inside
+   * the framework alike: a refusal, a forward, or, for a model that sleeps or is waking, the wake
+   * (reject with Retry-After, or hold: a decision deferred until the model is awake).
    */
-  wire(req: WireRequest): WireAction | null {
+  wire(req: WireRequest): WireAction {
     const fields = readInferenceBody(req.body)
     if (fields instanceof AppError) return { error: fields }
     const entry = this.deps.table.get(fields.model)
     const denied = this.deps.gate.check(entry, req.header('authorization'))
     if (denied) return { error: denied }
     if (!entry) return { error: modelNotFound(fields.model) }
-    if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null) return null
     entry.touch(Date.now())
     if (fields.invalid) return { error: this.refusal(entry, fields.invalid, req.startedAt) }
-    const upstream = this.upstream(entry)
-    // The gateway saw a sleep before its event reached us: the framework path wakes the model.
-    if (upstream instanceof AppError && upstream.code === 'model_sleeping') return null
-    if (upstream instanceof AppError) return { error: this.refusal(entry, upstream, req.startedAt) }
-    entry.inFlight++
-    const { cfg } = this.deps
-    return {
-      forward: {
-        origin: upstream.baseUrl,
-        target: req.path + req.query,
-        body: req.body,
-        firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
-        connectTimeoutMs: cfg.proxy.connect_timeout_ms,
-        onEnd: this.ender(entry, upstream.lease, req.path),
-      },
-    }
+    if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null)
+      return this.wakeFirst(entry, req)
+    return this.send(entry, req, false)
   }
 
+  /** handle serves the route inside the framework (app.handle(), an https upstream): wire's decision, carried out there. */
   async handle(req: Request, server: Server<unknown> | null): Promise<Response> {
     const startedAt = performance.now()
-    const { path, query } = splitUrl(req.url)
     let bytes: Uint8Array<ArrayBuffer>
     try {
       bytes = await req.bytes()
     } catch {
       return new Response(null, { status: 499 })
     }
-    const fields = readInferenceBody(BodyRange.from(bytes))
-    if (fields instanceof AppError) return fields.toResponse('proxy')
-    const entry = this.deps.table.get(fields.model)
-    const denied = this.deps.gate.check(entry, req.headers.get('authorization'))
-    if (denied) return denied.toResponse('proxy')
-    if (!entry) return modelNotFound(fields.model).toResponse('proxy')
-    entry.touch(Date.now())
-    if (fields.invalid) return this.refuse(entry, fields.invalid, startedAt)
-    if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null)
-      return this.wakeFirst(entry, req, server, path + query, bytes, startedAt)
-    entry.inFlight++
-    return this.send(entry, req, server, path + query, bytes, startedAt)
+    const { path, query } = splitUrl(req.url)
+    const action = this.wire({
+      method: req.method,
+      path,
+      query,
+      body: BodyRange.from(bytes),
+      startedAt,
+      header: (name) => req.headers.get(name),
+    })
+    return forwardAction(req, action, { server, startedAt, idleTimeoutSeconds: this.deps.idleTimeoutSeconds })
   }
 
   /** wakeFirst: the model sleeps (or is waking): start the one wake, then reject or hold. */
-  private async wakeFirst(
-    entry: ModelEntry,
-    req: Request,
-    server: Server<unknown> | null,
-    pathAndQuery: string,
-    bytes: Uint8Array<ArrayBuffer>,
-    startedAt: number,
-  ): Promise<Response> {
+  private wakeFirst(entry: ModelEntry, req: WireRequest): WireAction {
     const { sleep, cfg, log } = this.deps
     const failure = sleep.recentWakeFailure(entry)
-    if (failure) return this.refuse(entry, wakeFailed(entry.name, failure), startedAt)
+    if (failure) return { error: this.refusal(entry, wakeFailed(entry.name, failure), req.startedAt) }
     const wake = sleep.wake(entry)
     wake.catch((err: Error) => log.warn('wake on request failed', { model: entry.name, error: err.message }))
     if (cfg.wake_on_request === 'reject')
-      return this.refuse(entry, modelWaking(entry.name, sleep.retryAfterSeconds(entry)), startedAt)
-
-    entry.inFlight++
-    server?.timeout(req, 0)
-    const outcome = await settleWithin(wake, cfg.hold_timeout * 1000, req.signal, this.deps.lifetime)
-    if (outcome !== 'done') {
-      entry.inFlight--
-      server?.timeout(req, this.deps.idleTimeoutSeconds)
-      if (outcome === 'aborted') {
-        this.record(entry, 499, startedAt)
-        return new Response(null, { status: 499 })
+      return {
+        error: this.refusal(entry, modelWaking(entry.name, sleep.retryAfterSeconds(entry)), req.startedAt),
       }
-      const err =
-        outcome === 'timeout'
-          ? modelWaking(
-              entry.name,
-              sleep.retryAfterSeconds(entry),
-              `Model '${entry.name}' did not wake up within ${cfg.hold_timeout} s; retry later`,
-            )
-          : outcome === 'stopped'
-            ? modelWaking(entry.name, 5, 'The router is stopping')
-            : wakeFailed(entry.name, outcome.error)
-      return this.refuse(entry, err, startedAt)
+    return {
+      defer: async (signal) => {
+        // A held request counts as in flight: the model is not put back to sleep under it.
+        entry.inFlight++
+        const outcome = await settleWithin(wake, cfg.hold_timeout * 1000, signal, this.deps.lifetime)
+        entry.inFlight--
+        if (outcome === 'done') return this.send(entry, req, true)
+        if (outcome === 'aborted') {
+          this.record(entry, 499, req.startedAt)
+          return { error: modelWaking(entry.name, 0, 'The client went away') }
+        }
+        const err =
+          outcome === 'timeout'
+            ? modelWaking(
+                entry.name,
+                sleep.retryAfterSeconds(entry),
+                `Model '${entry.name}' did not wake up within ${cfg.hold_timeout} s; retry later`,
+              )
+            : outcome === 'stopped'
+              ? modelWaking(entry.name, 5, 'The router is stopping')
+              : wakeFailed(entry.name, outcome.error)
+        return { error: this.refusal(entry, err, req.startedAt) }
+      },
     }
-    return this.send(entry, req, server, pathAndQuery, bytes, startedAt, true)
   }
 
   /**
@@ -196,59 +176,37 @@ export class RouterInference {
     }
   }
 
-  /** send forwards to the engine; the caller has counted the request in `entry.inFlight`. */
-  private async send(
-    entry: ModelEntry,
-    req: Request,
-    server: Server<unknown> | null,
-    pathAndQuery: string,
-    bytes: Uint8Array<ArrayBuffer>,
-    startedAt: number,
-    afterWake = false,
-  ): Promise<Response> {
+  /**
+   * send forwards to where the model is served now. `afterWake`: the request was held for a wake;
+   * a gateway that answers model_sleeping then is refused, not woken again.
+   */
+  private send(entry: ModelEntry, req: WireRequest, afterWake: boolean): WireAction {
     const upstream = this.upstream(entry)
     if (upstream instanceof AppError) {
-      entry.inFlight--
+      // The gateway saw a sleep before its event reached us: wake it as any sleeping model.
       if (upstream.code === 'model_sleeping' && !afterWake) {
         this.deps.table.syncGateway()
-        if (entry.state === 'sleeping')
-          return this.wakeFirst(entry, req, server, pathAndQuery, bytes, startedAt)
+        if (entry.state === 'sleeping') return this.wakeFirst(entry, req)
       }
-      return this.refuse(entry, upstream, startedAt)
+      return { error: this.refusal(entry, upstream, req.startedAt) }
     }
+    entry.inFlight++
     const { cfg } = this.deps
-    const onEnd = this.ender(entry, upstream.lease, pathAndQuery.split('?')[0]!)
-    try {
-      return await forward(req, upstream.baseUrl + pathAndQuery, {
-        server,
-        body: bytes,
-        startedAt,
+    return {
+      forward: {
+        origin: upstream.baseUrl,
+        target: req.path + req.query,
+        body: req.body,
         firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
         connectTimeoutMs: cfg.proxy.connect_timeout_ms,
-        idleTimeoutSeconds: this.deps.idleTimeoutSeconds,
-        onEnd,
-      })
-    } catch (err) {
-      // forward does not throw; should it ever, the in-flight count and the lease must not leak.
-      onEnd({
-        status: 500,
-        bytes: 0,
-        durationMs: performance.now() - startedAt,
-        ttftMs: null,
-        streamed: false,
-        aborted: false,
-      })
-      throw err
+        onEnd: this.ender(entry, upstream.lease, req.path),
+      },
     }
   }
 
   private refusal(entry: ModelEntry, err: AppError, startedAt: number): AppError {
     this.record(entry, err.status, startedAt)
     return err
-  }
-
-  private refuse(entry: ModelEntry, err: AppError, startedAt: number): Response {
-    return this.refusal(entry, err, startedAt).toResponse('proxy')
   }
 
   private record(entry: ModelEntry, status: number, startedAt: number): void {

@@ -107,6 +107,15 @@ export function forwardAction(
 ): Response | Promise<Response> {
   if ('error' in action) return action.error.toResponse('proxy')
   if ('json' in action) return Response.json(action.json, { status: action.status ?? 200 })
+  if ('defer' in action) {
+    // Held: no idle timeout while the route decides; the forward sets its own, anything else gets it back.
+    s.server?.timeout(req, 0)
+    return action.defer(req.signal).then((next) => {
+      if (!('forward' in next) && s.idleTimeoutSeconds !== undefined)
+        s.server?.timeout(req, s.idleTimeoutSeconds)
+      return forwardAction(req, next, s)
+    })
+  }
   const f = action.forward
   return forward(req, f.origin + f.target, {
     server: s.server,

@@ -5,10 +5,10 @@ import type { BodyRange } from './body-range.ts'
 /**
  * The contract between the wire front (server.ts) and a plugin's hot routes. A route that can
  * answer on the wire implements `wire`: it sees the parsed request (body already read) and returns
- * what to do — an error, a JSON reply, or a forward to an `http://` upstream that the front carries
- * out socket to socket (src/proxy/wire-exchange.ts). Returning null leaves the request to the
- * framework (the same route's Request-based handler behind the front), e.g. for an `https://`
- * upstream or a slow path such as holding a request while a model wakes.
+ * what to do — an error, a JSON reply, a forward to an `http://` upstream that the front carries
+ * out socket to socket (src/proxy/wire-exchange.ts), or a decision deferred until a wait is over
+ * (holding a request while a model wakes). Returning null leaves the request to the framework (the
+ * same route's Request-based handler behind the front), e.g. for an `https://` upstream.
  */
 export interface WireRequest {
   readonly method: string
@@ -40,7 +40,15 @@ export interface WireForwardAction {
   onEnd(info: ForwardEnd): void
 }
 
+/**
+ * WireAction: what the front does with a request. `defer` is a decision that takes time (hold the
+ * request until a model is awake): the front keeps the connection (no idle timeout, pipelined
+ * requests wait, shutdown's drain counts it) and carries out the action the promise resolves to.
+ * `signal` aborts when the client goes away; a forward resolved after that is ended as 499 by the
+ * front (its onEnd runs), so a lease taken for it is never leaked.
+ */
 export type WireAction =
   | { error: AppError }
   | { json: unknown; status?: number }
   | { forward: WireForwardAction }
+  | { defer(signal: AbortSignal): Promise<WireAction> }

@@ -234,6 +234,14 @@ export class WireFront {
   }
 }
 
+/** Running: what a client connection waits on while a request is answered. */
+interface Running {
+  /** The client's connection closed: stop, and release what is held. */
+  onClientClose(): void
+  /** The client's connection can take more bytes. */
+  onClientDrain(): void
+}
+
 class ParsedWireRequest implements WireRequest {
   constructor(
     private readonly head: RequestHead,
@@ -260,7 +268,8 @@ class ParsedWireRequest implements WireRequest {
 
 class ClientConn implements WireClient {
   private readonly parser: RequestParser
-  private current: WireExchange | null = null
+  /** What runs for the request being answered: an exchange, or a deferred decision (Waiting). */
+  private current: Running | null = null
   /** Bytes the socket did not take yet, in order; null when none, so a write checks one field. */
   private queue: Uint8Array[] | null = null
   private closed = false
@@ -399,8 +408,62 @@ class ClientConn implements WireClient {
     this.closeConnection()
   }
 
+  /**
+   * defer holds the request while the route decides (e.g. a model wakes), then acts on what it
+   * decided. The connection stays this request's: no idle timeout, pipelined requests wait, and
+   * shutdown's drain counts it. A client that leaves aborts the wait; a forward decided after that
+   * is ended as 499 at once (its onEnd releases what it holds).
+   */
+  private defer(
+    head: RequestHead,
+    req: ParsedWireRequest,
+    decide: (signal: AbortSignal) => Promise<WireAction>,
+  ): void {
+    const abort = new AbortController()
+    const waiting: Running = {
+      onClientClose: () => abort.abort(),
+      onClientDrain: () => {},
+    }
+    this.current = waiting
+    this.startInference()
+    const settle = (next: WireAction) => {
+      if (this.current !== waiting) {
+        // The client went away while the route decided.
+        if ('forward' in next)
+          next.forward.onEnd({
+            status: 499,
+            bytes: 0,
+            durationMs: 0,
+            ttftMs: null,
+            streamed: false,
+            aborted: true,
+          })
+        return
+      }
+      // Hand over without letting the drain count touch zero in between (a forward counts again).
+      this.current = null
+      this.inference = false
+      this.act(head, req, next)
+      this.front.inferenceEnded()
+    }
+    let decided: Promise<WireAction>
+    try {
+      decided = decide(abort.signal)
+    } catch (err) {
+      decided = Promise.reject(err)
+    }
+    decided.then(settle, (err) => {
+      console.error('deferred wire route failed', err)
+      settle({ error: internalError() })
+    })
+  }
+
   private act(head: RequestHead, req: ParsedWireRequest, action: WireAction): void {
     const opts = this.front.opts
+    if ('defer' in action) {
+      this.defer(head, req, action.defer)
+      return
+    }
     if ('forward' in action && !action.forward.origin.startsWith('http://')) {
       // Routes forward on the wire only to http:// upstreams (others are left to the framework).
       const f = action.forward
@@ -410,7 +473,7 @@ class ClientConn implements WireClient {
     if ('forward' in action) {
       const f = action.forward
       this.startInference()
-      this.current = new WireExchange(this, {
+      const exchange = new WireExchange(this, {
         head,
         target: f.target,
         upstream: originTarget(f.origin),
@@ -425,7 +488,8 @@ class ClientConn implements WireClient {
           f.onEnd(info)
         },
       })
-      this.current.start()
+      this.current = exchange
+      exchange.start()
       return
     }
     let status: number
@@ -453,7 +517,7 @@ class ClientConn implements WireClient {
   private relay(r: ParsedRequest, startedAt: number, hot: boolean): void {
     const head = r.head
     if (hot) this.startInference()
-    this.current = new WireExchange(this, {
+    const exchange = new WireExchange(this, {
       head,
       target: head.target,
       upstream: unixTarget(this.front.opts.frameworkSocket),
@@ -465,7 +529,8 @@ class ClientConn implements WireClient {
       startedAt,
       onEnd: () => {},
     })
-    this.current.start()
+    this.current = exchange
+    exchange.start()
   }
 
   private startInference(): void {

@@ -666,3 +666,84 @@ describe('wire front: hostile clients', () => {
     c.socket.terminate()
   })
 })
+
+describe('wire front: deferred decisions', () => {
+  it('holds the request while the route decides, then carries out its decision', async () => {
+    const gate = Promise.withResolvers<void>()
+    const f = front({
+      routes: [
+        {
+          match: (path) => path === '/v1/held',
+          wire: () => ({
+            defer: async () => {
+              await gate.promise
+              return { json: { woke: true } }
+            },
+          }),
+        },
+      ],
+    })
+    const c = await Raw.open(f.port)
+    c.write(REQ('GET', '/v1/held'))
+    const deadline = performance.now() + 2000
+    while (f.running === 0 && performance.now() < deadline) await Bun.sleep(5)
+    // Held: counted for the drain, nothing answered yet.
+    expect(f.running).toBe(1)
+    expect(c.text).toBe('')
+    gate.resolve()
+    expect(await c.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+    expect(parse(c.text)[0]!.body).toBe('{"woke":true}')
+    expect(f.running).toBe(0)
+    // The connection goes on serving.
+    c.write(REQ('GET', '/api/hello'))
+    expect(await c.waitFor((r) => parse(r.text).length === 2, 2000)).toBe(true)
+    c.socket.terminate()
+  })
+
+  it('aborts the wait when the client leaves, and ends a forward decided after that as 499', async () => {
+    const gate = Promise.withResolvers<void>()
+    let aborted = false
+    const ended: ForwardEnd[] = []
+    const f = front({
+      routes: [
+        {
+          match: (path) => path === '/v1/held',
+          wire: (req) => ({
+            defer: async (signal) => {
+              signal.addEventListener('abort', () => {
+                aborted = true
+              })
+              await gate.promise
+              return {
+                forward: {
+                  origin: `http://127.0.0.1:${up.listener.port}`,
+                  target: '/v1/echo',
+                  body: req.body,
+                  firstByteTimeoutMs: 1000,
+                  connectTimeoutMs: 1000,
+                  onEnd: (info) => ended.push(info),
+                },
+              }
+            },
+          }),
+        },
+      ],
+    })
+    const c = await Raw.open(f.port)
+    const seen = up.requests.length
+    c.write(REQ('GET', '/v1/held'))
+    const deadline = performance.now() + 2000
+    while (f.running === 0 && performance.now() < deadline) await Bun.sleep(5)
+    c.socket.terminate()
+    while (!aborted && performance.now() < deadline) await Bun.sleep(5)
+    expect(aborted).toBe(true)
+    expect(f.running).toBe(0)
+    gate.resolve()
+    while (ended.length === 0 && performance.now() < deadline) await Bun.sleep(5)
+    expect(ended).toEqual([
+      { status: 499, bytes: 0, durationMs: 0, ttftMs: null, streamed: false, aborted: true },
+    ])
+    // Nothing reached the upstream.
+    expect(up.requests.length).toBe(seen)
+  })
+})
