@@ -5,6 +5,8 @@ import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import pkg from '../../package.json' with { type: 'json' }
 
+import { parse, rawExchange } from '../support/raw-client.ts'
+
 /**
  * End to end on the compiled binary: built once, copied alone into an empty directory with only a
  * YAML beside it, then driven over HTTP and signals like an operator would.
@@ -35,7 +37,7 @@ plugins:
   gateway:
     engine:
       command: ['@self', sim, engine, --sim-dir, ./sim, --sim-gpus, 2x80]
-      env: { SIM_LOAD_DELAY_MS: '200' }
+      env: { SIM_LOAD_DELAY_MS: '200', SIM_TOKENS_PER_SEC: '40' }
       port_range: { start: 18391, end: 18399 }
       stop_grace_seconds: 3
     gpu:
@@ -173,7 +175,43 @@ describe('the compiled binary', () => {
     expect((await fetch(`${URL}/api/v1/metrics`)).status).toBe(401)
     expect((await fetch(`${URL}/api/v1/metrics`, { headers: auth })).status).toBe(200)
 
+    // The bypass of issue 16: a three-character Host and a prefixed path reached the admin API.
+    const load2 = JSON.stringify({ model_path: 'facebook/opt-125m', extra_args: ['--trust-remote-code'] })
+    for (const target of ['/xx/api/v1/models/load', '/api/v1/models/load']) {
+      const r = await rawExchange(
+        PORT,
+        `POST ${target} HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: ${load2.length}\r\n\r\n${load2}`,
+        { waitMs: 5000, until: (t) => parse(t).length === 1 },
+      )
+      expect(parse(r.text)[0]!.status).toBe(target.startsWith('/xx') ? 404 : 401)
+    }
+    const listed = (await (await fetch(`${URL}/api/v1/models`, { headers: auth })).json()) as {
+      models: unknown[]
+    }
+    expect(listed.models).toHaveLength(1)
+
+    // SIGTERM with a stream running: it ends whole (40 tokens at 40/s), then the engine stops.
+    const chat = await fetch(`${URL}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'facebook/opt-125m',
+        messages: [{ role: 'user', content: 'count' }],
+        max_tokens: 40,
+        ignore_eos: true,
+        stream: true,
+      }),
+    })
+    const reader = chat.body!.getReader()
+    let streamed = new TextDecoder().decode((await reader.read()).value)
     child.kill('SIGTERM')
+    for (;;) {
+      const { value, done } = await reader.read()
+      if (done) break
+      streamed += new TextDecoder().decode(value)
+    }
+    expect(streamed.trimEnd().endsWith('data: [DONE]')).toBe(true)
+    expect(streamed).not.toContain('"error"')
     expect(await child.exited).toBe(0)
     let gone = false
     try {
