@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { parse, rawExchange } from '../support/raw-client.ts'
 import {
   errorOf,
   FakeGateway,
@@ -54,11 +55,12 @@ describe('direct proxy /api/direct/:port/*', () => {
   })
 
   it('drops hop-by-hop request headers, including those named in Connection', async () => {
-    const raw = await rawRequest(
-      px.url,
+    const { text: raw } = await rawExchange(
+      Number(px.url.slice(px.url.lastIndexOf(':') + 1)),
       `GET /api/direct/${stub.port}/hop HTTP/1.1\r\nhost: gateway.example\r\nconnection: keep-alive, x-hop-secret\r\n` +
         'x-hop-secret: 1\r\nkeep-alive: timeout=9\r\nte: trailers\r\nproxy-authorization: Basic Zm9vOmJhcg==\r\n' +
         'x-end-to-end: yes\r\n\r\n',
+      { waitMs: 5000, until: (t) => parse(t).length === 1 },
     )
     expect(raw).toContain('200 OK')
     const h = stub.seen.at(-1)!.headers
@@ -146,28 +148,3 @@ describe('direct proxy /api/direct/:port/*', () => {
     expect(api.doubleReleases).toBe(0)
   })
 })
-
-/** rawRequest writes an HTTP request as given (headers fetch would normalise) and returns the raw reply. */
-async function rawRequest(base: string, text: string): Promise<string> {
-  const port = Number(base.slice(base.lastIndexOf(':') + 1))
-  const { promise, resolve } = Promise.withResolvers<string>()
-  let got = ''
-  const socket = await Bun.connect({
-    hostname: '127.0.0.1',
-    port,
-    socket: {
-      data(s, d) {
-        got += new TextDecoder().decode(d)
-        if (got.includes('\r\n\r\n')) {
-          s.end()
-          resolve(got)
-        }
-      },
-      close() {
-        resolve(got)
-      },
-    },
-  })
-  socket.write(text)
-  return promise
-}

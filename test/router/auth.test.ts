@@ -30,14 +30,7 @@ type ErrorBody = { error: { message: string; type: string; code: string } }
 type Status = { models: Record<string, { status: string; last_activity?: string | null }> }
 
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` })
-const admin = async <T = Record<string, unknown>>(path: string, init?: RequestInit) => {
-  const res = await fetch(`${r.url}${path}`, {
-    ...init,
-    headers: { 'content-type': 'application/json' },
-    signal: AbortSignal.timeout(20_000),
-  })
-  return { status: res.status, body: (await res.json()) as T }
-}
+const admin = <T = Record<string, unknown>>(path: string, init?: RequestInit) => r.main<T>(path, init)
 const instanceStatus = async () =>
   (await admin<{ model: { status: string } }>(`/api/v1/models/${instanceId}`)).body.model.status
 const routerState = async (name = GW) => (await r.get<Status>('/sleep/status')).body.models[name]

@@ -13,14 +13,7 @@ let instanceId = ''
 
 type Status = { models: Record<string, { status: string }> }
 
-const main = async <T = Record<string, unknown>>(path: string, init?: RequestInit) => {
-  const res = await fetch(`${r.url}${path}`, {
-    ...init,
-    headers: { 'content-type': 'application/json' },
-    signal: AbortSignal.timeout(20_000),
-  })
-  return { status: res.status, body: (await res.json()) as T }
-}
+const main = <T = Record<string, unknown>>(path: string, init?: RequestInit) => r.main<T>(path, init)
 const instanceStatus = async () =>
   (await main<{ model: { status: string } }>(`/api/v1/models/${instanceId}`)).body.model.status
 const routerState = async () => (await r.get<Status>('/sleep/status')).body.models[NAME]?.status

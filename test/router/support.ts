@@ -60,6 +60,8 @@ export interface TestRouter extends TestHost {
     body?: unknown,
     headers?: Record<string, string>,
   ): Promise<{ status: number; body: T; headers: Headers }>
+  /** main: a JSON request to the host's main listener (the gateway's API), as the router tests drive it. */
+  main<T = Record<string, unknown>>(path: string, init?: RequestInit): Promise<{ status: number; body: T }>
 }
 
 /** routerYaml: a `plugins.router` section on a free port. */
@@ -119,6 +121,14 @@ function wrap(th: TestHost): TestRouter {
   return {
     ...th,
     routerUrl,
+    async main<T>(path: string, init?: RequestInit) {
+      const res = await fetch(`${th.url}${path}`, {
+        ...init,
+        headers: { 'content-type': 'application/json' },
+        signal: AbortSignal.timeout(20_000),
+      })
+      return { status: res.status, body: (await res.json()) as T }
+    },
     get: (path) => call(path),
     post: (path, body, headers = {}) =>
       call(path, {
