@@ -589,6 +589,9 @@ class ClientConn implements WireClient {
   /** answered: a response is complete; go on with the next request or close. */
   private answered(reuse: boolean, now: number): void {
     this.lastActive = now
+    // A request already arriving behind this response gets its head deadline from now, not from
+    // when its first bytes came in while a long response ran.
+    this.arriving = this.parser.buffered > 0 ? now : 0
     if (!reuse || this.front.stopped || this.reserve) {
       this.closeConnection()
       return
