@@ -1,26 +1,24 @@
-import type { Server } from 'bun'
 import type { Registry } from 'prom-client'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../src/host/plugin.ts'
 import { AppError, proxyError, toAppError } from '../../src/http/errors.ts'
-import { splitUrl } from '../../src/http/url.ts'
-import { BodyRange } from '../../src/http/wire/body-range.ts'
+import type { BodyRange } from '../../src/http/wire/body-range.ts'
 import type { WireAction } from '../../src/http/wire/route.ts'
-import { type ForwardEnd, forwardAction, type ServingOptions } from '../../src/proxy/forward.ts'
+import type { ForwardEnd } from '../../src/proxy/forward.ts'
 import { readModelField, replaceModel } from '../../src/proxy/model-field.ts'
-import { type InferenceHandlers, openaiRoutes } from '../../src/proxy/openai-routes.ts'
+import { openaiRoutes } from '../../src/proxy/openai-routes.ts'
 import type { GatewayApi, Lease } from './api.ts'
 import { ProxyMetrics } from './proxy-metrics.ts'
 
 /**
  * createInference builds the gateway's inference proxy: the OpenAI-compatible routes (`/v1/...`,
- * `/tokenize` and friends), `GET /v1/models` and `ALL /api/direct/:port/*`. They are served as raw
- * routes (before Elysia, inference key already checked by the host) and also declared in Elysia
- * for /docs and `app.handle()`. Bodies are forwarded as sent, except that a `model` naming the
+ * `/tokenize` and friends), `GET /v1/models` and `ALL /api/direct/:port/*`. They are the main
+ * listener's hot routes, answered on its front (inference key already checked there), and declared
+ * in Elysia for /docs only. Bodies are forwarded as sent, except that a `model` naming the
  * instance by id or model path is replaced by the served name the engine answers to (a splice of
  * that one JSON string). Model resolution and load balancing are the gateway's
- * (`api.acquire`); moving bytes is `forward`'s. Each proxied request holds a lease on its instance
+ * (`api.acquire`); moving bytes is the front's (WireExchange). Each proxied request holds a lease on its instance
  * until its response has fully ended, then is counted in the metrics and announced on the bus as
  * `proxy.request`.
  */
@@ -56,32 +54,31 @@ const DIRECT = '/api/direct/'
 export function createInference(deps: InferenceDeps): {
   rawRoutes: RawRoute[]
   routes: AnyElysia
-  handlers: InferenceHandlers
+  handlers: GatewayInference
 } {
   const handlers = new GatewayInference(deps)
   const rawRoutes: RawRoute[] = [
     {
       match: (path, method) => method === 'POST' && enginePaths.has(path),
-      handle: (req, server) => handlers.model(req, server),
       wire: (req) => handlers.planModel(req.path, req.query, req.body),
     },
-    { match: (path, method) => method === 'GET' && path === '/v1/models', handle: () => handlers.models() },
+    {
+      match: (path, method) => method === 'GET' && path === '/v1/models',
+      wire: () => ({ json: handlers.modelList() }),
+    },
     {
       match: (path) => path.startsWith(DIRECT),
-      handle: (req, server) => handlers.direct(req, server),
       wire: (req) => handlers.planDirect(req.path, req.query, req.body),
     },
   ]
-  return { rawRoutes, routes: openaiRoutes(handlers, { tag: 'gateway', paths: ENGINE_PATHS }), handlers }
+  return { rawRoutes, routes: openaiRoutes({ tag: 'gateway', paths: ENGINE_PATHS, direct: true }), handlers }
 }
 
 /**
  * GatewayInference decides each inference request once (`planModel`, `planDirect`: an error, or a
- * forward holding a lease on the instance) for both ways of serving it: on the wire front (the
- * route's `wire`) or inside the framework (`model`, `direct`, which carry the plan out with
- * forward()).
+ * forward holding a lease on the instance); the front carries the decision out.
  */
-class GatewayInference implements InferenceHandlers {
+export class GatewayInference {
   private readonly metrics: ProxyMetrics
 
   constructor(private readonly deps: InferenceDeps) {
@@ -90,15 +87,6 @@ class GatewayInference implements InferenceHandlers {
     deps.bus.on('proxy.request', (e) => {
       if (e.instance_id) this.metrics.observe(e.instance_id, e.status, e.duration_ms)
     })
-  }
-
-  async model(req: Request, server: Server<unknown> | null): Promise<Response> {
-    const startedAt = performance.now()
-    const { path, query } = splitUrl(req.url)
-    if (!enginePaths.has(path)) return notFound(req.method, path).toResponse('proxy')
-    const bytes = await readBody(req)
-    if (!bytes) return new Response(null, { status: 499 })
-    return forwardAction(req, this.planModel(path, query, bytes), this.serving(server, startedAt))
   }
 
   planModel(path: string, query: string, body: BodyRange): WireAction {
@@ -118,7 +106,8 @@ class GatewayInference implements InferenceHandlers {
     return this.forwardTo(lease, enginePath + query, bytes, model, path)
   }
 
-  models(): Response {
+  /** modelList: `GET /v1/models`, every active instance once by served name and once by id. */
+  modelList(): { object: 'list'; data: Record<string, unknown>[] } {
     const data: Record<string, unknown>[] = []
     const seen = new Set<string>()
     for (const i of this.deps.api.list()) {
@@ -139,15 +128,7 @@ class GatewayInference implements InferenceHandlers {
         })
       }
     }
-    return Response.json({ object: 'list', data })
-  }
-
-  async direct(req: Request, server: Server<unknown> | null): Promise<Response> {
-    const startedAt = performance.now()
-    const { path, query } = splitUrl(req.url)
-    const bytes = req.method === 'GET' || req.method === 'HEAD' ? BodyRange.EMPTY : await readBody(req)
-    if (!bytes) return new Response(null, { status: 499 })
-    return forwardAction(req, this.planDirect(path, query, bytes), this.serving(server, startedAt))
+    return { object: 'list', data }
   }
 
   planDirect(path: string, query: string, body: BodyRange): WireAction {
@@ -189,10 +170,6 @@ class GatewayInference implements InferenceHandlers {
     }
   }
 
-  private serving(server: Server<unknown> | null, startedAt: number): ServingOptions {
-    return { server, startedAt, idleTimeoutSeconds: this.deps.config.idleTimeoutSeconds }
-  }
-
   private record(lease: Lease, model: string, path: string, info: ForwardEnd): void {
     const instanceId = lease.instanceId
     this.deps.bus.emit('proxy.request', {
@@ -225,13 +202,4 @@ class GatewayInference implements InferenceHandlers {
 
 function notFound(method: string, path: string): AppError {
   return proxyError(404, 'invalid_request_error', 'not_found', `No route for ${method} ${path}`)
-}
-
-/** readBody: the request body, or null when the client went away while sending it. */
-async function readBody(req: Request): Promise<BodyRange | null> {
-  try {
-    return BodyRange.from(await req.bytes())
-  } catch {
-    return null
-  }
 }

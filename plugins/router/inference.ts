@@ -1,12 +1,9 @@
-import type { Server } from 'bun'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError } from '../../src/http/errors.ts'
-import { splitUrl } from '../../src/http/url.ts'
-import { BodyRange } from '../../src/http/wire/body-range.ts'
 import type { WireAction, WireRequest } from '../../src/http/wire/route.ts'
-import { type ForwardEnd, forwardAction } from '../../src/proxy/forward.ts'
+import type { ForwardEnd } from '../../src/proxy/forward.ts'
 import type { Lease } from '../gateway/api.ts'
 import type { GatewayKeyGate } from './access.ts'
 import type { EndpointBackend } from './backends.ts'
@@ -54,16 +51,15 @@ export class RouterInference {
     return [
       {
         match: (path, method) => method === 'POST' && paths.has(path),
-        handle: (req, server) => this.handle(req, server),
         wire: (req) => this.wire(req),
       },
     ]
   }
 
   /**
-   * wire decides every inference request, on the listener's wire front and (through handle) inside
-   * the framework alike: a refusal, a forward, or, for a model that sleeps or is waking, the wake
-   * (reject with Retry-After, or hold: a decision deferred until the model is awake).
+   * wire decides every inference request on the listener's front: a refusal, a forward, or, for a
+   * model that sleeps or is waking, the wake (reject with Retry-After, or hold: a decision deferred
+   * until the model is awake).
    */
   wire(req: WireRequest): WireAction {
     const fields = readInferenceBody(req.body)
@@ -77,27 +73,6 @@ export class RouterInference {
     if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null)
       return this.wakeFirst(entry, req)
     return this.send(entry, req, false)
-  }
-
-  /** handle serves the route inside the framework (app.handle(), an https upstream): wire's decision, carried out there. */
-  async handle(req: Request, server: Server<unknown> | null): Promise<Response> {
-    const startedAt = performance.now()
-    let bytes: Uint8Array<ArrayBuffer>
-    try {
-      bytes = await req.bytes()
-    } catch {
-      return new Response(null, { status: 499 })
-    }
-    const { path, query } = splitUrl(req.url)
-    const action = this.wire({
-      method: req.method,
-      path,
-      query,
-      body: BodyRange.from(bytes),
-      startedAt,
-      header: (name) => req.headers.get(name),
-    })
-    return forwardAction(req, action, { server, startedAt, idleTimeoutSeconds: this.deps.idleTimeoutSeconds })
   }
 
   /** wakeFirst: the model sleeps (or is waking): start the one wake, then reject or hold. */

@@ -1,7 +1,7 @@
-import type { Server } from 'bun'
 import { type DocumentDecoration, Elysia } from 'elysia'
 import type { Logger } from '../../src/host/logger.ts'
 import { AppError } from '../../src/http/errors.ts'
+import { servedByTheFront } from '../../src/proxy/openai-routes.ts'
 import {
   ChatCompletion,
   ChatCompletionRequest,
@@ -79,8 +79,8 @@ export function routerRoutes(service: RouterService, log: Logger) {
         return render(err, log, new URL(c.request.url).pathname) as unknown as R
       }
     }
-  const inference = ({ request, server }: { request: Request; server: Server<unknown> | null }) =>
-    service.inference.handle(request, server)
+  // Served by the listener's front (RouterInference.wire); declared here for /docs.
+  const inference = servedByTheFront
   const inferenceDoc = (summary: string, body: object, ok: unknown) => ({
     parse: 'none' as const,
     response: {

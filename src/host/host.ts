@@ -10,7 +10,7 @@ import { AuthService, categorize } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
-import { pathOf, splitUrl } from '../http/url.ts'
+import { splitUrl } from '../http/url.ts'
 import { WireFront } from '../http/wire/server.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { EventBus } from './bus.ts'
@@ -217,15 +217,11 @@ export class Host {
     const server = Bun.serve({
       // The front owns client connections and their idle timeout (Bun applies none on Unix sockets).
       unix: socket,
-      fetch: async (req, srv) => {
+      fetch: async (req) => {
         const started = performance.now()
         let res: Response
-        const rawRoute = raw.length > 0 ? matchRaw(raw, req) : undefined
         try {
-          if (rawRoute) {
-            const denied = name === 'gateway' ? auth.checkInference(req) : null
-            res = denied ? denied.toResponse('proxy') : await rawRoute.handle(req, srv)
-          } else res = await handle(req)
+          res = await handle(req)
         } catch (err) {
           res = renderError(err, new URL(req.url).pathname, log, shape)
         }
@@ -327,12 +323,6 @@ export class Host {
       }
     }
   }
-}
-
-function matchRaw(raw: RawRoute[], req: Request): RawRoute | undefined {
-  const pathname = pathOf(req.url)
-  for (const r of raw) if (r.match(pathname, req.method)) return r
-  return undefined
 }
 
 /** Of the shutdown budget, what the drain leaves for stopping plugins (engines: TERM, wait, KILL). */

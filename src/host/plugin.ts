@@ -45,27 +45,23 @@ export interface ListenerSpec {
   app: AnyElysia
   /** errorShape fixes the error shape of every response on this listener (default: by path). */
   errorShape?: import('../http/errors.ts').ErrorShape
-  /** rawRoutes are served before Elysia routing on this listener (hot paths; documented in `app`). */
+  /** rawRoutes are this listener's hot routes, answered on its front (documented in `app`). */
   rawRoutes?: RawRoute[]
   title: string
   description: string
 }
 
 /**
- * RawRoute lets a hot path bypass the framework. `wire`, when present, answers on the listener's
- * wire front without any Request or Response (src/http/wire/route.ts); `handle` serves the same
- * route inside the framework, before Elysia routing, for what `wire` leaves to it.
+ * RawRoute is a hot route: matched on the exact path by the listener's front and answered there,
+ * socket to socket, without Request or Response objects (src/http/wire/route.ts). A plugin also
+ * declares it in its Elysia routes for /docs; the framework never serves it.
  */
-export interface RawRoute {
-  match(pathname: string, method: string): boolean
-  handle(req: Request, server: import('bun').Server<unknown>): Response | Promise<Response>
-  wire?(req: import('../http/wire/route.ts').WireRequest): import('../http/wire/route.ts').WireAction | null
-}
+export type RawRoute = import('../http/wire/server.ts').WireRoute
 
 export interface PluginInstance<Api = unknown> {
   /** routes are mounted on the main (gateway) listener. */
   routes?: AnyElysia
-  /** rawRoutes are served on the main listener before Elysia routing (must also be documented in routes). */
+  /** rawRoutes are the main listener's hot routes, answered on its front (document them in routes). */
   rawRoutes?: RawRoute[]
   listeners?: ListenerSpec[]
   api?: Api

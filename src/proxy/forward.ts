@@ -1,6 +1,5 @@
 import type { Server } from 'bun'
 import { type AppError, internalError } from '../http/errors.ts'
-import type { WireAction } from '../http/wire/route.ts'
 import { probeConnect } from './connect-probe.ts'
 import { TICK_MS, unwatch, type Watched, watch } from './ticker.ts'
 import { sendUpstream, type Transport, type UpstreamCall, usesFetch } from './upstream.ts'
@@ -87,45 +86,6 @@ const WATCH_CLIENT_MS = TICK_MS
 
 export function forward(req: Request, upstreamUrl: string, opts: ForwardOptions): Promise<Response> {
   return new Exchange(req, upstreamUrl, opts).run()
-}
-
-/** ServingOptions: how the framework's listener serves a request (see ForwardOptions). */
-export interface ServingOptions {
-  server: Server<unknown> | null
-  startedAt: number
-  idleTimeoutSeconds?: number
-}
-
-/**
- * forwardAction carries out a hot route's decision inside the framework (the wire front carries
- * out the same decision socket to socket): an error or JSON reply, or a forward().
- */
-export function forwardAction(
-  req: Request,
-  action: WireAction,
-  s: ServingOptions,
-): Response | Promise<Response> {
-  if ('error' in action) return action.error.toResponse('proxy')
-  if ('json' in action) return Response.json(action.json, { status: action.status ?? 200 })
-  if ('defer' in action) {
-    // Held: no idle timeout while the route decides; the forward sets its own, anything else gets it back.
-    s.server?.timeout(req, 0)
-    return action.defer(req.signal).then((next) => {
-      if (!('forward' in next) && s.idleTimeoutSeconds !== undefined)
-        s.server?.timeout(req, s.idleTimeoutSeconds)
-      return forwardAction(req, next, s)
-    })
-  }
-  const f = action.forward
-  return forward(req, f.origin + f.target, {
-    server: s.server,
-    body: f.body.bytes(),
-    startedAt: s.startedAt,
-    firstByteTimeoutMs: f.firstByteTimeoutMs,
-    connectTimeoutMs: f.connectTimeoutMs,
-    ...(s.idleTimeoutSeconds !== undefined ? { idleTimeoutSeconds: s.idleTimeoutSeconds } : {}),
-    onEnd: f.onEnd,
-  })
 }
 
 enum Phase {

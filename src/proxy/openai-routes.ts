@@ -1,6 +1,7 @@
-import type { Server } from 'bun'
 import { Elysia, type t } from 'elysia'
+import { proxyError } from '../http/errors.ts'
 import { ProxyError } from '../http/schemas.ts'
+import { pathOf } from '../http/url.ts'
 import {
   ChatCompletion,
   ChatCompletionRequest,
@@ -16,24 +17,16 @@ import {
 } from './openai-schemas.ts'
 
 /**
- * openaiRoutes declares the inference routes in Elysia so /docs shows their shapes. On a listener
- * they are shadowed by the raw routes (which the host checks before Elysia routing); they still
- * serve `app.handle()` and delegate to the same handlers, so both paths behave alike. Request
- * bodies are documented, not validated: Elysia does not parse them (`parse: 'none'`), the handler
- * reads the bytes once, checks `model` and forwards them unchanged (the engine validates the rest).
+ * openaiRoutes declares the inference routes in Elysia so /docs shows their shapes. They are served
+ * only by the listener's front (the plugin's hot routes, matched on the exact path): a request that
+ * reaches one of these declarations went past the front under another spelling (a trailing slash)
+ * and gets the proxy-shaped 404 of an unknown route, as any path the front does not serve.
  */
-export interface InferenceHandlers {
-  /** model proxies a JSON request with a `model` field to the engine serving that model. */
-  model(req: Request, server: Server<unknown> | null): Promise<Response>
-  /** models lists the models that can be named in `model`. */
-  models(): Response
-  /** direct proxies `/api/direct/:port/*` to a managed engine port. */
-  direct?(req: Request, server: Server<unknown> | null): Promise<Response>
-}
-
 export interface OpenaiRoutesOptions {
   /** OpenAPI tag of every route. */
   tag: string
+  /** Whether `/api/direct/:port/*` is declared too. */
+  direct: boolean
   /** Which model routes exist (gateway path → engine path), in the order to document them. */
   paths: Readonly<Record<string, string>>
 }
@@ -108,9 +101,19 @@ const DOCS: Record<string, RouteDoc> = {
   },
 }
 
-export function openaiRoutes(h: InferenceHandlers, opts: OpenaiRoutesOptions) {
+/** servedByTheFront: what a documented inference route answers when the front did not serve it. */
+export function servedByTheFront({ request }: { request: Request }): never {
+  throw proxyError(
+    404,
+    'invalid_request_error',
+    'not_found',
+    `No route for ${request.method} ${pathOf(request.url)}`,
+  )
+}
+
+export function openaiRoutes(opts: OpenaiRoutesOptions) {
   const tags = [opts.tag]
-  let app = new Elysia({ name: `inference-${opts.tag}` }).get('/v1/models', () => h.models(), {
+  let app = new Elysia({ name: `inference-${opts.tag}` }).get('/v1/models', servedByTheFront, {
     detail: {
       tags,
       summary: 'List the models that can be named in `model`',
@@ -124,7 +127,7 @@ export function openaiRoutes(h: InferenceHandlers, opts: OpenaiRoutesOptions) {
       body: EngineRequest('Engine request'),
       ok: EngineResponse('Engine response'),
     }
-    app = app.post(path, ({ request, server }) => h.model(request, server as Server<unknown> | null), {
+    app = app.post(path, servedByTheFront, {
       parse: 'none',
       response: { 200: doc.ok, ...errors },
       detail: {
@@ -135,8 +138,7 @@ export function openaiRoutes(h: InferenceHandlers, opts: OpenaiRoutesOptions) {
       },
     }) as unknown as typeof app
   }
-  if (h.direct) {
-    const direct = (request: Request, server: unknown) => h.direct!(request, server as Server<unknown> | null)
+  if (opts.direct) {
     const doc = {
       parse: 'none' as const,
       response: { 404: ProxyError, 401: ProxyError, 502: ProxyError, 504: ProxyError },
@@ -156,18 +158,14 @@ export function openaiRoutes(h: InferenceHandlers, opts: OpenaiRoutesOptions) {
     const route = '/api/direct/:port/:path'
     const hidden = { parse: 'none' as const, detail: { hide: true } }
     app = app
-      .get(route, ({ request, server }) => direct(request, server), doc)
-      .post(route, ({ request, server }) => direct(request, server), doc)
-      .put(route, ({ request, server }) => direct(request, server), doc)
-      .patch(route, ({ request, server }) => direct(request, server), doc)
-      .delete(route, ({ request, server }) => direct(request, server), doc)
-      .all(route, ({ request, server }) => direct(request, server), hidden)
-      .all('/api/direct/:port/*', ({ request, server }) => direct(request, server), hidden)
-      .all(
-        '/api/direct/:port',
-        ({ request, server }) => direct(request, server),
-        hidden,
-      ) as unknown as typeof app
+      .get(route, servedByTheFront, doc)
+      .post(route, servedByTheFront, doc)
+      .put(route, servedByTheFront, doc)
+      .patch(route, servedByTheFront, doc)
+      .delete(route, servedByTheFront, doc)
+      .all(route, servedByTheFront, hidden)
+      .all('/api/direct/:port/*', servedByTheFront, hidden)
+      .all('/api/direct/:port', servedByTheFront, hidden) as unknown as typeof app
   }
   return app
 }

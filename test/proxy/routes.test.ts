@@ -1,9 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { Registry } from 'prom-client'
-import { createInference, ENGINE_PATHS } from '../../plugins/gateway/inference.ts'
-import { EventBus } from '../../src/host/bus.ts'
-import { Logger } from '../../src/host/logger.ts'
-import { createBaseApp } from '../../src/http/app.ts'
+import { ENGINE_PATHS } from '../../plugins/gateway/inference.ts'
 import {
   CHAT_REPLY,
   chatHandler,
@@ -89,6 +85,22 @@ describe('inference routes', () => {
     }
   })
 
+  it('is served on the exact path only: the documented Elysia route answers 404 to another spelling', async () => {
+    const seen = stub.seen.length
+    for (const path of ['/v1/chat/completions/', '/tokenize/']) {
+      const res = await postJson(`${px.url}${path}`, { model: 'm', messages: [] })
+      expect(res.status).toBe(404)
+      expect(await errorOf(res)).toEqual({
+        message: `No route for POST ${path}`,
+        type: 'invalid_request_error',
+        code: 'not_found',
+      })
+    }
+    const models = await fetch(`${px.url}/v1/models/`)
+    expect(models.status).toBe(404)
+    expect(stub.seen.length).toBe(seen)
+  })
+
   it('is served by the raw route, not by the documented Elysia route (no schema validation in between)', async () => {
     const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', messages: 'not an array' })
     expect(res.status).toBe(200)
@@ -143,81 +155,5 @@ describe('inference routes', () => {
     const direct = Object.keys(doc.paths).find((p) => p.startsWith('/api/direct/'))
     expect(direct).toBeDefined()
     expect(doc.paths[direct!]!.get?.tags).toEqual(['gateway'])
-  })
-})
-
-describe('inference routes through app.handle (no listener)', () => {
-  const api = new FakeGateway()
-  let stub: Stub
-  const bus = new EventBus()
-  const log = new Logger('error', 'test', 'text', () => {})
-  let app: { handle(req: Request): Promise<Response> }
-
-  beforeAll(() => {
-    stub = startStub(chatHandler(3, 5))
-    api.add(instance('m', stub.port))
-    const inf = createInference({
-      api,
-      bus,
-      metrics: new Registry(),
-      log,
-      config: { firstByteTimeoutMs: 5000, connectTimeoutMs: 1000 },
-    })
-    app = createBaseApp({ name: 'test', auth: null, log }).use(inf.routes)
-  })
-  afterAll(() => stub.stop())
-
-  const post = (path: string, body: string) =>
-    app.handle(
-      new Request(`http://local${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body,
-      }),
-    )
-
-  it('proxies a chat completion with the body unchanged', async () => {
-    const raw = '{"model":"m-served",  "messages":[{"role":"user","content":"hi"}]}'
-    const res = await post('/v1/chat/completions', raw)
-    expect(res.status).toBe(200)
-    expect(await res.json()).toEqual(CHAT_REPLY)
-    expect(new TextDecoder().decode(stub.seen.at(-1)!.body)).toBe(raw)
-    expect(api.totalInFlight()).toBe(0)
-  })
-
-  it('streams', async () => {
-    const res = await post(
-      '/v1/chat/completions',
-      '{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}',
-    )
-    expect(await res.text()).toBe(streamFrames(3).join(''))
-  })
-
-  it('renders the same proxy errors', async () => {
-    const bad = await post('/v1/chat/completions', '{oops')
-    expect(bad.status).toBe(400)
-    expect((await errorOf(bad)).code).toBe('invalid_json')
-    const none = await post('/tokenize', '{"prompt":"x"}')
-    expect(none.status).toBe(400)
-    expect(await errorOf(none)).toMatchObject({ code: 'missing_model', param: 'model' })
-    const unknown = await post('/tokenize', '{"model":"nope","prompt":"x"}')
-    expect(unknown.status).toBe(400)
-    expect((await errorOf(unknown)).code).toBe('invalid_model')
-  })
-
-  it('lists models and serves the direct proxy', async () => {
-    const models = await app.handle(new Request('http://local/v1/models'))
-    expect(((await models.json()) as { data: unknown[] }).data).toHaveLength(2)
-    const direct = await app.handle(
-      new Request(`http://local/api/direct/${stub.port}/v1/chat/completions?x=1`, {
-        method: 'POST',
-        body: '{"model":"m"}',
-      }),
-    )
-    expect(direct.status).toBe(200)
-    expect(stub.seen.at(-1)!.query).toBe('?x=1')
-    const missing = await app.handle(new Request('http://local/api/direct/1/x'))
-    expect(missing.status).toBe(404)
-    expect((await errorOf(missing)).code).toBe('unknown_port')
   })
 })

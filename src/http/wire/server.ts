@@ -36,7 +36,8 @@ import type { WireAction, WireRequest } from './route.ts'
  */
 export interface WireRoute {
   match(path: string, method: string): boolean
-  wire?(req: WireRequest): WireAction | null
+  /** The decision for a matched request; null leaves it to the framework (which has no hot routes). */
+  wire(req: WireRequest): WireAction | null
 }
 
 export interface FrontOptions {
@@ -216,7 +217,7 @@ export class WireFront {
   }
 
   match(path: string, method: string): WireRoute | undefined {
-    for (const r of this.opts.routes) if (r.wire && r.match(path, method)) return r
+    for (const r of this.opts.routes) if (r.match(path, method)) return r
     return undefined
   }
 
@@ -378,7 +379,7 @@ class ClientConn implements WireClient {
       let action: WireAction | null
       try {
         const denied = this.front.opts.guard?.(req)
-        action = denied ? { error: denied } : route.wire!(req)
+        action = denied ? { error: denied } : route.wire(req)
       } catch (err) {
         console.error('wire route failed', err)
         action = { error: internalError() }
