@@ -93,9 +93,3 @@ export function errorCode(cause: unknown): string | undefined {
     return cause.code
   return undefined
 }
-
-/** isResetBeforeResponse: a pooled keep-alive socket the engine had already closed (safe to resend once). */
-export function isResetBeforeResponse(cause: unknown): boolean {
-  const code = errorCode(cause)
-  return code === 'ECONNRESET' || code === 'ConnectionClosed' || code === 'EPIPE'
-}

@@ -2,7 +2,7 @@ import type { AppError, ErrorShape } from '../http/errors.ts'
 import type { BodyRange } from '../http/wire/body-range.ts'
 import { nameAt, type RequestHead } from '../http/wire/request-parser.ts'
 import { errorResponse, latin1, statusLine } from '../http/wire/responses.ts'
-import type { ForwardEnd } from './forward.ts'
+import type { ForwardEnd } from '../http/wire/route.ts'
 import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
 import {
   type ParserEvents,
@@ -21,7 +21,6 @@ import {
   takeIdle,
   writeAll,
 } from './http1-pool.ts'
-import { LF, sseErrorEnding } from './stream.ts'
 import { unwatch, type Watched, watch } from './ticker.ts'
 import {
   errorCode,
@@ -35,7 +34,7 @@ import {
  * WireExchange moves one request from a client connection of the wire front (src/http/wire) to an
  * HTTP/1.1 upstream and its response back, socket to socket: no Request, Response or stream objects,
  * no promise per chunk. It is the front's hot path, the way nginx's proxy module is nginx's, and the
- * counterpart of forward() (which does the same for a Request inside the framework).
+ * only way modelgate moves a request to an engine.
  *
  * - The request goes out in one write: request line, the upstream's Host (never the client's: the
  *   framework behind the front sees one canonical Host), the front's own lines, the client's
@@ -51,7 +50,7 @@ import {
  * - The client going away destroys the upstream connection at once: the engine sees the disconnect.
  * - A streamed event stream that breaks ends with an error event in the proxy shape and [DONE]; any
  *   other broken streamed body closes the client connection (the client sees a truncated body).
- * - `onEnd` runs exactly once with the same outcome record forward() reports.
+ * - `onEnd` runs exactly once with the outcome (ForwardEnd, src/http/wire/route.ts).
  */
 export interface WireClient {
   /** The client spoke HTTP/1.0: no chunked framing. */
@@ -92,6 +91,18 @@ export interface WireForward {
   errorShape: ErrorShape
   startedAt: number
   onEnd(info: ForwardEnd): void
+}
+
+const LF = 10
+const encoder = new TextEncoder()
+
+/**
+ * sseErrorEnding: the bytes that end a broken event stream: a blank line to close whatever event
+ * was cut short (given the last two bytes sent), the error event in the proxy shape, and [DONE].
+ */
+export function sseErrorEnding(error: AppError, last: number, beforeLast: number): Uint8Array {
+  const prefix = last === LF ? (beforeLast === LF ? '' : '\n') : '\n\n'
+  return encoder.encode(`${prefix}data: ${JSON.stringify(error.toProxy())}\n\ndata: [DONE]\n\n`)
 }
 
 /** BUFFER_LIMIT: replies up to this size with a Content-Length are held and written whole. */

@@ -1,4 +1,3 @@
-import type { ForwardEnd } from '../../proxy/forward.ts'
 import type { AppError } from '../errors.ts'
 import type { BodyRange } from './body-range.ts'
 
@@ -22,6 +21,26 @@ export interface WireRequest {
   readonly startedAt: number
   /** header returns the first value of a lower-case header name, or null. */
   header(name: string): string | null
+}
+
+/** ForwardEnd: the outcome of one forwarded request, reported once when its response has fully ended. */
+export interface ForwardEnd {
+  /**
+   * Outcome status: the upstream's status; 499 when the client went away before the end; the
+   * 502/504 of the proxy error when the upstream failed (even after a 200 stream had started).
+   */
+  status: number
+  /** Response body bytes handed to the client. */
+  bytes: number
+  durationMs: number
+  /** Streams only: time from the request's arrival to the first body bytes. */
+  ttftMs: number | null
+  /** The body was streamed (event stream or unknown length) rather than returned whole. */
+  streamed: boolean
+  /** The client went away before the response ended. */
+  aborted: boolean
+  /** Proxy error code when the upstream failed (upstream_unavailable, upstream_timeout, …). */
+  error?: string
 }
 
 export interface WireForwardAction {

@@ -5,8 +5,8 @@ import { join } from 'node:path'
 import type { Server, Socket, TCPSocketListener } from 'bun'
 import { Logger } from '../../../src/host/logger.ts'
 import { createBaseApp, shapeFor } from '../../../src/http/app.ts'
+import type { ForwardEnd } from '../../../src/http/wire/route.ts'
 import { type FrontOptions, WireFront } from '../../../src/http/wire/server.ts'
-import type { ForwardEnd } from '../../../src/proxy/forward.ts'
 import { parse, Raw, rawExchange } from '../../support/raw-client.ts'
 
 /**
