@@ -120,8 +120,8 @@ export class Host {
         return this.api<T>(id)
       },
       mainUrl: () => {
-        const url = this.urls.gateway
-        if (!url) throw new Error('the gateway listener is not open yet')
+        const url = this.urls.main
+        if (!url) throw new Error('the main listener is not open yet')
         return url
       },
       has: (id) => this.opts.config.plugins.has(id),
@@ -168,10 +168,14 @@ export class Host {
   private listen(order: PluginDefinition[]): void {
     const { root } = this.opts.config
     const raw = this.running.flatMap((r) => r.instance.rawRoutes ?? [])
-    this.serve('gateway', root.server.host, root.server.port, this.mainApp(order), raw)
+    // The main listener's hot routes are inference routes: the inference key is checked on them.
+    this.serve('main', root.server.host, root.server.port, this.mainApp(order), raw, { inferenceKey: true })
     for (const r of this.running) {
       for (const l of r.instance.listeners ?? [])
-        this.serve(l.name, l.host, l.port, this.listenerApp(l), l.rawRoutes ?? [], l.errorShape)
+        this.serve(l.name, l.host, l.port, this.listenerApp(l), l.rawRoutes ?? [], {
+          inferenceKey: l.inferenceKey ?? false,
+          ...(l.errorShape ? { shape: l.errorShape } : {}),
+        })
     }
   }
 
@@ -195,9 +199,9 @@ export class Host {
 
   /**
    * serve opens one listener: the wire front on the public port (src/http/wire/server.ts), which
-   * answers hot routes itself and relays everything else to the framework (Bun.serve + Elysia)
-   * listening on a Unix socket in a private directory. The framework keeps its own handling of
-   * raw routes, for what the front leaves to it and for `app.handle()`.
+   * answers hot routes itself (checking the inference key on them when `inferenceKey`) and relays
+   * everything else to the framework (Bun.serve + Elysia) listening on a Unix socket in a private
+   * directory.
    */
   private serve(
     name: string,
@@ -205,8 +209,9 @@ export class Host {
     port: number,
     app: AnyElysia,
     raw: RawRoute[],
-    shape?: ErrorShape,
+    opts: { inferenceKey: boolean; shape?: ErrorShape },
   ): void {
+    const shape = opts.shape
     const log = this.log
     const auth = this.auth
     const srv = this.opts.config.root.server
@@ -248,9 +253,7 @@ export class Host {
           relayBodyBytes: srv.max_admin_body_bytes,
           maxJsonDepth: srv.max_json_depth,
         },
-        ...(name === 'gateway'
-          ? { guard: (req) => auth.checkInferenceKey(req.header('authorization')) }
-          : {}),
+        ...(opts.inferenceKey ? { guard: (req) => auth.checkInferenceKey(req.header('authorization')) } : {}),
         frameworkSocket: socket,
         shapeOf: (path) => shape ?? shapeFor(path),
         onRequest: (method, path, query, status, ms) =>

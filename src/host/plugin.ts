@@ -24,7 +24,7 @@ export interface PluginContext {
   readonly version: string
   /** selfCommand is the argv prefix that re-runs this modelgate (for `@self` in commands). */
   readonly selfCommand: readonly string[]
-  /** mainUrl is the gateway listener's base URL (valid once listeners are open, i.e. from start()). */
+  /** mainUrl is the main listener's base URL (valid once listeners are open, i.e. from start()). */
   mainUrl(): string
   /** api returns the public api of a plugin listed in `dependsOn`. */
   api<T>(pluginId: string): T
@@ -43,6 +43,11 @@ export interface ListenerSpec {
   host: string
   port: number
   app: AnyElysia
+  /**
+   * inferenceKey: the listener's hot routes need the inference key (INFERENCE_API_KEY) as the main
+   * listener's do; default false (the listener's routes decide, as the router does per model).
+   */
+  inferenceKey?: boolean
   /** errorShape fixes the error shape of every response on this listener (default: by path). */
   errorShape?: import('../http/errors.ts').ErrorShape
   /** rawRoutes are this listener's hot routes, answered on its front (documented in `app`). */
@@ -59,7 +64,7 @@ export interface ListenerSpec {
 export type RawRoute = import('../http/wire/server.ts').WireRoute
 
 export interface PluginInstance<Api = unknown> {
-  /** routes are mounted on the main (gateway) listener. */
+  /** routes are mounted on the main listener. */
   routes?: AnyElysia
   /** rawRoutes are the main listener's hot routes, answered on its front (document them in routes). */
   rawRoutes?: RawRoute[]

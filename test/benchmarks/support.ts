@@ -135,7 +135,7 @@ export async function bootHost(
   await host.boot()
   return {
     host,
-    url: host.urls.gateway!,
+    url: host.urls.main!,
     dataDir,
     logs,
     stopKeep: () => host.shutdown('test'),

@@ -226,7 +226,7 @@ export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}):
   if (o.captureEvents !== false) host.bus.on('proxy.request', (e) => events.push(e))
   return {
     host,
-    url: host.urls.gateway!,
+    url: host.urls.main!,
     events,
     logs,
     async stop() {

@@ -39,7 +39,7 @@ export async function startHost(
   await host.boot()
   return {
     host,
-    url: host.urls.gateway!,
+    url: host.urls.main!,
     dataDir,
     logs,
     async stop() {
