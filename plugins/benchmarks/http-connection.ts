@@ -1,5 +1,5 @@
 import type { Socket } from 'bun'
-import { type ParserEvents, type ResponseHead, ResponseParser } from '../../src/proxy/http1-parser.ts'
+import { type ParserEvents, type ResponseHead, ResponseParser } from '../../src/wire/response-parser.ts'
 import { errorMessage } from './sse-scan.ts'
 
 /*

@@ -1,11 +1,11 @@
 import type { AppError } from '../../src/http/errors.ts'
-import type { BodyRange } from '../../src/http/wire/body-range.ts'
+import type { BodyRange } from '../../src/wire/body-range.ts'
 import { invalidJson, invalidParameter } from './errors.ts'
 
 /**
  * readInferenceBody parses an inference request body once (native JSON parser) and returns the
  * two fields the router needs: `model`, and whether a present `max_tokens` is a positive integer.
- * The bytes themselves are forwarded unchanged. (src/proxy/model-field.ts returns only the model
+ * The bytes themselves are forwarded unchanged. (src/wire/model-field.ts returns only the model
  * string, and parsing twice would double the hot path's cost: hence this thin adapter.)
  */
 export interface InferenceFields {

@@ -1,13 +1,13 @@
 import { type DocumentDecoration, Elysia } from 'elysia'
 import type { Logger } from '../../src/host/logger.ts'
 import { AppError } from '../../src/http/errors.ts'
-import { servedByTheFront } from '../../src/proxy/openai-routes.ts'
+import { servedByTheFront } from '../../src/wire/openai-routes.ts'
 import {
   ChatCompletion,
   ChatCompletionRequest,
   Completion,
   CompletionRequest,
-} from '../../src/proxy/openai-schemas.ts'
+} from '../../src/wire/openai-schemas.ts'
 import { internalError, routeNotFound } from './errors.ts'
 import {
   intParam,

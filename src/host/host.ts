@@ -11,8 +11,8 @@ import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
 import { splitUrl } from '../http/url.ts'
-import { WireFront } from '../http/wire/server.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
+import { WireFront } from '../wire/server.ts'
 import { EventBus } from './bus.ts'
 import { connectionCap } from './limits.ts'
 import { Logger } from './logger.ts'
@@ -198,7 +198,7 @@ export class Host {
   }
 
   /**
-   * serve opens one listener: the wire front on the public port (src/http/wire/server.ts), which
+   * serve opens one listener: the wire front on the public port (src/wire/server.ts), which
    * answers hot routes itself (checking the inference key on them when `inferenceKey`) and relays
    * everything else to the framework (Bun.serve + Elysia) listening on a Unix socket in a private
    * directory.

@@ -58,10 +58,10 @@ export interface ListenerSpec {
 
 /**
  * RawRoute is a hot route: matched on the exact path by the listener's front and answered there,
- * socket to socket, without Request or Response objects (src/http/wire/route.ts). A plugin also
+ * socket to socket, without Request or Response objects (src/wire/route.ts). A plugin also
  * declares it in its Elysia routes for /docs; the framework never serves it.
  */
-export type RawRoute = import('../http/wire/server.ts').WireRoute
+export type RawRoute = import('../wire/server.ts').WireRoute
 
 export interface PluginInstance<Api = unknown> {
   /** routes are mounted on the main listener. */

@@ -1,6 +1,6 @@
 import { Elysia, t } from 'elysia'
 import type { Registry } from 'prom-client'
-import { PEER_HEADER } from '../proxy/headers.ts'
+import { PEER_HEADER } from '../wire/headers.ts'
 import { principalOf } from './app.ts'
 import type { AuthService } from './auth.ts'
 import { unauthorized } from './errors.ts'

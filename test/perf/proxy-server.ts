@@ -6,7 +6,7 @@
  *
  *   bun test/perf/proxy-server.ts --upstream 9101 [--upstream 9102] [--api-key KEY]
  */
-import { FakeGateway, instance, startProxyHost } from '../proxy/support.ts'
+import { FakeGateway, instance, startProxyHost } from '../wire/support.ts'
 
 const args = process.argv.slice(2)
 const upstreams: number[] = []

@@ -3,14 +3,14 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Server, Socket, TCPSocketListener } from 'bun'
-import { Logger } from '../../../src/host/logger.ts'
-import { createBaseApp, shapeFor } from '../../../src/http/app.ts'
-import type { ForwardEnd } from '../../../src/http/wire/route.ts'
-import { type FrontOptions, WireFront } from '../../../src/http/wire/server.ts'
-import { parse, Raw, rawExchange } from '../../support/raw-client.ts'
+import { Logger } from '../../src/host/logger.ts'
+import { createBaseApp, shapeFor } from '../../src/http/app.ts'
+import type { ForwardEnd } from '../../src/wire/route.ts'
+import { type FrontOptions, WireFront } from '../../src/wire/server.ts'
+import { parse, Raw, rawExchange } from '../support/raw-client.ts'
 
 /**
- * The wire front (src/http/wire/server.ts) over real sockets: a WireFront on port 0 whose hot route
+ * The wire front (src/wire/server.ts) over real sockets: a WireFront on port 0 whose hot route
  * forwards `/v1/*` to a raw-TCP upstream stub (so every reply framing is scripted byte by byte), and
  * whose other requests are relayed to a real Bun.serve framework on a Unix socket (unknown paths go
  * to the base Elysia app, for the real 404 shape). Clients are raw TCP connections: keep-alive,

@@ -1,11 +1,11 @@
-import type { AppError } from '../errors.ts'
+import type { AppError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 
 /**
  * The contract between the wire front (server.ts) and a plugin's hot routes. A route that can
  * answer on the wire implements `wire`: it sees the parsed request (body already read) and returns
  * what to do — an error, a JSON reply, a forward to an `http://` upstream that the front carries
- * out socket to socket (src/proxy/wire-exchange.ts), or a decision deferred until a wait is over
+ * out socket to socket (src/wire/exchange.ts), or a decision deferred until a wait is over
  * (holding a request while a model wakes). Returning null leaves the request to the framework (the
  * same route's Request-based handler behind the front), e.g. for an `https://` upstream.
  */

@@ -1,5 +1,5 @@
+import { FIELD_LINES, TCHAR } from './grammar.ts'
 import { HOP_BY_HOP } from './headers.ts'
-import { FIELD_LINES, TCHAR } from './http-grammar.ts'
 
 /**
  * ResponseParser reads HTTP/1.x responses from a byte stream, incrementally: it is fed whatever the

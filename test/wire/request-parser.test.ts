@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import type { BodyRange } from '../../../src/http/wire/body-range.ts'
+import type { BodyRange } from '../../src/wire/body-range.ts'
 import {
   DEFAULT_LIMITS,
   header,
@@ -8,7 +8,7 @@ import {
   type ParserLimits,
   RequestError,
   RequestParser,
-} from '../../../src/http/wire/request-parser.ts'
+} from '../../src/wire/request-parser.ts'
 
 const bytes = (s: string): Buffer => Buffer.from(s, 'latin1')
 const text = (b: BodyRange): string => Buffer.from(b.bytes()).toString('latin1')
@@ -540,7 +540,7 @@ describe('request parser: refusals', () => {
 })
 
 if (process.env.BENCH) {
-  // BENCH=1 bun test test/http/wire/request-parser.test.ts -t benchmark
+  // BENCH=1 bun test test/wire/request-parser.test.ts -t benchmark
   test('benchmark: ns per parse of a ~250-byte POST with a 70-byte JSON body', () => {
     const json = '{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'.slice(0, 70)
     const raw = bytes(

@@ -1,16 +1,6 @@
 import type { AppError, ErrorShape } from '../http/errors.ts'
-import type { BodyRange } from '../http/wire/body-range.ts'
-import { nameAt, type RequestHead } from '../http/wire/request-parser.ts'
-import { errorResponse, latin1, statusLine } from '../http/wire/responses.ts'
-import type { ForwardEnd } from '../http/wire/route.ts'
+import type { BodyRange } from './body-range.ts'
 import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
-import {
-  type ParserEvents,
-  ProtocolError,
-  type ResponseHead,
-  ResponseParser,
-  wholeReply,
-} from './http1-parser.ts'
 import {
   type Conn,
   type ConnUser,
@@ -20,7 +10,17 @@ import {
   type Target,
   takeIdle,
   writeAll,
-} from './http1-pool.ts'
+} from './pool.ts'
+import { nameAt, type RequestHead } from './request-parser.ts'
+import {
+  type ParserEvents,
+  ProtocolError,
+  type ResponseHead,
+  ResponseParser,
+  wholeReply,
+} from './response-parser.ts'
+import { errorResponse, latin1, statusLine } from './responses.ts'
+import type { ForwardEnd } from './route.ts'
 import { unwatch, type Watched, watch } from './ticker.ts'
 import {
   errorCode,
@@ -31,7 +31,7 @@ import {
 } from './upstream-errors.ts'
 
 /**
- * WireExchange moves one request from a client connection of the wire front (src/http/wire) to an
+ * WireExchange moves one request from a client connection of the wire front (src/wire) to an
  * HTTP/1.1 upstream and its response back, socket to socket: no Request, Response or stream objects,
  * no promise per chunk. It is the front's hot path, the way nginx's proxy module is nginx's, and the
  * only way modelgate moves a request to an engine.
@@ -45,12 +45,12 @@ import {
  *   an HTTP/1.0 client). Every upstream read becomes one client write (writes within one read are
  *   corked), so SSE chunks are never coalesced or delayed.
  * - Backpressure: when the client connection is full the upstream socket is paused until it drains.
- * - Deadlines: connect (http1-pool) and first byte (headers and complete body of a held reply, first
+ * - Deadlines: connect (pool.ts) and first byte (headers and complete body of a held reply, first
  *   body byte of a streamed one), checked by the shared ticker. Once bytes flow there is none.
  * - The client going away destroys the upstream connection at once: the engine sees the disconnect.
  * - A streamed event stream that breaks ends with an error event in the proxy shape and [DONE]; any
  *   other broken streamed body closes the client connection (the client sees a truncated body).
- * - `onEnd` runs exactly once with the outcome (ForwardEnd, src/http/wire/route.ts).
+ * - `onEnd` runs exactly once with the outcome (ForwardEnd, src/wire/route.ts).
  */
 export interface WireClient {
   /** The client spoke HTTP/1.0: no chunked framing. */

@@ -1,5 +1,5 @@
 import { type AppError, proxyError } from '../http/errors.ts'
-import { ProtocolError } from './http1-parser.ts'
+import { ProtocolError } from './response-parser.ts'
 
 /**
  * The proxy's own failures, in the proxy (OpenAI-style) error shape. Types mirror the HTTP status
@@ -16,7 +16,7 @@ import { ProtocolError } from './http1-parser.ts'
  * Messages never carry the engine's address: clients need not know the topology.
  */
 export function upstreamUnavailable(cause: unknown): AppError {
-  // Both proxy paths (wire-exchange, forward) answer any failure before the response with this.
+  // The exchange answers any failure before the response with this.
   if (cause instanceof ProtocolError) return upstreamBadReply(cause)
   return proxyError(
     502,

@@ -1,5 +1,5 @@
 import { type AppError, proxyError } from '../http/errors.ts'
-import { BodyRange } from '../http/wire/body-range.ts'
+import { BodyRange } from './body-range.ts'
 
 /**
  * readModelField finds the `model` of an OpenAI-style JSON request body. The body stays the bytes

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'bun:test'
-import { BodyRange } from '../../src/http/wire/body-range.ts'
-import { readModelField, replaceModel } from '../../src/proxy/model-field.ts'
+import { BodyRange } from '../../src/wire/body-range.ts'
+import { readModelField, replaceModel } from '../../src/wire/model-field.ts'
 
 const enc = (s: string) => BodyRange.from(new TextEncoder().encode(s))
 const dec = (b: BodyRange) => new TextDecoder().decode(b.bytes())

@@ -1,5 +1,5 @@
-import { FIELD_LINES } from '../../proxy/http-grammar.ts'
 import { BodyRange } from './body-range.ts'
+import { FIELD_LINES } from './grammar.ts'
 
 /**
  * RequestParser reads HTTP/1.1 requests from a client connection, incrementally and strictly (RFC 9112).

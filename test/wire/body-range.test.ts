@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test'
-import { BodyRange } from '../../../src/http/wire/body-range.ts'
-import { RequestParser } from '../../../src/http/wire/request-parser.ts'
+import { BodyRange } from '../../src/wire/body-range.ts'
+import { RequestParser } from '../../src/wire/request-parser.ts'
 
 describe('BodyRange', () => {
   const buf = Buffer.from('HEAD{"a":1}NEXT', 'latin1')

@@ -1,6 +1,6 @@
 /**
  * The HTTP/1.1 field syntax (RFC 9110 §5, RFC 9112 §5) both parsers check heads against: the
- * client's requests (src/http/wire/request-parser.ts) and the engines' responses (http1-parser.ts).
+ * client's requests (src/wire/request-parser.ts) and the engines' responses (response-parser.ts).
  * One definition, so a request head and a response head are held to the same rules.
  */
 

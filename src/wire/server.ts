@@ -1,9 +1,9 @@
 import type { Socket, TCPSocketListener } from 'bun'
-import { PEER_HEADER } from '../../proxy/headers.ts'
-import { originTarget, unixTarget, writeAll } from '../../proxy/http1-pool.ts'
-import { type WireClient, WireExchange } from '../../proxy/wire-exchange.ts'
-import { AppError, type ErrorShape, internalError } from '../errors.ts'
+import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
+import { type WireClient, WireExchange } from './exchange.ts'
+import { PEER_HEADER } from './headers.ts'
+import { originTarget, unixTarget, writeAll } from './pool.ts'
 import {
   header,
   type ParsedRequest,

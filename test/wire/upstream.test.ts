@@ -1,5 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { ProtocolError, type ResponseHead, ResponseParser, wholeReply } from '../../src/proxy/http1-parser.ts'
+import {
+  ProtocolError,
+  type ResponseHead,
+  ResponseParser,
+  wholeReply,
+} from '../../src/wire/response-parser.ts'
 import { parse as parseRaw, rawExchange } from '../support/raw-client.ts'
 import { rawHttpServer } from '../support/raw-http.ts'
 import { FakeGateway, instance, type ProxyHost, startProxyHost, startStub, waitFor } from './support.ts'

@@ -1,5 +1,5 @@
 import { STATUS_CODES } from 'node:http'
-import type { AppError, ErrorShape } from '../errors.ts'
+import type { AppError, ErrorShape } from '../http/errors.ts'
 
 /** Response heads and the small complete responses the wire front writes itself. */
 const NON_ASCII = /[^\x00-\x7f]/
