@@ -20,3 +20,30 @@ export const TCHAR: Uint8Array = (() => {
   for (let b = 0; b < 128; b++) if (tchar.test(String.fromCharCode(b))) table[b] = 1
   return table
 })()
+
+export const CR = 13
+export const LF = 10
+
+/** isOws: SP or HTAB, the optional whitespace around a field value (not NBSP, a legal latin1 byte). */
+export function isOws(c: number): boolean {
+  return c === 32 || c === 9
+}
+
+/** hexValue: 0-15 for an ASCII hex digit, -1 otherwise. */
+export function hexValue(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48
+  if (c >= 97 && c <= 102) return c - 87
+  if (c >= 65 && c <= 70) return c - 55
+  return -1
+}
+
+/**
+ * bareLf: buf[from, to) holds an LF not preceded by CR (buf[head] is the first byte of the head, so
+ * an LF there is bare whatever came before it). A head whose lines end in bare LF never shows
+ * CRLFCRLF: both parsers refuse it as soon as it arrives, scanning only the bytes new to them.
+ */
+export function bareLf(buf: Buffer, head: number, from: number, to: number): boolean {
+  for (let i = buf.indexOf(LF, from); i >= 0 && i < to; i = buf.indexOf(LF, i + 1))
+    if (i === head || buf[i - 1] !== CR) return true
+  return false
+}

@@ -1,5 +1,5 @@
 import { BodyRange } from './body-range.ts'
-import { FIELD_LINES } from './grammar.ts'
+import { bareLf, CR, FIELD_LINES, hexValue, isOws, LF } from './grammar.ts'
 
 /**
  * RequestParser reads HTTP/1.1 requests from a client connection, incrementally and strictly (RFC 9112).
@@ -98,8 +98,6 @@ enum Chunk {
   TrailerLF,
 }
 
-const CR = 13
-const LF = 10
 /** Empty lines skipped before a request line (RFC 9112 §2.2: some clients send CRLF after a body). */
 const MAX_EMPTY_LINES = 4
 /** The end of a head, as bytes: a string needle would be encoded again on every search. */
@@ -147,23 +145,6 @@ export function validHost(value: string): boolean {
   const m = AUTHORITY.exec(value)
   return m !== null && (m[1] === undefined || (m[1] !== '' && Number(m[1]) <= 65535))
 }
-
-/** bareLf: buf[from, to) holds an LF not preceded by CR. */
-function bareLf(buf: Buffer, from: number, to: number): boolean {
-  for (let i = buf.indexOf(LF, from); i >= 0 && i < to; i = buf.indexOf(LF, i + 1))
-    if (i === 0 || buf[i - 1] !== CR) return true
-  return false
-}
-
-/** hexValue: 0-15 for an ASCII hex digit, -1 otherwise. */
-function hexValue(c: number): number {
-  if (c >= 48 && c <= 57) return c - 48
-  if (c >= 97 && c <= 102) return c - 87
-  if (c >= 65 && c <= 70) return c - 55
-  return -1
-}
-
-const isOws = (c: number): boolean => c === 32 || c === 9
 
 /** trimOws trims SP and HTAB only (String.trim would also eat NBSP, a legal latin1 value byte). */
 function trimOws(s: string): string {
@@ -318,7 +299,7 @@ export class RequestParser {
     if (end < 0) {
       if (buf.length - start >= this.maxHead) throw new RequestError(431, 'request head too large')
       // A head whose lines end in a bare LF never shows CRLFCRLF: refuse it now, not at the timeout.
-      if (bareLf(buf, start + Math.max(0, this.scanned - 1), buf.length))
+      if (bareLf(buf, start, start + Math.max(0, this.scanned - 1), buf.length))
         throw new RequestError(400, 'bare LF in request head')
       this.scanned = Math.max(0, buf.length - start - 3)
       return false

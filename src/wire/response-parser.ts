@@ -1,4 +1,4 @@
-import { FIELD_LINES, TCHAR } from './grammar.ts'
+import { bareLf, CR, FIELD_LINES, hexValue, isOws, LF, TCHAR } from './grammar.ts'
 import { HOP_BY_HOP } from './headers.ts'
 
 /**
@@ -50,34 +50,12 @@ const MAX_LINE = 8 * 1024
 /** Needles as bytes: a string needle is encoded again on every search. */
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
 const CRLF = Buffer.from('\r\n', 'latin1')
-const CR = 13
-const LF = 10
 /**
  * The status line, checked in place at the start of the head: HTTP/1.x, SP, a three-digit status,
  * then SP and a reason phrase without controls but HTAB, or nothing (RFC 9112 §4).
  */
 const STATUS_LINE = /HTTP\/1\.\d [1-9]\d\d(?: [^\x00-\x08\x0a-\x1f\x7f]*)?(?=\r\n|$)/y
 const DIGITS = /^\d+$/
-
-/** isOws: SP or HTAB, the optional whitespace around a field value. */
-function isOws(c: number): boolean {
-  return c === 32 || c === 9
-}
-
-/** bareLf: buf[from, to) holds an LF not preceded by CR (buf[head] is the first byte of the head). */
-function bareLf(buf: Buffer, head: number, from: number, to: number): boolean {
-  for (let i = buf.indexOf(LF, from); i >= 0 && i < to; i = buf.indexOf(LF, i + 1))
-    if (i === head || buf[i - 1] !== CR) return true
-  return false
-}
-
-/** hexValue: 0-15 for an ASCII hex digit, -1 otherwise. */
-function hexValue(c: number): number {
-  if (c >= 48 && c <= 57) return c - 48
-  if (c >= 97 && c <= 102) return c - 87
-  if (c >= 65 && c <= 70) return c - 55
-  return -1
-}
 
 export class ResponseParser {
   private state = State.Head
