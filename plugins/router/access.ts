@@ -25,11 +25,6 @@ export class GatewayKeyGate {
     this.guarded = followsGateway && auth.inferenceKeyRequired
   }
 
-  /** required tells whether requests for gateway models (and unknown names) need the key. */
-  get required(): boolean {
-    return this.guarded
-  }
-
   /**
    * check returns the 401 for a request naming `entry` (undefined: a name the router does not
    * know) with this Authorization header value, or null when it may go on.

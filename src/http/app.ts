@@ -86,6 +86,6 @@ export function createBaseApp(opts: BaseAppOptions) {
             : new AppError(404, 'NOT_FOUND', `No route for ${request.method} ${pathname}`)
         return err.toResponse(shape)
       }
-      return renderError(error, pathname, log, opts.shape ?? shape)
+      return renderError(error, pathname, log, shape)
     })
 }

@@ -184,7 +184,7 @@ export class AuthService {
 
   /**
    * login checks simple-mode credentials in constant time and returns a JWT. `peer` is the client's
-   * address: each may try `loginsPerMinute` times a minute (a fixed window), then gets 429 with
+   * address: each may try `logins_per_minute` times a minute (a fixed window), then gets 429 with
    * Retry-After, so guessing a password costs the guesser time, not the host CPU.
    */
   async login(username: string, password: string, peer = 'unknown', now = Date.now()): Promise<LoginResult> {

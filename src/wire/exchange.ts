@@ -1,5 +1,6 @@
 import type { AppError, ErrorShape } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
+import { LF } from './grammar.ts'
 import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
 import {
   type Conn,
@@ -93,14 +94,13 @@ export interface WireForward {
   onEnd(info: ForwardEnd): void
 }
 
-const LF = 10
 const encoder = new TextEncoder()
 
 /**
  * sseErrorEnding: the bytes that end a broken event stream: a blank line to close whatever event
  * was cut short (given the last two bytes sent), the error event in the proxy shape, and [DONE].
  */
-export function sseErrorEnding(error: AppError, last: number, beforeLast: number): Uint8Array {
+function sseErrorEnding(error: AppError, last: number, beforeLast: number): Uint8Array {
   const prefix = last === LF ? (beforeLast === LF ? '' : '\n') : '\n\n'
   return encoder.encode(`${prefix}data: ${JSON.stringify(error.toProxy())}\n\ndata: [DONE]\n\n`)
 }

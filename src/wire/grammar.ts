@@ -21,6 +21,9 @@ export const TCHAR: Uint8Array = (() => {
   return table
 })()
 
+/** DIGITS: a Content-Length value as both parsers accept it (no sign, no spaces, no list). */
+export const DIGITS = /^\d+$/
+
 export const CR = 13
 export const LF = 10
 

@@ -1,5 +1,5 @@
 import { BodyRange } from './body-range.ts'
-import { bareLf, CR, FIELD_LINES, hexValue, isOws, LF } from './grammar.ts'
+import { bareLf, CR, DIGITS, FIELD_LINES, hexValue, isOws, LF } from './grammar.ts'
 
 /**
  * RequestParser reads HTTP/1.1 requests from a client connection, incrementally and strictly (RFC 9112).
@@ -123,7 +123,6 @@ const ABSOLUTE = /^https?:\/\/([^/?]+)(.*)$/i
  * port above 65535 is left to validHost). Anything else goes to the full grammar (validHost).
  */
 const HOST_CHARS = /[A-Za-z0-9\-.]+(?::[1-9]\d{0,3})?/y
-const DIGITS = /^\d+$/
 const HTTP_VERSION = /^HTTP\/\d\.\d$/
 /**
  * AUTHORITY: a Host value (or an absolute-form authority) as RFC 9110 §7.2 / RFC 3986 §3.2.2 have

@@ -1,4 +1,4 @@
-import { bareLf, CR, FIELD_LINES, hexValue, isOws, LF, TCHAR } from './grammar.ts'
+import { bareLf, CR, DIGITS, FIELD_LINES, hexValue, isOws, LF, TCHAR } from './grammar.ts'
 import { HOP_BY_HOP } from './headers.ts'
 
 /**
@@ -55,7 +55,6 @@ const CRLF = Buffer.from('\r\n', 'latin1')
  * then SP and a reason phrase without controls but HTAB, or nothing (RFC 9112 §4).
  */
 const STATUS_LINE = /HTTP\/1\.\d [1-9]\d\d(?: [^\x00-\x08\x0a-\x1f\x7f]*)?(?=\r\n|$)/y
-const DIGITS = /^\d+$/
 
 export class ResponseParser {
   private state = State.Head
@@ -110,8 +109,7 @@ export class ResponseParser {
             if (n - off > MAX_HEAD) throw new ProtocolError('response head too large')
             // A head whose lines end in a bare LF never shows CRLFCRLF: refuse it now, not at a
             // deadline (there may be none). Only the bytes of this read are new to the scan.
-            if (bareLf(buf, off, Math.max(off, n - input.length), n))
-              throw new ProtocolError('bare LF in response head')
+            if (bareLf(buf, off, Math.max(off, base), n)) throw new ProtocolError('bare LF in response head')
             this.pending = Buffer.from(buf.subarray(off))
             return
           }

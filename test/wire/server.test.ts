@@ -8,6 +8,7 @@ import { createBaseApp, shapeFor } from '../../src/http/app.ts'
 import type { ForwardEnd } from '../../src/wire/route.ts'
 import { type FrontOptions, WireFront } from '../../src/wire/server.ts'
 import { parse, Raw, rawExchange } from '../support/raw-client.ts'
+import { waitFor } from './support.ts'
 
 /**
  * The wire front (src/wire/server.ts) over real sockets: a WireFront on port 0 whose hot route
@@ -598,8 +599,7 @@ describe('wire front: hostile clients', () => {
     })
     const held = [await Raw.open(f.port), await Raw.open(f.port)]
     // Both count once the listener has seen them open: wait on that, not on time.
-    const deadline = performance.now() + 2000
-    while (f.conns.size < 2 && performance.now() < deadline) await Bun.sleep(5)
+    await waitFor(() => f.conns.size >= 2, 2000, 'the listener to see both connections')
     expect(f.conns.size).toBe(2)
     // A reserve connection: health is answered (and the connection closed), anything else is 503.
     const health = await rawExchange(f.port, REQ('GET', '/api/hello'), { waitMs: 2000 })
@@ -608,7 +608,7 @@ describe('wire front: hostile clients', () => {
     expect((await refusal(f.port, REQ('GET', '/api/echo'))).status).toBe(503)
     // With the reserve taken, one more is closed before anything is read.
     const reserve = await Raw.open(f.port)
-    while (f.overflow < 1 && performance.now() < deadline + 2000) await Bun.sleep(5)
+    await waitFor(() => f.overflow >= 1, 2000, 'the reserve connection')
     const rejected = f.rejected
     const extra = await Raw.open(f.port)
     expect(await extra.waitFor((r) => r.closed, 2000)).toBe(true)
@@ -650,8 +650,7 @@ describe('wire front: hostile clients', () => {
     expect(f.running).toBe(0)
     const c = await Raw.open(f.port)
     c.write(REQ('GET', '/v1/delay?ms=300'))
-    const deadline = performance.now() + 2000
-    while (f.running === 0 && performance.now() < deadline) await Bun.sleep(5)
+    await waitFor(() => f.running > 0, 2000, 'the request to start')
     expect(f.running).toBe(1)
     let drained = false
     const done = f.drained().then(() => {
@@ -685,8 +684,7 @@ describe('wire front: deferred decisions', () => {
     })
     const c = await Raw.open(f.port)
     c.write(REQ('GET', '/v1/held'))
-    const deadline = performance.now() + 2000
-    while (f.running === 0 && performance.now() < deadline) await Bun.sleep(5)
+    await waitFor(() => f.running > 0, 2000, 'the request to be held')
     // Held: counted for the drain, nothing answered yet.
     expect(f.running).toBe(1)
     expect(c.text).toBe('')
@@ -732,14 +730,13 @@ describe('wire front: deferred decisions', () => {
     const c = await Raw.open(f.port)
     const seen = up.requests.length
     c.write(REQ('GET', '/v1/held'))
-    const deadline = performance.now() + 2000
-    while (f.running === 0 && performance.now() < deadline) await Bun.sleep(5)
+    await waitFor(() => f.running > 0, 2000, 'the request to be held')
     c.socket.terminate()
-    while (!aborted && performance.now() < deadline) await Bun.sleep(5)
+    await waitFor(() => aborted, 2000, 'the wait to be aborted')
     expect(aborted).toBe(true)
     expect(f.running).toBe(0)
     gate.resolve()
-    while (ended.length === 0 && performance.now() < deadline) await Bun.sleep(5)
+    await waitFor(() => ended.length > 0, 2000, 'the late forward to be ended')
     expect(ended).toEqual([
       { status: 499, bytes: 0, durationMs: 0, ttftMs: null, streamed: false, aborted: true },
     ])
