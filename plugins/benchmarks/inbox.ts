@@ -1,8 +1,9 @@
-/** InboxTarget is what the Inbox delivers socket events to (a Connection). */
+/** InboxTarget is what the Inbox delivers socket events to (a benchmark request, http-stream.ts). */
 export interface InboxTarget {
-  readonly closed: boolean
-  onData(data: Buffer, at: number): void
-  onClose(err?: Error): void
+  /** finished: the request has ended; later reads are dropped. */
+  readonly finished: boolean
+  read(data: Buffer, at: number): void
+  hangup(err?: Error): void
   abort(message: string): void
 }
 
@@ -58,8 +59,9 @@ class Inbox {
       const data = reads[i]
       const c = conns[i]!
       try {
-        if (data === null || data === undefined) c.onClose(errs[i])
-        else if (!c.closed) c.onData(data, ats[i]!)
+        if (c.finished) continue
+        if (data === null || data === undefined) c.hangup(errs[i])
+        else c.read(data, ats[i]!)
       } catch (err) {
         c.abort(`response handling failed: ${err instanceof Error ? err.message : String(err)}`)
       }

@@ -2,16 +2,7 @@ import type { AppError, ErrorShape } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import { LF } from './grammar.ts'
 import { connectionTokens, SKIP_REQUEST, SKIP_RESPONSE } from './headers.ts'
-import {
-  type Conn,
-  type ConnUser,
-  codedError,
-  connect,
-  release,
-  type Target,
-  takeIdle,
-  writeAll,
-} from './pool.ts'
+import { type Conn, type ConnUser, codedError, type Target, writeAll } from './pool.ts'
 import { nameAt, type RequestHead } from './request-parser.ts'
 import {
   type ParserEvents,
@@ -267,7 +258,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
 
   start(): void {
     // The request was complete a moment ago: its clock reading is recent enough for the pool.
-    const conn = takeIdle(this.f.upstream.key, this.f.startedAt)
+    const conn = this.f.upstream.pool.takeIdle(this.f.upstream, this.f.startedAt)
     if (conn) this.attach(conn)
     else this.open()
     // After the request is on its way: the engine works on it meanwhile.
@@ -275,7 +266,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   }
 
   private open(): void {
-    connect(this.f.upstream, this.f.connectTimeoutMs).then(
+    this.f.upstream.pool.connect(this.f.upstream, this.f.connectTimeoutMs).then(
       (conn) => {
         if (this.phase === Phase.Done) return conn.destroy()
         this.attach(conn)
@@ -352,7 +343,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     const conn = this.conn!
     conn.served = true
     if (this.unwritten) conn.destroy()
-    else release(conn, now)
+    else conn.release(now)
     this.finish(null, false, now)
     return true
   }
@@ -467,7 +458,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     // A socket paused for a slow client is never pooled: nothing would resume it for the next request.
     if (this.parser.closeDelimited || this.paused || this.parser.trailingBytes || this.unwritten)
       conn.destroy()
-    else release(conn)
+    else conn.release()
     if (this.mode === Mode.Hold) {
       const held = this.held ?? []
       const body = held.length === 1 ? held[0]! : Buffer.concat(held)

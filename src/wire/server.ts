@@ -3,7 +3,7 @@ import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import { type WireClient, WireExchange } from './exchange.ts'
 import { PEER_HEADER } from './headers.ts'
-import { originTarget, unixTarget, writeAll } from './pool.ts'
+import { upstreams, writeAll } from './pool.ts'
 import {
   header,
   type ParsedRequest,
@@ -477,7 +477,7 @@ class ClientConn implements WireClient {
       const exchange = new WireExchange(this, {
         head,
         target: f.target,
-        upstream: originTarget(f.origin),
+        upstream: upstreams.origin(f.origin),
         extraHead: '',
         body: f.body,
         firstByteTimeoutMs: f.firstByteTimeoutMs,
@@ -521,7 +521,7 @@ class ClientConn implements WireClient {
     const exchange = new WireExchange(this, {
       head,
       target: head.target,
-      upstream: unixTarget(this.front.opts.frameworkSocket),
+      upstream: upstreams.unix(this.front.opts.frameworkSocket),
       extraHead: `${PEER_HEADER}: ${this.socket.remoteAddress}\r\n`,
       body: r.body,
       firstByteTimeoutMs: 0,

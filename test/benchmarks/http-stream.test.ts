@@ -117,3 +117,105 @@ describe('benchmark HTTP client', () => {
     expect(await request()).toEqual({ status: 200, error: 'connection closed mid-response', body: 'data: 1' })
   })
 })
+
+describe('benchmark HTTP client: connections', () => {
+  it('sends the request again on a fresh connection when the server had closed the pooled one', async () => {
+    // The server answers the first request on each connection and drops the connection on the
+    // second without a byte: what a uvicorn keep-alive timeout racing the next request looks like.
+    const served = new WeakMap<object, number>()
+    const flaky = rawHttpServer((s) => {
+      const n = (served.get(s) ?? 0) + 1
+      served.set(s, n)
+      if (n > 1) s.end()
+      else s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok')
+    })
+    const c = new HttpStreamClient()
+    const u = new URL(`http://127.0.0.1:${flaky.port}/v1/completions`)
+    const once = () =>
+      new Promise<[number, string | null]>((resolve) =>
+        c.request(u, encodeRequest(u, {}, '{}'), {
+          body() {},
+          end: (status, error) => resolve([status, error]),
+        }),
+      )
+    try {
+      expect(await once()).toEqual([200, null])
+      expect(await once()).toEqual([200, null])
+      expect(flaky.opened).toBe(2)
+    } finally {
+      c.close()
+      flaky.stop()
+    }
+  })
+
+  it('close ends a running stream with "client closed" and closes its connection', async () => {
+    const held = rawHttpServer((s) => {
+      s.write(`${CHUNKED}7\r\ndata: 1\r\n`)
+    })
+    const c = new HttpStreamClient()
+    const u = new URL(`http://127.0.0.1:${held.port}/v1/completions`)
+    try {
+      let first!: () => void
+      const bodySeen = new Promise<void>((r) => {
+        first = r
+      })
+      const ended = new Promise<[number, string | null]>((resolve) =>
+        c.request(u, encodeRequest(u, {}, '{}'), { body: () => first(), end: (s, e) => resolve([s, e]) }),
+      )
+      await bodySeen
+      const closed = held.nextClose()
+      c.close()
+      expect(await ended).toEqual([0, 'client closed'])
+      await closed
+      expect(held.closed).toBe(1)
+      // A closed client refuses new requests at once.
+      const late = await new Promise<string | null>((resolve) =>
+        c.request(u, encodeRequest(u, {}, '{}'), { body() {}, end: (_s, e) => resolve(e) }),
+      )
+      expect(late).toBe('client closed')
+    } finally {
+      held.stop()
+    }
+  })
+
+  it('speaks TLS to an https origin whose certificate it trusts, and refuses one it does not', async () => {
+    const dir = `${import.meta.dir}/../fixtures/tls`
+    const cert = await Bun.file(`${dir}/cert.pem`).text()
+    const tls = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      tls: { cert, key: await Bun.file(`${dir}/key.pem`).text() },
+      fetch: () =>
+        new Response('data: {"choices":[{"text":"x"}]}\n\n', {
+          headers: { 'content-type': 'text/event-stream' },
+        }),
+    })
+    const u = new URL(`https://127.0.0.1:${tls.port}/v1/completions`)
+    const run = (c: HttpStreamClient) =>
+      new Promise<Outcome>((resolve) => {
+        let body = ''
+        c.request(u, encodeRequest(u, {}, '{}'), {
+          body: (t) => {
+            body += t
+          },
+          end: (status, error) => resolve({ status, error, body }),
+        })
+      })
+    const trusting = new HttpStreamClient({ ca: cert })
+    const wary = new HttpStreamClient()
+    try {
+      expect(await run(trusting)).toEqual({
+        status: 200,
+        error: null,
+        body: 'data: {"choices":[{"text":"x"}]}\n\n',
+      })
+      const refused = await run(wary)
+      expect(refused.status).toBe(0)
+      expect(refused.error).toMatch(/cert/i)
+    } finally {
+      trusting.close()
+      wary.close()
+      tls.stop(true)
+    }
+  })
+})

@@ -20,7 +20,7 @@ import { Registry } from 'prom-client'
 import { createInference } from '../../plugins/gateway/inference.ts'
 import { EventBus } from '../../src/host/bus.ts'
 import { Logger } from '../../src/host/logger.ts'
-import { Conn, originTarget, release } from '../../src/wire/pool.ts'
+import { Conn, upstreams } from '../../src/wire/pool.ts'
 import type { WireRoute } from '../../src/wire/server.ts'
 import { WireFront } from '../../src/wire/server.ts'
 import { FakeGateway, instance, sseChunk } from '../wire/support.ts'
@@ -95,7 +95,7 @@ function path(name: string, origin: string, routes: WireRoute[], stream = false)
   const h = handlers!
   let upstream = 0
   let client = 0
-  const up = new Conn(originTarget(origin).key)
+  const up = new Conn(upstreams.origin(origin))
   up.socket = {
     write: (d: Uint8Array) => {
       upstream++
@@ -117,7 +117,7 @@ function path(name: string, origin: string, routes: WireRoute[], stream = false)
     resume() {},
     terminate() {},
   }
-  release(up)
+  up.release()
   h.open(socket)
   void front
   return {

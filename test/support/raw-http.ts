@@ -13,6 +13,8 @@ export interface RawHttpServer {
   opened: number
   /** Connections closed so far, by either side. */
   closed: number
+  /** nextClose resolves when a connection next closes (by either side). */
+  nextClose(): Promise<void>
   stop(): void
 }
 
@@ -23,6 +25,7 @@ interface RawConn {
 export type RawAnswer = (socket: Socket<RawConn>, head: string, body: string) => void | Promise<void>
 
 export function rawHttpServer(answer: RawAnswer): RawHttpServer {
+  const closeWaiters: (() => void)[] = []
   const listener: TCPSocketListener<RawConn> = Bun.listen<RawConn>({
     hostname: '127.0.0.1',
     port: 0,
@@ -33,6 +36,7 @@ export function rawHttpServer(answer: RawAnswer): RawHttpServer {
       },
       close() {
         server.closed++
+        for (const f of closeWaiters.splice(0)) f()
       },
       data(s, d) {
         s.data.buf += d.toString('latin1')
@@ -51,6 +55,7 @@ export function rawHttpServer(answer: RawAnswer): RawHttpServer {
     port: listener.port,
     opened: 0,
     closed: 0,
+    nextClose: () => new Promise<void>((resolve) => closeWaiters.push(resolve)),
     stop: () => listener.stop(true),
   }
   return server
