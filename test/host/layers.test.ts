@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'bun:test'
+import { Glob } from 'bun'
+
+/**
+ * The layering the README's architecture section draws, checked on the import statements:
+ * - the core (host, config, http, wire, store) names no plugin and none of the engine/GPU library;
+ * - src/ imports from plugins/ only in the composition root (src/main.ts);
+ * - the engine/GPU library (src/engine, src/gpu) is shared by plugins/gateway and the simulator,
+ *   and imports neither of them.
+ */
+const root = `${import.meta.dir}/../..`
+/** Static imports and re-exports (`from '…'`, bare `import '…'`) and `import('…')` in code or types. */
+const IMPORT = /^\s*(?:import|export)\s*(?:[^'"]*?from\s*)?'([^']+)'|import\(\s*'([^']+)'\s*\)/gm
+
+async function importsOf(dir: string): Promise<{ file: string; target: string }[]> {
+  const out: { file: string; target: string }[] = []
+  for await (const file of new Glob(`${dir}/**/*.ts`).scan(root)) {
+    const text = await Bun.file(`${root}/${file}`).text()
+    for (const m of text.matchAll(IMPORT)) {
+      const spec = (m[1] ?? m[2])!
+      if (!spec.startsWith('.')) continue
+      const target = new URL(spec, `file:///${file}`).pathname.slice(1)
+      out.push({ file, target })
+    }
+  }
+  return out
+}
+
+function offenders(edges: { file: string; target: string }[], banned: string[]): string[] {
+  return edges.filter((e) => banned.some((b) => e.target.startsWith(b))).map((e) => `${e.file} → ${e.target}`)
+}
+
+describe('layering', () => {
+  it('the core imports no plugin and none of the engine/GPU library or the simulator', async () => {
+    const edges: { file: string; target: string }[] = []
+    for (const core of ['src/host', 'src/config', 'src/http', 'src/wire', 'src/store']) {
+      edges.push(...(await importsOf(core)))
+    }
+    // The scan saw the core's imports (the test would pass on an empty scan otherwise).
+    expect(edges.some((e) => e.file === 'src/host/host.ts' && e.target === 'src/wire/server.ts')).toBe(true)
+    expect(offenders(edges, ['plugins/', 'src/engine/', 'src/gpu/', 'src/sim/'])).toEqual([])
+  })
+
+  it('src/ imports plugins/ only from the composition root', async () => {
+    const edges = await importsOf('src')
+    const fromPlugins = offenders(edges, ['plugins/']).map((e) => e.split(' → ')[0])
+    expect(fromPlugins).toEqual(['src/main.ts'])
+  })
+
+  it('the engine/GPU library imports neither the gateway nor the simulator', async () => {
+    for (const lib of ['src/engine', 'src/gpu']) {
+      expect(offenders(await importsOf(lib), ['plugins/', 'src/sim/'])).toEqual([])
+    }
+  })
+})
