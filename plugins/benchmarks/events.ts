@@ -139,35 +139,3 @@ export function replay(run: BenchmarkRun): BenchmarkEvent[] {
   if (end) out.push(end)
   return out
 }
-
-type Listener = (e: BenchmarkEvent) => void
-
-/** RunEventHub fans live events out to the SSE subscribers of each run. */
-export class RunEventHub {
-  private readonly listeners = new Map<string, Set<Listener>>()
-
-  subscribe(runId: string, fn: Listener): () => void {
-    let set = this.listeners.get(runId)
-    if (!set) {
-      set = new Set()
-      this.listeners.set(runId, set)
-    }
-    set.add(fn)
-    return () => {
-      set.delete(fn)
-      if (set.size === 0) this.listeners.delete(runId)
-    }
-  }
-
-  publish(runId: string, e: BenchmarkEvent): void {
-    const set = this.listeners.get(runId)
-    if (!set) return
-    for (const fn of [...set]) {
-      try {
-        fn(e)
-      } catch {
-        // a broken subscriber never stops the run
-      }
-    }
-  }
-}

@@ -2,7 +2,7 @@ import { Elysia, t } from 'elysia'
 import { ControllerError } from '../../src/http/schemas.ts'
 import { sseResponse } from '../../src/http/sse.ts'
 import { METRIC_DOCS, STATUS_DOCS } from './docs.ts'
-import { EVENT_DOCS, TERMINAL_EVENTS } from './events.ts'
+import { EVENT_DOCS } from './events.ts'
 import { BUNDLE_VERSION, type Bundle, BundleSchema, ImportResultSchema } from './export.ts'
 import { CreateRunSchema, RunSchema, RunStatusSchema, RunSummarySchema } from './model.ts'
 import type { BenchmarkService } from './service.ts'
@@ -113,19 +113,9 @@ export function benchmarkRoutes(service: BenchmarkService) {
       .get(
         '/:id/events',
         ({ params, request }) => {
-          const feed = service.events(params.id)
+          const events = service.events(params.id)
           return sseResponse(
-            (sink) => {
-              for (const e of feed.initial) sink.send(e.event, e.data)
-              if (!feed.live || feed.initial.some((e) => TERMINAL_EVENTS.has(e.event))) {
-                sink.close()
-                return undefined
-              }
-              return feed.subscribe((e) => {
-                sink.send(e.event, e.data)
-                if (TERMINAL_EVENTS.has(e.event)) sink.close()
-              })
-            },
+            (sink) => events.subscribe((e) => sink.send(e.event, e.data), { onEnd: () => sink.close() }),
             { signal: request.signal },
           )
         },

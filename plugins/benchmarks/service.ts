@@ -1,13 +1,15 @@
 import { randomUUID } from 'node:crypto'
 import { hostname } from 'node:os'
 import { Counter, Gauge } from 'prom-client'
+import { abortable } from '../../src/host/abortable.ts'
+import { ReplayHub } from '../../src/host/hub.ts'
 import { METRIC_PREFIX } from '../../src/host/metrics.ts'
 import type { PluginContext } from '../../src/host/plugin.ts'
 import { AppError, badRequest, conflict, notFound } from '../../src/http/errors.ts'
 import type { GatewayApi } from '../gateway/api.ts'
 import type { BenchmarksApi } from './api.ts'
 import type { BenchmarksConfig } from './config.ts'
-import { type BenchmarkEvent, RunEventHub, replay } from './events.ts'
+import { type BenchmarkEvent, replay, TERMINAL_EVENTS } from './events.ts'
 import { RunExecution, refreshTotals, type StopKind } from './executor.ts'
 import { type Bundle, exportBundle, type ImportResult, importBundle } from './export.ts'
 import type { BenchmarkRun, CreateRun, RunStatus, RunSummary, Scenario } from './model.ts'
@@ -20,16 +22,10 @@ import { RunRepository } from './repo.ts'
  */
 export const notFoundRun = (id: string) => notFound(`No benchmark with id '${id}'`, 'BENCHMARK_NOT_FOUND')
 
-export interface EventFeed {
-  initial: BenchmarkEvent[]
-  /** live is false when the run has already finished (the stream ends after `initial`). */
-  live: boolean
-  subscribe(fn: (e: BenchmarkEvent) => void): () => void
-}
-
 export class BenchmarkService {
   readonly repo: RunRepository
-  private readonly hub = new RunEventHub()
+  /** One event hub per unfinished run; it ends with the run's final event. */
+  private readonly hubs = new Map<string, ReplayHub<BenchmarkEvent>>()
   private readonly live = new Map<string, RunExecution>()
   private readonly queue: RunExecution[] = []
   private executing = 0
@@ -96,11 +92,8 @@ export class BenchmarkService {
     for (const exec of this.queue.splice(0)) this.finishQueued(exec, 'shutdown', message)
     const running = [...this.live.values()]
     for (const exec of running) exec.stop('shutdown', message)
-    if (deadline.aborted) return
-    await Promise.race([
-      Promise.all(running.map((e) => e.done)),
-      new Promise((r) => deadline.addEventListener('abort', r, { once: true })),
-    ])
+    // The runs are left to the deadline's owner once it passes (done never rejects).
+    await abortable(Promise.all(running.map((e) => e.done)), { signal: deadline }).catch(() => {})
   }
 
   create(body: CreateRun): BenchmarkRun {
@@ -190,13 +183,27 @@ export class BenchmarkService {
       },
     })
     this.live.set(run.id, exec)
+    this.hubs.set(
+      run.id,
+      this.hub(() => replay(this.snapshot(exec))),
+    )
     this.queue.push(exec)
     this.pump()
     return snapshot
   }
 
+  /** hub replays the run's current state (computed by `state`) to a late subscriber. */
+  private hub(state: () => BenchmarkEvent[]): ReplayHub<BenchmarkEvent> {
+    return new ReplayHub({
+      snapshot: state,
+      onError: (err) => this.ctx.log.warn('benchmark event subscriber failed', { error: String(err) }),
+    })
+  }
+
   private publish(id: string, e: BenchmarkEvent): void {
-    this.hub.publish(id, e)
+    const hub = this.hubs.get(id)
+    hub?.publish(e)
+    if (hub && TERMINAL_EVENTS.has(e.event)) this.endHub(id)
     this.ctx.bus.emit('benchmarks.event', { benchmark_id: id, ...e })
   }
 
@@ -268,6 +275,7 @@ export class BenchmarkService {
       await this.halt(exec, 'delete', 'cancelled: the run was deleted')
       // A run that did not wind down in time is forgotten all the same: no reads, no late events.
       this.live.delete(id)
+      this.endHub(id)
     }
     if (!this.repo.delete(id)) throw notFoundRun(id)
     return { id, deleted: true, cancelled: exec !== undefined }
@@ -281,18 +289,26 @@ export class BenchmarkService {
       return
     }
     exec.stop(kind, message)
-    await Promise.race([exec.done, Bun.sleep(15_000)])
+    // A run that does not wind down within 15 s is answered as it is (done never rejects).
+    await abortable(exec.done, { timeoutMs: 15_000 }).catch(() => {})
   }
 
-  events(id: string): EventFeed {
-    const exec = this.live.get(id)
-    const run = exec ? this.snapshot(exec) : this.repo.get(id)
-    if (!run) throw notFoundRun(id)
-    return {
-      initial: replay(run),
-      live: exec !== undefined,
-      subscribe: (fn) => this.hub.subscribe(id, fn),
-    }
+  private endHub(id: string): void {
+    this.hubs.get(id)?.end()
+    this.hubs.delete(id)
+  }
+
+  /**
+   * events is the run's event stream: its current state as events, then live events until the
+   * run's final event. A finished run's stream has the state only (it has already ended).
+   */
+  events(id: string): ReplayHub<BenchmarkEvent> {
+    const live = this.hubs.get(id)
+    if (live) return live
+    const run = this.get(id)
+    const finished = this.hub(() => replay(run))
+    finished.end()
+    return finished
   }
 
   exportBundle(): Bundle {

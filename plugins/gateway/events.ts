@@ -1,3 +1,5 @@
+import { ReplayHub } from '../../src/host/hub.ts'
+
 /**
  * InstanceEvents is the per-instance event stream behind
  * GET /api/v1/models/instances/{id}/events: a bounded ring of recent log lines (replayed on connect
@@ -22,22 +24,20 @@ export interface InstanceEvent {
 }
 
 type Subscriber = (e: InstanceEvent) => void
-interface Subscription {
-  fn: Subscriber
-  onEnd: () => void
-}
 
 export class InstanceEvents {
   private seq = 0
-  private readonly logs: InstanceEvent[] = []
-  private readonly latest = new Map<InstanceEventType, InstanceEvent>()
-  private readonly subscribers = new Set<Subscription>()
-  private ended = false
+  private readonly hub: ReplayHub<InstanceEvent>
 
   constructor(
     readonly instanceId: string,
-    private readonly maxLogLines: number,
-  ) {}
+    maxLogLines: number,
+  ) {
+    this.hub = new ReplayHub({
+      keep: (e) => e.eventType,
+      limit: (type) => (type === 'log' ? maxLogLines : 1),
+    })
+  }
 
   emit(eventType: InstanceEventType, data: Record<string, unknown>): InstanceEvent {
     const event: InstanceEvent = {
@@ -47,23 +47,20 @@ export class InstanceEvents {
       eventType,
       data,
     }
-    if (eventType === 'log') {
-      this.logs.push(event)
-      if (this.logs.length > this.maxLogLines) this.logs.splice(0, this.logs.length - this.maxLogLines)
-    } else {
-      this.latest.set(eventType, event)
-    }
-    for (const s of this.subscribers) s.fn(event)
+    this.hub.publish(event)
     return event
   }
 
   /** recentLogs returns the last `n` buffered lines as `[stream] content`. */
   recentLogs(n: number): string[] {
-    return this.logs.slice(-n).map((e) => `[${e.data.stream}] ${e.data.content}`)
+    return this.hub
+      .kept('log')
+      .slice(-n)
+      .map((e) => `[${e.data.stream}] ${e.data.content}`)
   }
 
   get logCount(): number {
-    return this.logs.length
+    return this.hub.kept('log').length
   }
 
   /**
@@ -76,38 +73,19 @@ export class InstanceEvents {
     fn: Subscriber,
     onEnd: () => void,
   ): () => void {
-    const replay: InstanceEvent[] = []
-    if (replayLogs && types.has('log')) replay.push(...this.logs)
-    for (const [type, e] of this.latest) if (types.has(type)) replay.push(e)
-    replay.sort((a, b) => seqOf(a) - seqOf(b))
-    for (const e of replay) fn(e)
-    if (this.ended) {
-      onEnd()
-      return () => {}
-    }
-    const sub: Subscription = {
-      fn: (e) => {
-        if (types.has(e.eventType)) fn(e)
-      },
+    return this.hub.subscribe(fn, {
+      filter: (e) => types.has(e.eventType),
+      replay: replayLogs || ((e) => e.eventType !== 'log'),
       onEnd,
-    }
-    this.subscribers.add(sub)
-    return () => this.subscribers.delete(sub)
+    })
   }
 
   /** end closes every live subscription (the instance is gone). */
   end(): void {
-    this.ended = true
-    const subs = [...this.subscribers]
-    this.subscribers.clear()
-    for (const s of subs) s.onEnd()
+    this.hub.end()
   }
 
   get isEnded(): boolean {
-    return this.ended
+    return this.hub.ended
   }
-}
-
-function seqOf(e: InstanceEvent): number {
-  return Number(e.id.slice(e.id.lastIndexOf(':') + 1))
 }

@@ -1,8 +1,11 @@
+import { ReplayHub } from './hub.ts'
+
 /**
  * EventBus is the typed in-process pub/sub plugins use to talk without importing each other.
  * Events are declared by augmenting `BusEvents` (declaration merging) in the emitting module, so
  * subscribers get the payload type. A dashboard or the cluster plugin can subscribe to the same
- * events later.
+ * events later. Each event name is a ReplayHub without replay: handlers run synchronously, in
+ * emit order, and a throwing handler never breaks the emitter.
  */
 // biome-ignore lint/suspicious/noEmptyInterface: extended by declaration merging in each owner module
 export interface BusEvents {}
@@ -10,28 +13,18 @@ export interface BusEvents {}
 type Handler<T> = (payload: T) => void
 
 export class EventBus {
-  private readonly handlers = new Map<string, Set<Handler<unknown>>>()
+  private readonly hubs = new Map<string, ReplayHub<unknown>>()
 
   on<K extends keyof BusEvents & string>(event: K, handler: Handler<BusEvents[K]>): () => void {
-    let set = this.handlers.get(event)
-    if (!set) {
-      set = new Set()
-      this.handlers.set(event, set)
+    let hub = this.hubs.get(event)
+    if (!hub) {
+      hub = new ReplayHub({ onError: (err) => console.error(`event handler for '${event}' failed:`, err) })
+      this.hubs.set(event, hub)
     }
-    set.add(handler as Handler<unknown>)
-    return () => set.delete(handler as Handler<unknown>)
+    return hub.subscribe(handler as Handler<unknown>)
   }
 
-  /** emit calls every handler synchronously; a throwing handler never breaks the emitter. */
   emit<K extends keyof BusEvents & string>(event: K, payload: BusEvents[K]): void {
-    const set = this.handlers.get(event)
-    if (!set) return
-    for (const handler of set) {
-      try {
-        handler(payload)
-      } catch (err) {
-        console.error(`event handler for '${event}' failed:`, err)
-      }
-    }
+    this.hubs.get(event)?.publish(payload)
   }
 }
