@@ -13,6 +13,7 @@ import type { ErrorShape } from '../http/errors.ts'
 import { splitUrl } from '../http/url.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { WireFront } from '../wire/server.ts'
+import { abortable, WaitError } from './abortable.ts'
 import { EventBus } from './bus.ts'
 import { connectionCap } from './limits.ts'
 import { Logger } from './logger.ts'
@@ -286,9 +287,11 @@ export class Host {
       await this.drain(Math.min(drain_ms, Math.max(0, budget - STOP_RESERVE_MS)), deadline)
       for (const r of [...this.running].reverse()) {
         try {
-          await withDeadline(Promise.resolve(r.instance.stop?.(deadline)), deadline)
+          await abortable(Promise.resolve(r.instance.stop?.(deadline)), { signal: deadline })
         } catch (err) {
-          this.log.error(`plugin ${r.def.id} did not stop cleanly`, { error: String(err) })
+          const error =
+            err instanceof WaitError && deadline.aborted ? 'shutdown deadline passed' : String(err)
+          this.log.error(`plugin ${r.def.id} did not stop cleanly`, { error })
           r.instance.kill?.()
         }
       }
@@ -308,9 +311,11 @@ export class Host {
     const running = () => this.servers.reduce((n, s) => n + s.front.running, 0)
     if (running() === 0 || ms === 0) return
     this.log.info('draining running requests', { running: running(), drain_ms: ms })
-    const limit = AbortSignal.any([deadline, AbortSignal.timeout(ms)])
     try {
-      await withDeadline(Promise.all(this.servers.map((s) => s.front.drained())), limit)
+      await abortable(Promise.all(this.servers.map((s) => s.front.drained())), {
+        signal: deadline,
+        timeoutMs: ms,
+      })
     } catch {
       this.log.warn('drain ended with requests still running; they are cut', { running: running() })
     }
@@ -330,24 +335,6 @@ export class Host {
 
 /** Of the shutdown budget, what the drain leaves for stopping plugins (engines: TERM, wait, KILL). */
 const STOP_RESERVE_MS = 5000
-
-function withDeadline<T>(p: Promise<T>, deadline: AbortSignal): Promise<T> {
-  if (deadline.aborted) return Promise.reject(new Error('shutdown deadline passed'))
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new Error('shutdown deadline passed'))
-    deadline.addEventListener('abort', onAbort, { once: true })
-    p.then(
-      (v) => {
-        deadline.removeEventListener('abort', onAbort)
-        resolve(v)
-      },
-      (e) => {
-        deadline.removeEventListener('abort', onAbort)
-        reject(e)
-      },
-    )
-  })
-}
 
 /**
  * accessLevel: successful requests at debug (health included), 4xx at warn, 5xx at error. A client
