@@ -1,3 +1,4 @@
+import { VllmClient } from '../../src/engine/vllm-client.ts'
 import { seededRandom } from './random.ts'
 /**
  * buildPrompts makes prompts of exactly `target` tokens as the engine's own tokenizer counts them
@@ -71,29 +72,8 @@ function variants(base: readonly string[]): (i: number) => string {
   }
 }
 
+/** NoTokenizer: the engine has no /tokenize; the prompt is then estimated. */
 class NoTokenizer extends Error {}
-
-async function tokenize(
-  o: PromptOptions,
-  prompt: string,
-): Promise<{ count: number; maxModelLen: number | null }> {
-  const res = await fetch(`${o.engineUrl}/tokenize`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: o.model, prompt }),
-    signal: AbortSignal.any([o.signal, AbortSignal.timeout(o.timeoutMs)]),
-  })
-  if (res.status === 404 || res.status === 405 || res.status === 501) {
-    await res.body?.cancel()
-    throw new NoTokenizer()
-  }
-  if (!res.ok) throw new Error(`/tokenize answered HTTP ${res.status}: ${(await res.text()).slice(0, 200)}`)
-  const body = (await res.json()) as { count?: unknown; tokens?: unknown; max_model_len?: unknown }
-  const count =
-    typeof body.count === 'number' ? body.count : Array.isArray(body.tokens) ? body.tokens.length : null
-  if (count === null) throw new Error('/tokenize answered without a count')
-  return { count, maxModelLen: typeof body.max_model_len === 'number' ? body.max_model_len : null }
-}
 
 export async function buildPrompts(o: PromptOptions): Promise<PromptSet> {
   const seed = o.seed ?? 0x5eed
@@ -102,9 +82,11 @@ export async function buildPrompts(o: PromptOptions): Promise<PromptSet> {
     if (n > pool.length) pool = words(seed, n + 64)
     return pool.slice(0, n)
   }
+  const engine = new VllmClient(o.engineUrl)
   let maxModelLen: number | null = null
   const count = async (text: string) => {
-    const r = await tokenize(o, text)
+    const r = await engine.tokenize(o.model, text, { timeoutMs: o.timeoutMs, signal: o.signal })
+    if (r === null) throw new NoTokenizer()
     maxModelLen = r.maxModelLen ?? maxModelLen
     return r.count
   }

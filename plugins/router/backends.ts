@@ -1,19 +1,18 @@
+import { EngineCallError, engineOrigin, type HealthProbe, VllmClient } from '../../src/engine/vllm-client.ts'
 import { AppError } from '../../src/http/errors.ts'
 import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
-import { ActionRefused, EngineUnavailable } from './errors.ts'
+import { ActionRefused } from './errors.ts'
 
 /**
  * Backends are how the router reaches the engine behind a model name: a configured endpoint
  * (vLLM's HTTP API called directly) or the gateway plugin's instances of one served name (sleep and
- * wake go through the gateway's api so both plugins agree on the state). Every engine call has a
- * deadline and also ends when the router stops.
+ * wake go through the gateway's api so both plugins agree on the state). Engines are called through
+ * the one VllmClient: every call has a deadline and also ends when the router stops.
  */
 export interface Endpoint {
   host: string
   port: number
 }
-
-export type HealthProbe = { ok: true; seconds: number } | { ok: false; error: string }
 
 export interface Backend {
   readonly kind: 'endpoint' | 'gateway'
@@ -25,109 +24,54 @@ export interface Backend {
   health(timeoutMs: number, signal: AbortSignal): Promise<HealthProbe>
 }
 
-/** probeHealth: GET /health with a deadline; 200 is healthy. */
-export async function probeHealth(
-  baseUrl: string,
-  timeoutMs: number,
-  signal: AbortSignal,
-): Promise<HealthProbe> {
-  const t0 = performance.now()
-  try {
-    const init: BunFetchRequestInit = {
-      signal: AbortSignal.any([AbortSignal.timeout(timeoutMs), signal]),
-      proxy: false,
-    }
-    const res = await fetch(`${baseUrl}/health`, init)
-    await res.body?.cancel()
-    if (res.status === 200) return { ok: true, seconds: (performance.now() - t0) / 1000 }
-    return { ok: false, error: `engine /health answered ${res.status}` }
-  } catch (err) {
-    return { ok: false, error: describeFailure(err, timeoutMs) }
-  }
-}
-
-function describeFailure(err: unknown, timeoutMs: number): string {
-  const e = err as { name?: string; code?: string; message?: string }
-  if (e?.name === 'TimeoutError') return `no answer within ${timeoutMs} ms`
-  if (e?.name === 'AbortError') return 'the router is stopping'
-  if (e?.code === 'ConnectionRefused' || e?.code === 'ECONNREFUSED') return 'connection refused'
-  return e?.code ?? e?.message ?? 'connection failed'
-}
+/** How the router's engine calls that end with its lifetime say so. */
+const STOPPING = { abortedAs: 'the router is stopping' }
 
 /** EndpointBackend: a configured engine, driven through vLLM's dev-mode control endpoints. */
 export class EndpointBackend implements Backend {
   readonly kind = 'endpoint'
-  readonly baseUrl: string
-  /** known: learned from /is_sleeping (404 means the engine runs without sleep mode). */
-  private hasSleep: boolean | null = null
+  readonly client: VllmClient
 
   constructor(
     private readonly ep: Endpoint,
     private readonly controlTimeoutMs: number,
   ) {
-    const host = ep.host.includes(':') && !ep.host.startsWith('[') ? `[${ep.host}]` : ep.host
-    this.baseUrl = `http://${host}:${ep.port}`
+    this.client = new VllmClient(engineOrigin(ep.host, ep.port), controlTimeoutMs, STOPPING)
+  }
+
+  get baseUrl(): string {
+    return this.client.baseUrl
   }
 
   endpoint(): Endpoint {
     return { host: this.ep.host, port: this.ep.port }
   }
 
+  /** sleepable: learned from the engine's answers (a 404 on /is_sleeping: no sleep mode). */
   sleepable(): boolean | null {
-    return this.hasSleep
+    return this.client.sleepMode
   }
 
-  private async call(
-    method: string,
-    path: string,
-    timeoutMs: number,
-    signal: AbortSignal,
-  ): Promise<Response> {
-    let res: Response
-    try {
-      const init: BunFetchRequestInit = {
-        method,
-        signal: AbortSignal.any([AbortSignal.timeout(timeoutMs), signal]),
-        // Engines are addressed directly, never through an HTTP_PROXY from the environment.
-        proxy: false,
-      }
-      res = await fetch(`${this.baseUrl}${path}`, init)
-    } catch (err) {
-      throw new EngineUnavailable(`engine ${method} ${path} failed: ${describeFailure(err, timeoutMs)}`)
-    }
-    if (res.status === 404 && path !== '/health') this.hasSleep = false
-    if (!res.ok) {
-      const text = (await res.text().catch(() => '')).slice(0, 200)
-      throw new EngineUnavailable(`engine ${method} ${path} answered ${res.status}${text ? `: ${text}` : ''}`)
-    }
-    return res
+  sleep(level: 1 | 2, signal: AbortSignal): Promise<void> {
+    return this.client.sleep(level, { timeoutMs: this.controlTimeoutMs, signal })
   }
 
-  async sleep(level: 1 | 2, signal: AbortSignal): Promise<void> {
-    await (await this.call('POST', `/sleep?level=${level}`, this.controlTimeoutMs, signal)).body?.cancel()
-    this.hasSleep = true
-  }
-
-  async wake(signal: AbortSignal): Promise<void> {
-    await (await this.call('POST', '/wake_up', this.controlTimeoutMs, signal)).body?.cancel()
+  wake(signal: AbortSignal): Promise<void> {
+    return this.client.wake([], { timeoutMs: this.controlTimeoutMs, signal })
   }
 
   /** isSleeping reads the engine's own view; null when the engine has no sleep endpoints. */
   async isSleeping(timeoutMs: number, signal: AbortSignal): Promise<boolean | null> {
     try {
-      const body = (await (await this.call('GET', '/is_sleeping', timeoutMs, signal)).json()) as {
-        is_sleeping?: unknown
-      }
-      this.hasSleep = true
-      return body.is_sleeping === true
+      return await this.client.isSleeping({ timeoutMs, signal })
     } catch (err) {
-      if (this.hasSleep === false) return null
+      if (this.client.sleepMode === false) return null
       throw err
     }
   }
 
   health(timeoutMs: number, signal: AbortSignal): Promise<HealthProbe> {
-    return probeHealth(this.baseUrl, timeoutMs, signal)
+    return this.client.probe({ timeoutMs, signal })
   }
 }
 
@@ -177,7 +121,7 @@ export class GatewayBackend implements Backend {
   health(timeoutMs: number, signal: AbortSignal): Promise<HealthProbe> {
     const first = this.instances.find((i) => i.status === 'active') ?? this.instances[0]
     if (!first) return Promise.resolve({ ok: false, error: 'no instance' })
-    return probeHealth(this.api.engineBaseUrl(first), timeoutMs, signal)
+    return new VllmClient(this.api.engineBaseUrl(first), timeoutMs, STOPPING).probe({ timeoutMs, signal })
   }
 }
 
@@ -187,7 +131,7 @@ async function settleAll(calls: Promise<unknown>[]): Promise<void> {
   for (const r of results) {
     if (r.status === 'fulfilled') continue
     const err = r.reason
-    if (err instanceof AppError && err.status >= 500) throw new EngineUnavailable(err.message)
+    if (err instanceof AppError && err.status >= 500) throw new EngineCallError(err.message, null)
     if (err instanceof AppError) throw new ActionRefused(err.message)
     throw err
   }

@@ -35,14 +35,6 @@ export const routeNotFound = (method: string, path: string): AppError =>
 export const internalError = (): AppError =>
   proxyError(500, 'server_error', 'internal_error', 'Internal server error')
 
-/** EngineUnavailable: an engine control call (sleep, wake_up, is_sleeping) got no usable answer. */
-export class EngineUnavailable extends Error {
-  constructor(message: string) {
-    super(message)
-    this.name = 'EngineUnavailable'
-  }
-}
-
 /** ActionRefused: the model's state does not allow the action (rendered as a 409 error result). */
 export class ActionRefused extends Error {
   constructor(

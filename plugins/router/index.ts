@@ -22,34 +22,43 @@ const DESCRIPTION =
   'does not know. The read-only routes (/models, /models/*, /traffic/stats*, /sleep/*, /health*, ' +
   '/get_server_info) need no key. Every error has the shape {error: {message, type, code}}.'
 
-export default definePlugin({
-  id: 'router',
-  description: 'Routes inference to configured endpoints, tracks traffic, sleeps idle models.',
-  config: RouterConfig,
-  setup(ctx, cfg) {
-    const names = new Set<string>()
-    cfg.models.forEach((m, i) => {
-      if (names.has(m.name))
-        throw new Error(`plugins.router.models[${i}].name: duplicate model name '${m.name}'`)
-      names.add(m.name)
-    })
-    const service = new RouterService(cfg, ctx)
-    return {
-      listeners: [
-        {
-          name: 'router',
-          host: cfg.host,
-          port: cfg.port,
-          app: routerRoutes(service, ctx.log),
-          rawRoutes: service.inference.rawRoutes(),
-          errorShape: 'proxy',
-          title: 'modelgate router',
-          description: DESCRIPTION,
-        },
-      ],
-      api: service,
-      start: () => service.start(),
-      stop: () => service.stop(),
-    }
-  },
-})
+export interface RouterOptions {
+  /** the router's clock (epoch ms); Date.now unless a test moves time forward itself */
+  now?: () => number
+}
+
+/** routerPlugin: the plugin definition, with its clock (the default export uses Date.now). */
+export const routerPlugin = (opts: RouterOptions = {}) =>
+  definePlugin({
+    id: 'router',
+    description: 'Routes inference to configured endpoints, tracks traffic, sleeps idle models.',
+    config: RouterConfig,
+    setup(ctx, cfg) {
+      const names = new Set<string>()
+      cfg.models.forEach((m, i) => {
+        if (names.has(m.name))
+          throw new Error(`plugins.router.models[${i}].name: duplicate model name '${m.name}'`)
+        names.add(m.name)
+      })
+      const service = new RouterService(cfg, ctx, opts.now)
+      return {
+        listeners: [
+          {
+            name: 'router',
+            host: cfg.host,
+            port: cfg.port,
+            app: routerRoutes(service, ctx.log),
+            rawRoutes: service.inference.rawRoutes(),
+            errorShape: 'proxy',
+            title: 'modelgate router',
+            description: DESCRIPTION,
+          },
+        ],
+        api: service,
+        start: () => service.start(),
+        stop: () => service.stop(),
+      }
+    },
+  })
+
+export default routerPlugin()

@@ -1,3 +1,4 @@
+import { abortable, WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
@@ -39,6 +40,8 @@ export interface InferenceDeps {
   bus: EventBus
   /** gate: the gateway's inference key for gateway models (and unknown names), see access.ts. */
   gate: GatewayKeyGate
+  /** the router's clock (epoch ms): activity and statistics. */
+  now: () => number
 }
 
 const paths = new Set(INFERENCE_PATHS)
@@ -67,7 +70,7 @@ export class RouterInference {
     const denied = this.deps.gate.check(entry, req.header('authorization'))
     if (denied) return { error: denied }
     if (!entry) return { error: modelNotFound(fields.model) }
-    entry.touch(Date.now())
+    entry.touch(this.deps.now())
     if (fields.invalid) return { error: this.refusal(entry, fields.invalid, req.startedAt) }
     if (entry.state !== 'active' || entry.op === 'sleep' || entry.wakePromise !== null)
       return this.wakeFirst(entry, req)
@@ -188,7 +191,7 @@ export class RouterInference {
   }
 
   private recordEnd(entry: ModelEntry, status: number, durationMs: number): void {
-    const now = Date.now()
+    const now = this.deps.now()
     const ok = status >= 200 && status < 300
     entry.traffic.record(now, ok, durationMs)
     this.deps.overall.record(now, ok, durationMs)
@@ -199,32 +202,18 @@ export class RouterInference {
 type Outcome = 'done' | 'timeout' | 'aborted' | 'stopped' | { error: string }
 
 /** settleWithin waits for `p` up to `ms`, or until the client goes away or the router stops. */
-function settleWithin(
+async function settleWithin(
   p: Promise<void>,
   ms: number,
   client: AbortSignal,
   lifetime: AbortSignal,
 ): Promise<Outcome> {
-  if (client.aborted) return Promise.resolve('aborted')
-  if (lifetime.aborted) return Promise.resolve('stopped')
-  return new Promise<Outcome>((resolve) => {
-    let done = false
-    const finish = (o: Outcome) => {
-      if (done) return
-      done = true
-      clearTimeout(timer)
-      client.removeEventListener('abort', onClient)
-      lifetime.removeEventListener('abort', onStop)
-      resolve(o)
-    }
-    const onClient = () => finish('aborted')
-    const onStop = () => finish('stopped')
-    const timer = setTimeout(() => finish('timeout'), ms)
-    client.addEventListener('abort', onClient)
-    lifetime.addEventListener('abort', onStop)
-    p.then(
-      () => finish('done'),
-      (err: Error) => finish({ error: err.message }),
-    )
-  })
+  try {
+    await abortable(p, { signal: AbortSignal.any([client, lifetime]), timeoutMs: ms, what: 'the wake' })
+    return 'done'
+  } catch (err) {
+    if (!(err instanceof WaitError)) return { error: (err as Error).message }
+    if (err.kind === 'timeout') return 'timeout'
+    return client.aborted ? 'aborted' : 'stopped'
+  }
 }

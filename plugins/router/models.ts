@@ -76,6 +76,8 @@ export class ModelTable {
     cfg: RouterConfig,
     startedAt: number,
     private readonly log: Logger,
+    /** the router's clock (epoch ms) */
+    private readonly now: () => number,
   ) {
     for (const m of cfg.models) {
       const backend = new EndpointBackend(m.endpoint, cfg.control_timeout * 1000)
@@ -150,7 +152,7 @@ export class ModelTable {
         entry.sleepLevel = null
       } else {
         entry.state = 'sleeping'
-        const slept = instances.map((i) => (i.slept_at ? Date.parse(i.slept_at) : Date.now()))
+        const slept = instances.map((i) => (i.slept_at ? Date.parse(i.slept_at) : this.now()))
         entry.sleepTime ??= Math.min(...slept)
         entry.sleepLevel ??= instances[0]!.sleep_level ?? null
       }

@@ -1,8 +1,9 @@
+import { EngineCallError } from '../../src/engine/vllm-client.ts'
 import type { PluginContext } from '../../src/host/plugin.ts'
 import type { GatewayApi } from '../gateway/api.ts'
 import { GatewayKeyGate } from './access.ts'
 import type { RouterConfig } from './config.ts'
-import { ActionRefused, EngineUnavailable, modelNotFound } from './errors.ts'
+import { ActionRefused, modelNotFound } from './errors.ts'
 import { RouterInference } from './inference.ts'
 import { type ModelEntry, ModelTable } from './models.ts'
 import { SleepController } from './sleep.ts'
@@ -41,7 +42,7 @@ export interface ActionOutcome {
 export const CONTROLLER_NAME = 'modelgate-router'
 
 export class RouterService {
-  readonly startedAt = Date.now()
+  readonly startedAt: number
   readonly table: ModelTable
   readonly overall = new TrafficCounter()
   readonly sleep: SleepController
@@ -55,8 +56,14 @@ export class RouterService {
   constructor(
     readonly cfg: RouterConfig,
     private readonly ctx: PluginContext,
+    /**
+     * now: the router's clock (epoch ms), read for statistics windows, activity, idle and sleep
+     * times. Tests pass one they can move forward; deadlines and timers run on real time.
+     */
+    readonly now: () => number = Date.now,
   ) {
-    this.table = new ModelTable(cfg, this.startedAt, ctx.log)
+    this.startedAt = now()
+    this.table = new ModelTable(cfg, this.startedAt, ctx.log, now)
     // Fixed by the configuration (not by start()), so it holds from the moment the listener opens.
     this.gate = new GatewayKeyGate(ctx.auth, cfg.from_gateway && ctx.has('gateway'))
     this.sleep = new SleepController({
@@ -65,6 +72,7 @@ export class RouterService {
       log: ctx.log,
       startedAt: this.startedAt,
       lifetime: this.lifetime.signal,
+      now,
     })
     this.inference = new RouterInference({
       table: this.table,
@@ -76,6 +84,7 @@ export class RouterService {
       lifetime: this.lifetime.signal,
       bus: ctx.bus,
       gate: this.gate,
+      now,
     })
   }
 
@@ -90,7 +99,7 @@ export class RouterService {
           this.ctx.bus.on('gateway.instance.status', () => this.table.syncGateway()),
           // Traffic through the gateway's own /v1 keeps a gateway model from looking idle.
           this.ctx.bus.on('proxy.request', (ev) => {
-            if (ev.instance_id) this.table.byInstance(ev.instance_id)?.touch(Date.now())
+            if (ev.instance_id) this.table.byInstance(ev.instance_id)?.touch(this.now())
           }),
         )
       }
@@ -123,7 +132,7 @@ export class RouterService {
   }
 
   idleModels(threshold: number) {
-    const now = Date.now()
+    const now = this.now()
     const idle_models = []
     for (const e of this.table.all()) {
       const idleMs = e.idleMs(now, this.startedAt)
@@ -134,7 +143,7 @@ export class RouterService {
   }
 
   activeModels(threshold: number, windowSeconds: number | null) {
-    const now = Date.now()
+    const now = this.now()
     const window = windowSeconds ?? threshold
     const active_models = []
     for (const e of this.table.all()) {
@@ -152,7 +161,7 @@ export class RouterService {
   }
 
   trafficStats(windowSeconds: number | null) {
-    const now = Date.now()
+    const now = this.now()
     const by_model: Record<string, Omit<ModelTrafficView, 'model' | 'idle_time'>> = {}
     for (const e of this.table.all()) {
       const { model: _m, idle_time: _i, ...rest } = modelTrafficView(e, now, windowSeconds, this.startedAt)
@@ -162,18 +171,18 @@ export class RouterService {
   }
 
   modelTraffic(name: string, windowSeconds: number | null): ModelTrafficView {
-    return modelTrafficView(this.require(name), Date.now(), windowSeconds, this.startedAt)
+    return modelTrafficView(this.require(name), this.now(), windowSeconds, this.startedAt)
   }
 
   sleepStatus(): { models: Record<string, SleepStatusView> } {
-    const now = Date.now()
+    const now = this.now()
     const models: Record<string, SleepStatusView> = {}
     for (const e of this.table.all()) models[e.name] = sleepStatusView(e, now)
     return { models }
   }
 
   sleepCandidates() {
-    const now = Date.now()
+    const now = this.now()
     const threshold = this.cfg.auto_sleep.idle_threshold
     const candidates = []
     for (const e of this.table.all()) {
@@ -195,10 +204,11 @@ export class RouterService {
       if (e.state === 'active') active++
       else sleeping++
     }
+    const now = this.now()
     return {
       status: 'healthy' as const,
-      timestamp: new Date().toISOString(),
-      uptime: seconds(Date.now() - this.startedAt),
+      timestamp: new Date(now).toISOString(),
+      uptime: seconds(now - this.startedAt),
       models_active: active,
       models_sleeping: sleeping,
     }
@@ -240,7 +250,7 @@ export class RouterService {
     } catch (err) {
       return this.actionFailure(e, err)
     }
-    return success(e, 'Model put to sleep')
+    return success(e, 'Model put to sleep', this.now())
   }
 
   async wakeAction(name: string, authorization: string | null): Promise<ActionOutcome> {
@@ -250,7 +260,7 @@ export class RouterService {
       if (e.op === 'sleep') throw new ActionRefused('Model is going to sleep; try again when it sleeps')
       if (e.state === 'active') throw new ActionRefused('Model is already active')
       const min = this.cfg.auto_sleep.min_sleep_duration
-      const slept = seconds(Date.now() - (e.sleepTime ?? this.startedAt))
+      const slept = seconds(this.now() - (e.sleepTime ?? this.startedAt))
       if (slept < min)
         throw new ActionRefused(
           `Model has been sleeping for ${slept} s; the minimum sleep duration is ${min} s`,
@@ -261,22 +271,22 @@ export class RouterService {
     } catch (err) {
       return this.actionFailure(e, err)
     }
-    return success(e, 'Model woken up')
+    return success(e, 'Model woken up', this.now())
   }
 
   private actionFailure(e: ModelEntry, err: unknown): ActionOutcome {
     if (err instanceof ActionRefused)
       return { httpStatus: 409, body: { status: 'error', model: e.name, message: err.message, ...err.extra } }
-    if (err instanceof EngineUnavailable)
+    if (err instanceof EngineCallError)
       return { httpStatus: 502, body: { status: 'error', model: e.name, message: err.message } }
     throw err
   }
 }
 
-function success(e: ModelEntry, message: string): ActionOutcome {
+function success(e: ModelEntry, message: string, at: number): ActionOutcome {
   return {
     httpStatus: 200,
-    body: { status: 'success', model: e.name, message, timestamp: new Date().toISOString() },
+    body: { status: 'success', model: e.name, message, timestamp: new Date(at).toISOString() },
   }
 }
 

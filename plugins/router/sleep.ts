@@ -1,7 +1,9 @@
+import { EngineCallError, waitHealthy } from '../../src/engine/vllm-client.ts'
+import { abortable } from '../../src/host/abortable.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
-import { ActionRefused, EngineUnavailable } from './errors.ts'
+import { ActionRefused } from './errors.ts'
 import type { ModelEntry, ModelTable } from './models.ts'
 
 /**
@@ -27,6 +29,8 @@ export interface SleepControllerDeps {
   startedAt: number
   /** aborted when the router stops: ends engine calls and held requests. */
   lifetime: AbortSignal
+  /** the router's clock (epoch ms): sleep times, idle times, wake durations and retry delays. */
+  now: () => number
 }
 
 /** STOP_WAIT_MS caps how long stop waits for sleep or wake operations under way. */
@@ -52,7 +56,7 @@ export class SleepController {
   async stop(): Promise<void> {
     clearInterval(this.timer)
     this.timer = undefined
-    await Promise.race([Promise.allSettled([...this.running]), Bun.sleep(STOP_WAIT_MS)])
+    await abortable(Promise.allSettled([...this.running]), { timeoutMs: STOP_WAIT_MS }).catch(() => {})
   }
 
   private track<T>(p: Promise<T>): Promise<T> {
@@ -68,7 +72,7 @@ export class SleepController {
   tick(): void {
     const { table, cfg, log, startedAt } = this.deps
     table.syncGateway()
-    const now = Date.now()
+    const now = this.deps.now()
     const thresholdMs = cfg.auto_sleep.idle_threshold * 1000
     for (const e of table.all()) {
       if (cfg.auto_sleep.enabled && this.isCandidate(e, now, thresholdMs)) {
@@ -116,7 +120,7 @@ export class SleepController {
     if (sleeping === null || e.op || e.generation !== generation) return
     if (sleeping && e.state === 'active') {
       e.state = 'sleeping'
-      e.sleepTime = Date.now()
+      e.sleepTime = this.deps.now()
       this.deps.log.info('engine found asleep', { model: e.name })
     } else if (!sleeping && e.state === 'sleeping') {
       e.state = 'active'
@@ -128,7 +132,7 @@ export class SleepController {
 
   /**
    * sleep puts an active model to sleep (manual or automatic). Refusals throw ActionRefused at
-   * once; the returned promise rejects with EngineUnavailable when the engine does not answer.
+   * once; the returned promise rejects with EngineCallError when the engine does not answer.
    */
   sleep(e: ModelEntry, level: 1 | 2): Promise<void> {
     if (e.state === 'sleeping') throw new ActionRefused('Model is already sleeping')
@@ -143,7 +147,7 @@ export class SleepController {
       try {
         await e.backend.sleep(level, this.deps.lifetime)
         e.state = 'sleeping'
-        e.sleepTime = Date.now()
+        e.sleepTime = this.deps.now()
         e.sleepLevel = level
         this.deps.log.info('model asleep', { model: e.name, level })
       } finally {
@@ -157,15 +161,15 @@ export class SleepController {
 
   /**
    * wake starts (or joins) the one wake of a model. Resolves when the engine is awake and answers
-   * /health; rejects with EngineUnavailable when it does not. A model that is active and not
+   * /health; rejects with EngineCallError when it does not. A model that is active and not
    * falling asleep resolves at once.
    */
   wake(e: ModelEntry): Promise<void> {
     if (e.wakePromise) return e.wakePromise
     const failure = this.recentWakeFailure(e)
-    if (failure) return Promise.reject(new EngineUnavailable(failure))
+    if (failure) return Promise.reject(new EngineCallError(failure, null))
     if (e.state === 'active' && e.op !== 'sleep') return Promise.resolve()
-    if (e.op === 'sleep' || e.state === 'sleeping') e.wakeStartedAt = Date.now()
+    if (e.op === 'sleep' || e.state === 'sleeping') e.wakeStartedAt = this.deps.now()
     const p = (async () => {
       try {
         if (e.op === 'sleep') await e.opPromise?.catch(() => {})
@@ -184,22 +188,22 @@ export class SleepController {
     e.op = 'wake'
     e.generation++
     e.state = 'waking'
-    const t0 = Date.now()
+    const t0 = this.deps.now()
     e.wakeStartedAt = t0
     const p = (async () => {
       try {
         await e.backend.wake(lifetime)
         const health = await this.awaitHealthy(e, t0 + cfg.control_timeout * 1000)
-        if (!health) throw new EngineUnavailable('engine did not answer /health after waking up')
+        if (!health) throw new EngineCallError('engine did not answer /health after waking up', null)
         e.state = 'active'
         e.sleepTime = null
         e.sleepLevel = null
-        e.lastWakeMs = Date.now() - t0
+        e.lastWakeMs = this.deps.now() - t0
         e.wakeFailure = null
         log.info('model awake', { model: e.name, ms: e.lastWakeMs })
       } catch (err) {
         e.state = 'sleeping'
-        e.wakeFailure = { at: Date.now(), message: (err as Error).message }
+        e.wakeFailure = { at: this.deps.now(), message: (err as Error).message }
         throw err
       } finally {
         e.op = null
@@ -210,32 +214,38 @@ export class SleepController {
     await p
   }
 
-  /** awaitHealthy polls the engine's /health after a wake_up until 200 or the deadline. */
+  /**
+   * awaitHealthy polls the engine's /health after a wake_up until 200, the deadline (epoch ms on
+   * the router's clock) or the router stops.
+   */
   private async awaitHealthy(e: ModelEntry, deadline: number): Promise<boolean> {
-    const { cfg, lifetime } = this.deps
-    let delay = 25
-    while (!lifetime.aborted) {
-      const left = deadline - Date.now()
-      if (left <= 0) return false
-      const probe = await e.backend.health(Math.min(cfg.health_timeout_ms, left), lifetime)
-      if (probe.ok) return true
-      await Bun.sleep(Math.min(delay, Math.max(0, deadline - Date.now())))
-      delay = Math.min(1000, delay * 2)
+    const { cfg, lifetime, now } = this.deps
+    const probe = {
+      health: async (timeoutMs = cfg.health_timeout_ms, o: { signal?: AbortSignal } = {}) =>
+        (await e.backend.health(timeoutMs, o.signal ?? lifetime)).ok,
     }
-    return false
+    const outcome = await waitHealthy(probe, {
+      initialMs: 25,
+      maxMs: 1000,
+      deadlineMs: deadline - now(),
+      probeMs: cfg.health_timeout_ms,
+      signal: lifetime,
+    })
+    return outcome === 'healthy'
   }
 
   /** recentWakeFailure names the last wake failure while its retry delay lasts, else null. */
   recentWakeFailure(e: ModelEntry): string | null {
     const f = e.wakeFailure
-    if (!f || Date.now() - f.at >= WAKE_RETRY_MS) return null
-    return `the last wake failed ${Math.round((Date.now() - f.at) / 1000)} s ago (${f.message}); retrying after ${WAKE_RETRY_MS / 1000} s`
+    const ago = f ? this.deps.now() - f.at : 0
+    if (!f || ago >= WAKE_RETRY_MS) return null
+    return `the last wake failed ${Math.round(ago / 1000)} s ago (${f.message}); retrying after ${WAKE_RETRY_MS / 1000} s`
   }
 
   /** retryAfterSeconds estimates the rest of a wake from the model's last one (5 s when unknown). */
   retryAfterSeconds(e: ModelEntry): number {
     const expected = e.lastWakeMs ?? 5000
-    const elapsed = e.wakeStartedAt ? Date.now() - e.wakeStartedAt : 0
+    const elapsed = e.wakeStartedAt ? this.deps.now() - e.wakeStartedAt : 0
     return Math.max(1, Math.ceil((expected - elapsed) / 1000))
   }
 }

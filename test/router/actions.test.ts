@@ -61,7 +61,7 @@ describe('router sleep and wake actions', () => {
 
     expect((await r.get('/health')).body).toMatchObject({ models_active: 2, models_sleeping: 1 })
 
-    await Bun.sleep(2000)
+    r.clock.advance(2000)
     const woke = await r.post(`/action/wakeup/${enc(A)}`)
     expect(woke.status).toBe(200)
     expect(woke.body).toEqual({ status: 'success', model: A, message: 'Model woken up', timestamp: ISO })

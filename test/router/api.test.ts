@@ -110,7 +110,7 @@ describe('router traffic statistics after a known sequence', () => {
   })
 
   it('limits statistics to a window', async () => {
-    await Bun.sleep(2500)
+    r.clock.advance(2500)
     expect((await r.post('/v1/chat/completions', chat(B))).status).toBe(200)
     const w = await r.get<{
       overall: Record<string, number>

@@ -69,7 +69,7 @@ describe('router following the gateway', () => {
       (await r.get<{ models: Record<string, { last_activity: string }> }>('/sleep/status')).body.models[NAME]!
         .last_activity
     const before = await lastActivity()
-    await Bun.sleep(20)
+    r.clock.advance(20)
     r.host.bus.emit('proxy.request', {
       model: NAME,
       instance_id: instanceId,

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import type { RouterService } from '../../plugins/router/service.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
 import { chat, engineHits, modelsYaml, startRouter, startSim, type TestRouter, waitUntil } from './support.ts'
 
@@ -16,6 +17,11 @@ let slow: EngineProc
 let r: TestRouter | null = null
 
 type Status = { models: Record<string, { status: string; sleep_time?: string }> }
+/**
+ * autoSleepCheck runs the check that auto-sleep's timer runs every check_interval, at once (the
+ * timer runs too; a second check finds the sleep under way and leaves it).
+ */
+const autoSleepCheck = (router: TestRouter) => router.host.api<RouterService>('router').sleep.tick()
 const stateOf = async (router: TestRouter, model: string) =>
   (await router.get<Status>('/sleep/status')).body.models[model]?.status
 
@@ -41,7 +47,7 @@ ${modelsYaml([
 ])}
 auto_sleep: { enabled: true, idle_threshold: 1, check_interval: 1 }
 `)
-    // 60 tokens at 20 tokens/s: a 3 s stream, longer than threshold + interval.
+    // 60 tokens at 20 tokens/s: a 3 s stream, in flight through the checks below.
     const res = await fetch(`${r.routerUrl}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -50,6 +56,9 @@ auto_sleep: { enabled: true, idle_threshold: 1, check_interval: 1 }
     expect(res.status).toBe(200)
     const body = res.text()
 
+    // Both models have been idle past the threshold by the router's clock; the stream keeps BUSY busy.
+    r.clock.advance(1000)
+    autoSleepCheck(r)
     await waitUntil(async () => (await stateOf(r!, IDLE)) === 'sleeping', 4000, 'the idle model asleep')
     expect(await (await fetch(`http://127.0.0.1:${idle.port}/is_sleeping`)).json()).toEqual({
       is_sleeping: true,
@@ -72,6 +81,8 @@ auto_sleep: { enabled: true, idle_threshold: 1, check_interval: 1 }
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true)
     expect(engineHits(busy, 'POST', '/sleep')).toBe(0)
     // Once the stream has ended, the busy model becomes idle like any other.
+    r.clock.advance(1000)
+    autoSleepCheck(r)
     await waitUntil(
       async () => (await stateOf(r!, BUSY)) === 'sleeping',
       4000,

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { plugins } from '../../plugins/index.ts'
-import router from '../../plugins/router/index.ts'
+import router, { routerPlugin as routerWithClock } from '../../plugins/router/index.ts'
 import type { PluginDefinition } from '../../src/host/plugin.ts'
 import { type EngineProc, freePort, spawnEngine, tempSimDir, waitHealthy } from '../sim/helpers.ts'
 import { gatewayYaml } from '../support/gateway.ts'
@@ -51,9 +51,27 @@ export function engineHits(engine: EngineProc, method: string, path: string): nu
   return n
 }
 
+/**
+ * TestClock is the router's clock in tests: real time plus however far the test has moved it
+ * forward, so statistics windows, idle and sleep times pass without waiting while deadlines and
+ * engine calls still run on real time.
+ */
+export class TestClock {
+  private offset = 0
+  readonly now = (): number => Date.now() + this.offset
+  advance(ms: number): void {
+    this.offset += ms
+  }
+}
+
+/** clocked: a router plugin definition that reads `clock`. */
+const clocked = (clock: TestClock) => routerWithClock({ now: clock.now }) as unknown as PluginDefinition
+
 export interface TestRouter extends TestHost {
   /** routerUrl: the router listener's base URL. */
   routerUrl: string
+  /** clock: the router's clock; `advance` moves it forward. */
+  clock: TestClock
   get<T = Record<string, unknown>>(path: string): Promise<{ status: number; body: T; headers: Headers }>
   post<T = Record<string, unknown>>(
     path: string,
@@ -82,7 +100,8 @@ export function modelsYaml(models: { name: string; port: number }[]): string {
 /** startRouter boots a Host with only the router plugin (the spec's standalone controller). */
 export async function startRouter(section: string, dataDir?: string): Promise<TestRouter> {
   const yaml = `log: { level: warn }\nshutdown: { timeout_ms: 10000 }\nplugins:\n${routerYaml(section)}`
-  return wrap(await startHost(yaml, [routerPlugin], {}, dataDir))
+  const clock = new TestClock()
+  return wrap(await startHost(yaml, [clocked(clock)], {}, dataDir), clock)
 }
 
 /**
@@ -99,8 +118,9 @@ export async function startRouterWithGateway(
     'log: { level: debug }',
     'log: { level: warn }',
   )
-  const th = await startHost(yaml, [...withoutRouter, routerPlugin], hostEnv)
-  const r = wrap(th)
+  const clock = new TestClock()
+  const th = await startHost(yaml, [...withoutRouter, clocked(clock)], hostEnv)
+  const r = wrap(th, clock)
   return {
     ...r,
     simDir,
@@ -111,7 +131,7 @@ export async function startRouterWithGateway(
   }
 }
 
-function wrap(th: TestHost): TestRouter {
+function wrap(th: TestHost, clock: TestClock): TestRouter {
   const routerUrl = th.host.urls.router!
   const call = async <T>(path: string, init?: RequestInit) => {
     const res = await fetch(`${routerUrl}${path}`, { ...init, signal: AbortSignal.timeout(20_000) })
@@ -121,6 +141,7 @@ function wrap(th: TestHost): TestRouter {
   return {
     ...th,
     routerUrl,
+    clock,
     async main<T>(path: string, init?: RequestInit) {
       const res = await fetch(`${th.url}${path}`, {
         ...init,
