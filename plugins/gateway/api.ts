@@ -1,77 +1,61 @@
+import type { Static } from 'elysia'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
+import type {
+  InstanceDetailSchema,
+  InstanceSchema,
+  InstanceStatusSchema,
+  LoadBody,
+  LoadResponseSchema,
+  MoveEventSchema,
+  MovePhaseSchema,
+  MoveRecordSchema,
+  SleepLevelSchema,
+  SleepResultSchema,
+  SleepStatusSchema,
+  WakeResultSchema,
+} from './model.ts'
 
 /**
  * GatewayApi is what other plugins (router, benchmarks, later cluster) may call on the gateway, and
- * the records it returns. Field names follow the spec's Model instance resource (snake_case).
+ * the records it returns. Field names follow the spec's Model instance resource (snake_case). Each
+ * record is declared once, as the TypeBox schema in model.ts the routes validate and /docs shows;
+ * the types here are derived from those schemas.
  */
 
 /** InstanceStatus: `active` is the serving state; the spec's sleep and move sections call it `running`. */
-export type InstanceStatus = 'starting' | 'active' | 'sleeping' | 'stopping' | 'failed'
+export type InstanceStatus = Static<typeof InstanceStatusSchema>
+
+export type SleepLevel = Static<typeof SleepLevelSchema>
 
 /** MemoryMetrics: the spec's memory_metrics record, per GPU, as parsed from the engine's log. */
 export type { MemoryMetrics }
 
-export interface InstanceRecord {
-  id: string
-  model_path: string
-  model_name: string
-  served_model_name: string
-  status: InstanceStatus
-  port: number
-  process_id: number | null
-  max_tokens: number | null
-  gpu_memory_utilization: number
-  gpu_ids: number[]
-  tensor_parallel_size: number
-  sharedcache_enabled: boolean
-  enable_sleep_mode: boolean
-  sleep_level: 1 | 2 | null
-  slept_at: string | null
-  loaded_at: string
-  ready_at: string | null
-  extra_args: string[]
-  /** error: the engine's own failure line when status is failed. */
-  error: string | null
-  memory_metrics: MemoryMetrics | null
-  memory_baseline_by_gpu: Record<string, number> | null
-  launch_command: string
-}
+/** InstanceSummary: an instance as the list route shows it (no memory figures, no launch command). */
+export type InstanceSummary = Static<typeof InstanceSchema>
 
-export interface LoadRequest {
-  model_path: string
-  max_tokens?: number
-  gpu_ids?: number[]
-  tensor_parallel_size?: number
-  extra_args?: string[]
-  enable_sleep_mode?: boolean
-  served_model_name?: string
-  gpu_memory_utilization?: number
-  /** force skips the memory-profile pre-load check (a danger verdict otherwise refuses the load). */
-  force?: boolean
-}
+/** InstanceRecord: the full instance resource (the detail route's `model`). */
+export type InstanceRecord = Static<typeof InstanceDetailSchema>
 
-export interface LoadResponse {
-  status: 'starting'
-  model: string
-  port: number
-  loaded_at: string
-  instance_id: string
-}
+/** LoadRequest: the load body; `force` skips the memory-profile pre-load check. */
+export type LoadRequest = Static<typeof LoadBody>
 
-export interface SleepResult {
-  status: 'sleeping'
-  instance_id: string
-  model_path: string
-  sleep_level: 1 | 2
-  slept_at: string
-}
+export type LoadResponse = Static<typeof LoadResponseSchema>
 
-export interface WakeResult {
-  status: 'running'
-  instance_id: string
-  model_path: string
-  woke_at: string
-}
+export type SleepResult = Static<typeof SleepResultSchema>
+
+/** WakeResult: `sleeping` while some parts (the woken `tags` only) are still asleep. */
+export type WakeResult = Static<typeof WakeResultSchema>
+
+export type SleepStatus = Static<typeof SleepStatusSchema>
+
+/** MovePhase: a blue-green move's phases, in order; it ends in `completed` or `failed`. */
+export type MovePhase = Static<typeof MovePhaseSchema>
+
+/** MoveEvent: one move progress event (SSE `move_progress`, bus `gateway.move.progress`). */
+export type MoveEvent = Static<typeof MoveEventSchema>
+
+/** MoveRecord: a move, its latest event with its source, target and timings. */
+export type MoveRecord = Static<typeof MoveRecordSchema>
 
 /**
  * Lease is a routing reservation on an instance: call `release` when the response has fully ended.
@@ -91,7 +75,7 @@ export interface GatewayApi {
   get(id: string): InstanceRecord | undefined
   load(req: LoadRequest): Promise<LoadResponse>
   unload(id: string): Promise<void>
-  sleep(id: string, level: 1 | 2): Promise<SleepResult>
+  sleep(id: string, level: SleepLevel): Promise<SleepResult>
   wake(id: string, tags?: string[]): Promise<WakeResult>
   /** engineBaseUrl is where an instance's engine listens. */
   engineBaseUrl(instance: InstanceRecord): string

@@ -1,7 +1,12 @@
-import { t } from 'elysia'
+import { type Static, t } from 'elysia'
+import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 
-/** Response and request schemas of the gateway's controller routes, as /docs shows them. */
-const Status = t.Union(
+/**
+ * The gateway's records as TypeBox schemas: the one declaration of each. Elysia validates requests
+ * and responses with them and /docs shows them; api.ts derives the TypeScript types from them
+ * (`Static<>`), so a field added here reaches the routes, the docs and every caller at once.
+ */
+export const InstanceStatusSchema = t.Union(
   [
     t.Literal('starting'),
     t.Literal('active'),
@@ -11,6 +16,9 @@ const Status = t.Union(
   ],
   { description: '`active` is the serving state (called `running` in the sleep and move sections)' },
 )
+
+/** Sleep levels: 1 offloads the weights to CPU and discards the KV cache, 2 discards both. */
+export const SleepLevelSchema = t.Union([t.Literal(1), t.Literal(2)])
 
 export const MemoryMetricsSchema = t.Object({
   total_gpu_memory_gib: t.Number(),
@@ -22,12 +30,21 @@ export const MemoryMetricsSchema = t.Object({
   max_model_len: t.Number(),
 })
 
+/**
+ * The engine library parses memory_metrics (src/engine/vllm-log.ts, which cannot import a plugin);
+ * these two lines fail to compile when its interface and the schema above stop describing the same
+ * record.
+ */
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+const memoryMetricsInStep: Same<Static<typeof MemoryMetricsSchema>, MemoryMetrics> = true
+void memoryMetricsInStep
+
 export const InstanceSchema = t.Object({
   id: t.String(),
   model_path: t.String(),
   model_name: t.String(),
   served_model_name: t.String(),
-  status: Status,
+  status: InstanceStatusSchema,
   port: t.Number(),
   process_id: t.Nullable(t.Number()),
   max_tokens: t.Nullable(t.Number({ description: 'context length (null until the engine reports it)' })),
@@ -36,7 +53,7 @@ export const InstanceSchema = t.Object({
   tensor_parallel_size: t.Number(),
   sharedcache_enabled: t.Boolean(),
   enable_sleep_mode: t.Boolean(),
-  sleep_level: t.Nullable(t.Number()),
+  sleep_level: t.Nullable(SleepLevelSchema),
   slept_at: t.Nullable(t.String()),
   loaded_at: t.String(),
   ready_at: t.Nullable(t.String()),
@@ -92,7 +109,7 @@ export const SleepResultSchema = t.Object({
   status: t.Literal('sleeping'),
   instance_id: t.String(),
   model_path: t.String(),
-  sleep_level: t.Number(),
+  sleep_level: SleepLevelSchema,
   slept_at: t.String(),
 })
 
@@ -108,9 +125,9 @@ export const WakeResultSchema = t.Object({
 
 export const SleepStatusSchema = t.Object({
   instance_id: t.String(),
-  status: Status,
+  status: InstanceStatusSchema,
   is_sleeping: t.Boolean(),
-  sleep_level: t.Nullable(t.Number()),
+  sleep_level: t.Nullable(SleepLevelSchema),
   slept_at: t.Nullable(t.String()),
   enable_sleep_mode: t.Boolean(),
   engine_is_sleeping: t.Nullable(
@@ -176,4 +193,40 @@ export const MultiGpuSchema = t.Object({
   ),
   kvcache: KvCache,
   total_system_free_gb: t.Number(),
+})
+
+/** The phases of a blue-green move, in order; it ends in `completed` or `failed` (rolled back). */
+export const MovePhaseSchema = t.Union([
+  t.Literal('validating'),
+  t.Literal('spawning'),
+  t.Literal('switching'),
+  t.Literal('draining'),
+  t.Literal('completing'),
+  t.Literal('completed'),
+  t.Literal('failed'),
+])
+
+const moveEventFields = {
+  move_id: t.String(),
+  phase: MovePhaseSchema,
+  message: t.String(),
+  progress: t.Nullable(t.Number()),
+  error: t.Nullable(t.String()),
+}
+
+/** MoveEventSchema: one `move_progress` event (also the bus event `gateway.move.progress`). */
+export const MoveEventSchema = t.Object(moveEventFields)
+
+/** MoveRecordSchema: a move as the start route answers it, its latest event with what it moves. */
+const { move_id, ...moveProgress } = moveEventFields
+export const MoveRecordSchema = t.Object({
+  move_id,
+  instance_id: t.String(),
+  target_instance_id: t.Nullable(t.String()),
+  source_gpu_ids: t.Array(t.Number()),
+  target_gpu_ids: t.Array(t.Number()),
+  drain_timeout_ms: t.Number(),
+  ...moveProgress,
+  started_at: t.String(),
+  finished_at: t.Nullable(t.String()),
 })
