@@ -5,14 +5,6 @@ import { type Static, Type as T, type TSchema } from '@sinclair/typebox'
  * routes document exactly what the service returns. Response fields are snake_case as in the spec;
  * the create body is camelCase as the spec's create body is.
  */
-export const RUN_STATUSES = ['pending', 'running', 'completed', 'cancelled', 'failed'] as const
-export const TERMINAL_STATUSES = ['completed', 'cancelled', 'failed'] as const
-export type RunStatus = (typeof RUN_STATUSES)[number]
-export type ScenarioStatus = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled'
-export type ScenarioPhase = 'queued' | 'preparing' | 'warmup' | 'measuring' | 'done'
-export type RoutingMode = 'direct' | 'proxy'
-export type RunMode = 'isolated' | 'contention'
-
 export const RunStatusSchema = T.Union([
   T.Literal('pending'),
   T.Literal('running'),
@@ -20,6 +12,32 @@ export const RunStatusSchema = T.Union([
   T.Literal('cancelled'),
   T.Literal('failed'),
 ])
+export type RunStatus = Static<typeof RunStatusSchema>
+export const TERMINAL_STATUSES = ['completed', 'cancelled', 'failed'] as const satisfies readonly RunStatus[]
+
+export const ScenarioStatusSchema = T.Union([
+  T.Literal('pending'),
+  T.Literal('running'),
+  T.Literal('completed'),
+  T.Literal('failed'),
+  T.Literal('cancelled'),
+])
+export type ScenarioStatus = Static<typeof ScenarioStatusSchema>
+
+export const ScenarioPhaseSchema = T.Union([
+  T.Literal('queued'),
+  T.Literal('preparing'),
+  T.Literal('warmup'),
+  T.Literal('measuring'),
+  T.Literal('done'),
+])
+export type ScenarioPhase = Static<typeof ScenarioPhaseSchema>
+
+export const RoutingModeSchema = T.Union([T.Literal('direct'), T.Literal('proxy')])
+export type RoutingMode = Static<typeof RoutingModeSchema>
+
+export const RunModeSchema = T.Union([T.Literal('isolated'), T.Literal('contention')])
+export type RunMode = Static<typeof RunModeSchema>
 
 const Ms = (description: string) => T.Number({ description: `${description} (milliseconds)` })
 const Rate = (description: string) => T.Number({ description })
@@ -92,7 +110,7 @@ const Nullable = <S extends TSchema>(s: S, description?: string) =>
 export const ScenarioSchema = T.Object({
   id: T.String(),
   instance_id: T.String(),
-  routing_mode: T.Union([T.Literal('direct'), T.Literal('proxy')]),
+  routing_mode: RoutingModeSchema,
   model_path: T.String(),
   model_name: T.String(),
   input_tokens: T.Integer(),
@@ -104,20 +122,8 @@ export const ScenarioSchema = T.Object({
   sla_ttft_ms: Nullable(T.Number(), 'optional TTFT SLA used for goodput'),
   sla_tpot_ms: Nullable(T.Number(), 'optional TPOT SLA used for goodput'),
   request_rate: Nullable(T.Number(), 'open-loop Poisson arrival rate (requests/s); null means closed loop'),
-  status: T.Union([
-    T.Literal('pending'),
-    T.Literal('running'),
-    T.Literal('completed'),
-    T.Literal('failed'),
-    T.Literal('cancelled'),
-  ]),
-  phase: T.Union([
-    T.Literal('queued'),
-    T.Literal('preparing'),
-    T.Literal('warmup'),
-    T.Literal('measuring'),
-    T.Literal('done'),
-  ]),
+  status: ScenarioStatusSchema,
+  phase: ScenarioPhaseSchema,
   started_at: Nullable(T.String()),
   completed_at: Nullable(T.String()),
   warmup_completed: T.Integer(),
@@ -136,7 +142,7 @@ const runFields = {
   id: T.String(),
   name: T.String(),
   status: RunStatusSchema,
-  mode: T.Union([T.Literal('isolated'), T.Literal('contention')]),
+  mode: RunModeSchema,
   sharedcache_enabled: T.Boolean({ description: 'whether any scenario instance had the shared KV cache on' }),
   created_at: T.String(),
   started_at: Nullable(T.String()),
@@ -164,7 +170,7 @@ export const CreateScenarioSchema = T.Object(
   {
     instanceId: T.String({ minLength: 1, description: 'an active model instance' }),
     routingMode: T.Optional(
-      T.Union([T.Literal('direct'), T.Literal('proxy')], {
+      T.Union(RoutingModeSchema.anyOf, {
         default: 'direct',
         description: 'direct: the engine port; proxy: through the gateway /v1 (with the inference API key)',
       }),
@@ -192,7 +198,7 @@ export type CreateScenario = Static<typeof CreateScenarioSchema>
 export const CreateRunSchema = T.Object(
   {
     name: T.Optional(T.String({ maxLength: 200 })),
-    mode: T.Union([T.Literal('isolated'), T.Literal('contention')], {
+    mode: T.Union(RunModeSchema.anyOf, {
       description: 'isolated: scenarios one after another; contention: all at once',
     }),
     scenarios: T.Array(CreateScenarioSchema, { minItems: 1, maxItems: 32 }),

@@ -1,15 +1,6 @@
 import { and, asc, count, desc, eq, inArray, sql } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
-import type {
-  BenchmarkRun,
-  RunMode,
-  RunStatus,
-  RunSummary,
-  Scenario,
-  ScenarioMetrics,
-  ScenarioPhase,
-  ScenarioStatus,
-} from './model.ts'
+import type { BenchmarkRun, RunStatus, RunSummary, Scenario, ScenarioMetrics } from './model.ts'
 import { benchmarkRuns, benchmarkScenarios, type RunRow, type ScenarioRow } from './schema.ts'
 
 /**
@@ -205,8 +196,8 @@ function toRunFields(r: RunRow): Omit<BenchmarkRun, 'scenarios'> {
   return {
     id: r.id,
     name: r.name,
-    status: r.status as RunStatus,
-    mode: r.mode as RunMode,
+    status: r.status,
+    mode: r.mode,
     sharedcache_enabled: r.sharedcacheEnabled,
     created_at: r.createdAt,
     started_at: r.startedAt,
@@ -235,8 +226,8 @@ function toScenario(r: ScenarioRow): Scenario {
     sla_ttft_ms: r.slaTtftMs,
     sla_tpot_ms: r.slaTpotMs,
     request_rate: r.requestRate,
-    status: r.status as ScenarioStatus,
-    phase: r.phase as ScenarioPhase,
+    status: r.status,
+    phase: r.phase,
     started_at: r.startedAt,
     completed_at: r.completedAt,
     warmup_completed: r.warmupCompleted,

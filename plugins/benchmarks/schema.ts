@@ -1,7 +1,9 @@
 import { index, integer, real, sqliteTable, text } from 'drizzle-orm/sqlite-core'
+import type { RoutingMode, RunMode, RunStatus, ScenarioPhase, ScenarioStatus } from './model.ts'
 
 /**
- * Drizzle definitions of the tables created by migrations/0001_init.sql (keep both in step).
+ * Drizzle definitions of the tables created by migrations/0001_init.sql (test/store/migrations.test.ts
+ * fails when they differ); the value sets of the enum-like text columns come from model.ts.
  * Runs survive restarts; scenario metrics are one JSON document per scenario.
  */
 export const benchmarkRuns = sqliteTable(
@@ -9,8 +11,8 @@ export const benchmarkRuns = sqliteTable(
   {
     id: text('id').primaryKey(),
     name: text('name').notNull(),
-    status: text('status').notNull(),
-    mode: text('mode').notNull(),
+    status: text('status').$type<RunStatus>().notNull(),
+    mode: text('mode').$type<RunMode>().notNull(),
     sharedcacheEnabled: integer('sharedcache_enabled', { mode: 'boolean' }).notNull().default(false),
     createdAt: text('created_at').notNull(),
     startedAt: text('started_at'),
@@ -36,7 +38,7 @@ export const benchmarkScenarios = sqliteTable(
       .references(() => benchmarkRuns.id, { onDelete: 'cascade' }),
     position: integer('position').notNull(),
     instanceId: text('instance_id').notNull(),
-    routingMode: text('routing_mode').notNull(),
+    routingMode: text('routing_mode').$type<RoutingMode>().notNull(),
     modelPath: text('model_path').notNull(),
     modelName: text('model_name').notNull(),
     inputTokens: integer('input_tokens').notNull(),
@@ -48,8 +50,8 @@ export const benchmarkScenarios = sqliteTable(
     slaTtftMs: real('sla_ttft_ms'),
     slaTpotMs: real('sla_tpot_ms'),
     requestRate: real('request_rate'),
-    status: text('status').notNull(),
-    phase: text('phase').notNull().default('queued'),
+    status: text('status').$type<ScenarioStatus>().notNull(),
+    phase: text('phase').$type<ScenarioPhase>().notNull().default('queued'),
     startedAt: text('started_at'),
     completedAt: text('completed_at'),
     warmupCompleted: integer('warmup_completed').notNull().default(0),

@@ -230,3 +230,9 @@ export const MoveRecordSchema = t.Object({
   started_at: t.String(),
   finished_at: t.Nullable(t.String()),
 })
+
+/** ProfileSourceSchema: `auto` recorded at readiness, `instance` saved on request from a running one, `manual` typed in. */
+export const ProfileSourceSchema = t.Union([t.Literal('auto'), t.Literal('manual'), t.Literal('instance')])
+
+/** PresetSourceTypeSchema: `local` for paths starting with / or ., else `huggingface` (a model-hub path). */
+export const PresetSourceTypeSchema = t.Union([t.Literal('huggingface'), t.Literal('local')])
