@@ -4,23 +4,20 @@ import { VllmClient } from '../../src/engine/vllm-client.ts'
 import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
 import type { InstanceRecord, InstanceStatus } from './api.ts'
 import { InstanceEvents } from './events.ts'
+import { type Change, Lifecycle, type Operation } from './lifecycle.ts'
 import type { InstanceRow } from './schema.ts'
 
 /**
  * ManagedInstance is the live state of one engine: its persisted row, its process, its log
- * accumulator and event stream, its in-flight request count and whether the router may send to it
- * (a move turns that off on the source while it drains).
+ * accumulator and event stream, and its lifecycle (state, operation in progress, routing, in-flight
+ * requests: lifecycle.ts), which is the only way any of those change.
  */
 export class ManagedInstance {
   process: EngineProcess | null = null
   readonly events: InstanceEvents
   readonly logs: VllmLogAccumulator
   readonly client: VllmClient
-  inFlight = 0
-  /** routable is false while being switched away from (moves) or when removed. */
-  routable = true
-  /** busy names a control operation in progress (sleep, wake, unload) to serialise them. */
-  busy: string | null = null
+  readonly lifecycle: Lifecycle
   /** lastProgress avoids re-emitting the same progress figure. */
   lastProgress = -1
   /** currentMemoryGib is the footprint per GPU last measured (ready, sleep, wake). */
@@ -31,7 +28,10 @@ export class ManagedInstance {
     engineHost: string,
     maxLogLines: number,
     hints: { gpuMemoryUtilization?: number; deviceTotalGib?: number },
+    report: (inst: ManagedInstance, change: Change) => void,
+    opts: { routing?: boolean; operation?: Operation | null } = {},
   ) {
+    this.lifecycle = new Lifecycle(row.id, row.status as InstanceStatus, opts, (c) => report(this, c))
     this.events = new InstanceEvents(row.id, maxLogLines)
     this.logs = new VllmLogAccumulator(hints)
     const host = engineHost === '0.0.0.0' ? '127.0.0.1' : engineHost
@@ -42,8 +42,13 @@ export class ManagedInstance {
     return this.row.id
   }
 
+  /** status: the lifecycle's state; a removed instance keeps the status it had (its row's). */
   get status(): InstanceStatus {
     return this.row.status as InstanceStatus
+  }
+
+  get inFlight(): number {
+    return this.lifecycle.inFlight
   }
 
   get baseUrl(): string {

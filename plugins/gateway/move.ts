@@ -1,11 +1,14 @@
 import { randomBytes } from 'node:crypto'
 import { removeFlag } from '../../src/engine/vllm-command.ts'
+import type { GpuSnapshot } from '../../src/gpu/smi.ts'
+import { WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../src/http/errors.ts'
+import type { LoadRequest, LoadResponse } from './api.ts'
 import type { ManagedInstance } from './instance.ts'
+import type { Operation } from './lifecycle.ts'
 import { effectiveFreeMib } from './placement.ts'
-import type { GatewayService } from './service.ts'
 
 /**
  * MoveManager runs blue-green moves of an instance to other GPUs: load a target beside the source,
@@ -41,6 +44,16 @@ export interface MoveRecord extends MoveEvent {
   finished_at: string | null
 }
 
+/** MoveHost: what a move drives, and only that (the gateway's service implements it). */
+export interface MoveHost {
+  require(id: string): ManagedInstance
+  load(req: LoadRequest, opts: { routing: boolean; operation: Operation }): Promise<LoadResponse>
+  unload(id: string): Promise<void>
+  gpuSnapshot(): Promise<GpuSnapshot>
+  pendingMibByGpu(snapshot: GpuSnapshot): Map<number, number>
+  stopBudgetMs(): number
+}
+
 declare module '../../src/host/bus.ts' {
   interface BusEvents {
     'gateway.move.progress': MoveEvent
@@ -71,7 +84,7 @@ export class MoveManager {
   private current: Move | null = null
 
   constructor(
-    private readonly service: GatewayService,
+    private readonly service: MoveHost,
     private readonly bus: EventBus,
     private readonly log: Logger,
   ) {}
@@ -93,17 +106,22 @@ export class MoveManager {
       throw badRequest(
         `Instance ${instanceId} is ${source.status}; only a running or sleeping instance can move`,
       )
-    if (source.busy)
-      throw conflict(`Instance ${instanceId} is busy (${source.busy} in progress)`, 'OPERATION_IN_PROGRESS')
+    // The source's move runs from here: another sleep, wake, unload or move of it gets 409.
+    source.lifecycle.begin('move')
     const target = [...new Set(targetGpuIds)].sort((a, b) => a - b)
-    if (target.length !== targetGpuIds.length) throw badRequest('target_gpu_ids must not repeat a GPU')
     const current = [...source.row.gpu_ids].sort((a, b) => a - b)
-    if (target.join(',') === current.join(','))
-      throw badRequest(`target_gpu_ids must differ from the source's GPUs (${current.join(', ')})`)
-    if (target.length !== source.row.tensor_parallel_size)
-      throw badRequest(
-        `target_gpu_ids has ${target.length} GPU(s) but the instance uses tensor_parallel_size ${source.row.tensor_parallel_size}`,
-      )
+    try {
+      if (target.length !== targetGpuIds.length) throw badRequest('target_gpu_ids must not repeat a GPU')
+      if (target.join(',') === current.join(','))
+        throw badRequest(`target_gpu_ids must differ from the source's GPUs (${current.join(', ')})`)
+      if (target.length !== source.row.tensor_parallel_size)
+        throw badRequest(
+          `target_gpu_ids has ${target.length} GPU(s) but the instance uses tensor_parallel_size ${source.row.tensor_parallel_size}`,
+        )
+    } catch (err) {
+      source.lifecycle.end('move')
+      throw err
+    }
     const move: Move = {
       record: {
         move_id: `mv-${randomBytes(4).toString('hex')}`,
@@ -125,7 +143,6 @@ export class MoveManager {
       subscribers: new Set(),
     }
     this.current = move
-    source.busy = 'move'
     this.moves.set(move.record.move_id, move)
     this.emit(move, 'validating', move.record.message)
     try {
@@ -133,7 +150,7 @@ export class MoveManager {
     } catch (err) {
       this.moves.delete(move.record.move_id)
       this.current = null
-      source.busy = null
+      source.lifecycle.end('move')
       throw err
     }
     this.prune()
@@ -225,23 +242,6 @@ export class MoveManager {
     if (move.cancel) throw new Cancelled(move.cancel.force)
   }
 
-  /** wait resolves after `ms` or rejects at once when the move is cancelled. */
-  private wait(move: Move, ms: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const signal = move.controller.signal
-      if (signal.aborted) return reject(signal.reason)
-      const timer = setTimeout(() => {
-        signal.removeEventListener('abort', onAbort)
-        resolve()
-      }, ms)
-      const onAbort = () => {
-        clearTimeout(timer)
-        reject(signal.reason)
-      }
-      signal.addEventListener('abort', onAbort, { once: true })
-    })
-  }
-
   private async run(move: Move, source: ManagedInstance): Promise<void> {
     try {
       this.checkCancel(move)
@@ -253,8 +253,8 @@ export class MoveManager {
       if (!(await target.client.health(5000)))
         throw new Error(`target ${target.id} stopped answering /health`)
       this.checkCancel(move)
-      target.routable = true
-      source.routable = false
+      target.lifecycle.route(true)
+      source.lifecycle.route(false)
       this.emit(move, 'draining', `waiting for ${source.inFlight} in-flight request(s) on the source`)
       await this.drain(move, source)
       await this.complete(move, source, target, 'moved')
@@ -300,7 +300,7 @@ export class MoveManager {
         extra_args: removeFlag(r.extra_args, '--port'),
         force: true,
       },
-      { routable: false, busy: 'move' },
+      { routing: false, operation: 'move' },
     )
     const target = this.service.require(res.instance_id)
     move.target = target
@@ -316,7 +316,10 @@ export class MoveManager {
       () => {},
     )
     try {
-      while (target.status === 'starting') await this.wait(move, 50)
+      await target.lifecycle.waitUntil((l) => l.state !== 'starting', {
+        signal: move.controller.signal,
+        what: `the start of the target ${target.id}`,
+      })
     } finally {
       stopProgress()
     }
@@ -326,12 +329,17 @@ export class MoveManager {
   }
 
   private async drain(move: Move, source: ManagedInstance): Promise<void> {
-    const until = Date.now() + move.record.drain_timeout_ms
-    while (source.inFlight > 0 && Date.now() < until) await this.wait(move, 25)
-    if (source.inFlight > 0)
+    try {
+      await source.lifecycle.drained({
+        signal: move.controller.signal,
+        timeoutMs: move.record.drain_timeout_ms,
+      })
+    } catch (err) {
+      if (!(err instanceof WaitError && err.kind === 'timeout')) throw err
       this.log.warn(
         `move ${move.record.move_id}: drain timeout with ${source.inFlight} request(s) still open`,
       )
+    }
   }
 
   private async complete(
@@ -340,11 +348,11 @@ export class MoveManager {
     target: ManagedInstance,
     why: string,
   ): Promise<void> {
-    target.routable = true
-    source.routable = false
+    target.lifecycle.route(true)
+    source.lifecycle.route(false)
     this.emit(move, 'completing', `unloading the source ${source.id} (${why})`)
-    target.busy = null
-    source.busy = null
+    target.lifecycle.end('move')
+    source.lifecycle.end('move')
     await this.unloadAndWait(source)
     this.emit(
       move,
@@ -359,11 +367,13 @@ export class MoveManager {
     target: ManagedInstance | null,
     reason: string,
   ) {
-    source.routable = true
-    source.busy = null
+    // The source serves again, unless its engine died meanwhile (then it stays failed).
+    const s = source.lifecycle
+    if (s.state === 'active' || s.state === 'sleeping') s.route(true)
+    s.end('move')
     if (target) {
-      target.routable = false
-      target.busy = null
+      target.lifecycle.route(false)
+      if (target.lifecycle.operation === 'move') target.lifecycle.end('move')
       await this.unloadAndWait(target).catch((err) =>
         this.log.error('rollback unload failed', { error: String(err) }),
       )
@@ -373,13 +383,12 @@ export class MoveManager {
 
   /** unloadAndWait unloads and waits until the instance is gone, within the engine's stop budget. */
   private async unloadAndWait(inst: ManagedInstance): Promise<void> {
-    if (this.service.instances.get(inst.id) !== inst) return
+    if (inst.lifecycle.state === 'removed') return
     await this.service.unload(inst.id)
-    const until = Date.now() + this.service.stopBudgetMs()
-    while (this.service.instances.get(inst.id) === inst) {
-      if (Date.now() > until) throw new Error(`instance ${inst.id} did not stop in time`)
-      await Bun.sleep(25)
-    }
+    await inst.lifecycle.waitUntil((l) => l.state === 'removed', {
+      timeoutMs: this.service.stopBudgetMs(),
+      what: `the unload of ${inst.id}`,
+    })
   }
 
   private prune(): void {

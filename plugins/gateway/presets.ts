@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import { asc, count, desc, eq } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
+import { WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { badRequest, conflict, notFound } from '../../src/http/errors.ts'
 import type { GatewayApi, InstanceRecord, LoadRequest } from './api.ts'
+import type { InstanceState, WaitOptions } from './lifecycle.ts'
 import { gatewayPresetEntries, gatewayPresets, type PresetEntryRow } from './schema-presets.ts'
 
 /**
@@ -68,7 +70,10 @@ export interface PresetOptions {
   readyTimeoutMs: number
 }
 
-type Lifecycle = Pick<GatewayApi, 'list' | 'get' | 'load' | 'unload' | 'moveInProgress'>
+/** What a preset load drives: the gateway's API and a wait on an instance's state. */
+type PresetGateway = Pick<GatewayApi, 'list' | 'get' | 'load' | 'unload' | 'moveInProgress'> & {
+  waitFor(id: string, ready: (s: InstanceState) => boolean, opts: WaitOptions): Promise<InstanceState>
+}
 
 /** sourceType: local paths start with / or .; anything else is a model-hub path. */
 export function sourceType(modelPath: string): 'huggingface' | 'local' {
@@ -104,39 +109,12 @@ export function loadChains(entries: PresetEntry[]): PresetEntry[][] {
   return chains.map((c) => c.entries.sort((a, b) => a.loadOrder - b.loadOrder))
 }
 
-/** waitFor re-checks `check` on every instance status event until it yields a value, or undefined at the deadline. */
-function waitFor<T>(bus: EventBus, check: () => T | undefined, timeoutMs: number, signal: AbortSignal) {
-  return new Promise<T | undefined>((resolve, reject) => {
-    let settled = false
-    const finish = (fn: () => void) => {
-      if (settled) return
-      settled = true
-      off()
-      clearTimeout(timer)
-      clearInterval(poll)
-      signal.removeEventListener('abort', onAbort)
-      fn()
-    }
-    const attempt = () => {
-      const v = check()
-      if (v !== undefined) finish(() => resolve(v))
-    }
-    const onAbort = () => finish(() => reject(new Error('preset load aborted')))
-    const off = bus.on('gateway.instance.status', attempt)
-    const timer = setTimeout(() => finish(() => resolve(undefined)), timeoutMs)
-    const poll = setInterval(attempt, 500)
-    signal.addEventListener('abort', onAbort, { once: true })
-    if (signal.aborted) onAbort()
-    else attempt()
-  })
-}
-
 export class PresetService {
   private running: { id: string; name: string; abort: AbortController; task: Promise<void> } | null = null
 
   constructor(
     private readonly db: BunSQLiteDatabase,
-    private readonly gateway: Lifecycle,
+    private readonly gateway: PresetGateway,
     private readonly bus: EventBus,
     private readonly log: Logger,
     private readonly opts: PresetOptions,
@@ -296,11 +274,19 @@ export class PresetService {
         if (err.status !== 404) throw err
       })
     }
-    const gone = () => (current.every((r) => !this.gateway.get(r.id)) ? true : undefined)
-    if (!(await waitFor(this.bus, gone, this.opts.unloadTimeoutMs, signal))) {
-      const left = current.filter((r) => this.gateway.get(r.id)).map((r) => r.id)
+    const deadline = AbortSignal.timeout(this.opts.unloadTimeoutMs)
+    const gone = current.map((r) =>
+      this.gateway
+        .waitFor(r.id, (s) => s === 'removed', { signal: AbortSignal.any([signal, deadline]) })
+        .catch((err) => {
+          if (signal.aborted) throw new Error('preset load aborted')
+          if (!(err instanceof WaitError)) throw err
+        }),
+    )
+    await Promise.all(gone)
+    const left = current.filter((r) => this.gateway.get(r.id)).map((r) => r.id)
+    if (left.length)
       throw new Error(`models still present after ${this.opts.unloadTimeoutMs / 1000} s: ${left.join(', ')}`)
-    }
   }
 
   private async loadChain(
@@ -323,11 +309,14 @@ export class PresetService {
         continue
       }
       emit('loading', `${e.modelPath} starting on ${where}`, { modelPath: e.modelPath, instanceId })
-      const settled = () => {
-        const s = this.gateway.get(instanceId)?.status
-        return s === 'active' || s === 'failed' || s === undefined ? (s ?? 'removed') : undefined
-      }
-      const outcome = await waitFor(this.bus, settled, this.opts.readyTimeoutMs, signal)
+      const settled = (s: InstanceState) => s === 'active' || s === 'failed' || s === 'removed'
+      const outcome = await this.gateway
+        .waitFor(instanceId, settled, { signal, timeoutMs: this.opts.readyTimeoutMs })
+        .catch((err) => {
+          if (err instanceof WaitError && err.kind === 'timeout') return undefined
+          if (signal.aborted) throw new Error('preset load aborted')
+          throw err
+        })
       if (outcome === 'active') tally.loaded++
       else tally.failed++
       const error = this.gateway.get(instanceId)?.error

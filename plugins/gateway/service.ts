@@ -1,24 +1,6 @@
-import { randomBytes } from 'node:crypto'
-import { join } from 'node:path'
 import { PortAllocator, portIsFree } from '../../src/engine/ports.ts'
 import { groupPids, sameProcess, stopGroup } from '../../src/engine/process.ts'
-import { EngineProcess, type LogStream } from '../../src/engine/supervisor.ts'
-import { EngineCallError, waitHealthy } from '../../src/engine/vllm-client.ts'
-import {
-  buildEngineEnv,
-  buildVllmArgs,
-  findFlagValue,
-  hasFlag,
-  quoteCommand,
-  removeFlag,
-} from '../../src/engine/vllm-command.ts'
-import { shortModelName } from '../../src/gpu/colors.ts'
-import {
-  readKvcachedSegment,
-  removeKvcachedSegment,
-  sharedCacheSegmentName,
-  writeKvcachedSegment,
-} from '../../src/gpu/kvcached.ts'
+import { EngineProcess } from '../../src/engine/supervisor.ts'
 import { GpuProbe, type GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
@@ -35,15 +17,23 @@ import type {
 } from './api.ts'
 import { expandSelf, type GatewayConfig } from './config.ts'
 import { ManagedInstance } from './instance.ts'
+import { checkArgs, launchPlan } from './launch.ts'
+import type { Change, InstanceState, Operation, WaitOptions } from './lifecycle.ts'
 import { MoveManager } from './move.ts'
 import { placeOnGpus, usedMibByGpuForPids } from './placement.ts'
+import { recover } from './recovery.ts'
 import type { InstanceRepo } from './repo.ts'
 import type { InstanceRow } from './schema.ts'
+import { SharedCache } from './shared-cache.ts'
+import { SleepWake } from './sleep-wake.ts'
+import { Supervision } from './supervision.ts'
 
 /**
- * GatewayService owns every engine instance: it validates and places loads, spawns and supervises
- * engine process groups, follows their logs to readiness, sleeps and wakes them, hands out
- * routing leases to the proxy, and re-adopts or stops engines found after a restart.
+ * GatewayService owns every engine instance: it validates and places loads, spawns engine process
+ * groups, unloads them, hands out routing leases to the proxy, and reports every lifecycle change
+ * (persisted row, the instance's event stream, the bus, the log). The jobs around it live beside it:
+ * launch.ts (command line and row), supervision.ts (logs, readiness, footprint, exits),
+ * sleep-wake.ts, shared-cache.ts, recovery.ts (engines left by a previous run), move.ts.
  */
 /** PreloadCheck runs after placement and before spawning; it throws an AppError to refuse a load. */
 export type PreloadCheck = (req: LoadRequest, gpuIds: number[]) => Promise<void>
@@ -57,33 +47,21 @@ export interface GatewayDeps {
   selfCommand: readonly string[]
 }
 
-/** Flags the gateway sets from the load body; giving them in extra_args would contradict it. */
-const MANAGED_FLAGS = [
-  '--host',
-  '--tensor-parallel-size',
-  '-tp',
-  '--max-model-len',
-  '--served-model-name',
-  '--gpu-memory-utilization',
-  '--enable-sleep-mode',
-]
+/** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
+export interface LoadOptions {
+  routing?: boolean
+  operation?: Operation
+}
 
 const RETRY_AFTER_STARTING = '10'
 const RETRY_AFTER_SLEEPING = '5'
 
-function slug(s: string): string {
-  return (
-    s
-      .toLowerCase()
-      .replace(/[^a-z0-9]+/g, '-')
-      .replace(/^-|-$/g, '')
-      .slice(0, 40) || 'model'
-  )
-}
-
 export class GatewayService implements GatewayApi {
   readonly instances = new Map<string, ManagedInstance>()
   readonly probe: GpuProbe
+  readonly supervision: Supervision
+  readonly sharedCache: SharedCache
+  private readonly sleepWake: SleepWake
   private readonly ports: PortAllocator
   private stopping = false
   /** preloadCheck is set by the memory-profile feature (a seam, so placement stays independent of it). */
@@ -101,6 +79,9 @@ export class GatewayService implements GatewayApi {
       config.engine.port_range.start,
       config.engine.port_range.end,
     )
+    this.sharedCache = new SharedCache(config.sharedcache.shm_dir, () => this.instances.values(), deps.log)
+    this.supervision = new Supervision(config, this.probe, this.sharedCache)
+    this.sleepWake = new SleepWake(this.supervision)
     this.moves = new MoveManager(this, deps.bus, deps.log.child('move'))
   }
 
@@ -136,10 +117,28 @@ export class GatewayService implements GatewayApi {
     return this.probe.snapshot()
   }
 
+  /**
+   * waitFor resolves with the instance's state once `ready` accepts it ('removed' for one that is
+   * gone), woken by its lifecycle changes; it rejects on the signal or deadline (a WaitError).
+   */
+  async waitFor(
+    id: string,
+    ready: (s: InstanceState) => boolean,
+    opts: WaitOptions = {},
+  ): Promise<InstanceState> {
+    const inst = this.instances.get(id)
+    if (!inst) {
+      if (ready('removed')) return 'removed'
+      throw modelNotFound(id)
+    }
+    await inst.lifecycle.waitUntil((l) => ready(l.state), { what: `instance ${id}`, ...opts })
+    return inst.lifecycle.state
+  }
+
   // ---- routing leases (used by the proxy) ----
 
   private lease(inst: ManagedInstance): Lease {
-    inst.inFlight++
+    inst.lifecycle.acquire()
     return new InstanceLease(inst)
   }
 
@@ -152,11 +151,11 @@ export class GatewayService implements GatewayApi {
       const r = inst.row
       if (r.id !== model && r.served_model_name !== model && r.model_path !== model) continue
       matched = true
-      // An instance going to sleep takes no new requests: they would reach an engine mid-sleep.
-      if (r.status === 'active' && inst.routable && inst.busy !== 'sleep') {
-        if (!best || inst.inFlight < best.inFlight) best = inst
-      } else if (r.status === 'sleeping' || inst.busy === 'sleep') sleeping = true
-      else if (r.status === 'starting') starting = true
+      const l = inst.lifecycle
+      if (l.takesRequests) {
+        if (!best || l.inFlight < best.lifecycle.inFlight) best = inst
+      } else if (l.state === 'sleeping' || l.operation === 'sleep') sleeping = true
+      else if (l.state === 'starting') starting = true
     }
     if (best) return this.lease(best)
     if (!matched)
@@ -174,9 +173,7 @@ export class GatewayService implements GatewayApi {
         'model_sleeping',
         `Model '${model}' is sleeping; wake it first`,
         undefined,
-        {
-          'retry-after': RETRY_AFTER_SLEEPING,
-        },
+        { 'retry-after': RETRY_AFTER_SLEEPING },
       )
     const why = starting ? 'is still loading' : 'is not ready'
     throw proxyError(503, 'service_unavailable', 'model_not_ready', `Model '${model}' ${why}`, undefined, {
@@ -193,30 +190,42 @@ export class GatewayService implements GatewayApi {
     return null
   }
 
-  // ---- lifecycle ----
+  // ---- lifecycle reporting ----
 
-  /** live: the instance is still the registered one (an unload may have removed it during an await). */
-  private live(inst: ManagedInstance): boolean {
-    return this.instances.get(inst.id) === inst
-  }
-
-  private persist(inst: ManagedInstance): void {
-    if (this.live(inst)) this.deps.repo.save(inst.row)
-  }
-
-  private setStatus(inst: ManagedInstance, next: InstanceStatus, message: string): void {
-    if (!this.live(inst)) return
-    const previous = inst.status
-    inst.row.status = next
-    this.persist(inst)
-    inst.events.emit('status', { previousStatus: previous, currentStatus: next, message })
+  /** report: the one place a lifecycle change becomes a persisted row, events and a log line. */
+  private report(inst: ManagedInstance, change: Change): void {
+    if (change.kind !== 'state') return
+    const { current, message } = change
+    const previousStatus = change.previous as InstanceStatus
+    if (current !== 'removed') {
+      inst.row.status = current
+      this.deps.repo.save(inst.row)
+    }
+    inst.events.emit('status', { previousStatus, currentStatus: current, message })
+    if (current === 'removed') inst.events.end()
     this.deps.bus.emit('gateway.instance.status', {
       instance: inst.record(),
-      previousStatus: previous,
-      currentStatus: next,
+      previousStatus,
+      currentStatus: current,
       message,
     })
-    this.deps.log.info(`instance ${inst.id}: ${previous} → ${next}`, { message })
+    if (current === 'removed') this.deps.log.info(`instance ${inst.id}: removed`, { message })
+    else this.deps.log.info(`instance ${inst.id}: ${previousStatus} → ${current}`, { message })
+  }
+
+  private newInstance(row: InstanceRow, deviceTotalGib?: number, opts: LoadOptions = {}): ManagedInstance {
+    const { config } = this.deps
+    return new ManagedInstance(
+      row,
+      config.engine.host,
+      config.engine.log_buffer_lines,
+      {
+        ...(row.sharedcache_enabled ? {} : { gpuMemoryUtilization: row.gpu_memory_utilization }),
+        ...(deviceTotalGib ? { deviceTotalGib } : {}),
+      },
+      (inst, change) => this.report(inst, change),
+      opts,
+    )
   }
 
   private track<T>(p: Promise<T>): void {
@@ -224,6 +233,8 @@ export class GatewayService implements GatewayApi {
     this.background.add(tracked)
     tracked.finally(() => this.background.delete(tracked))
   }
+
+  // ---- load ----
 
   /** pendingMibByGpu: what engines still loading will claim beyond what nvidia-smi already shows. */
   pendingMibByGpu(snapshot: GpuSnapshot): Map<number, number> {
@@ -244,31 +255,6 @@ export class GatewayService implements GatewayApi {
       }
     }
     return pending
-  }
-
-  private validateArgs(req: LoadRequest): { extra: string[]; port: number | null } {
-    const tp = req.tensor_parallel_size ?? 1
-    if (req.gpu_ids) {
-      if (new Set(req.gpu_ids).size !== req.gpu_ids.length) throw badRequest('gpu_ids must not repeat a GPU')
-      if (req.gpu_ids.length !== tp)
-        throw badRequest(
-          `tensor_parallel_size (${tp}) must equal the number of gpu_ids (${req.gpu_ids.length})`,
-        )
-    }
-    let extra = [...(req.extra_args ?? [])]
-    for (const flag of MANAGED_FLAGS) {
-      if (hasFlag(extra, flag))
-        throw badRequest(`extra_args must not set ${flag}; use the load request's own field instead`)
-    }
-    let port: number | null = null
-    const portArg = findFlagValue(extra, '--port')
-    if (portArg !== undefined) {
-      port = Number(portArg)
-      if (!Number.isInteger(port) || port < 1 || port > 65535)
-        throw badRequest(`extra_args --port ${portArg} is not a port`)
-      extra = removeFlag(extra, '--port')
-    }
-    return { extra, port }
   }
 
   private choosePort(requested: number | null): number {
@@ -307,14 +293,14 @@ export class GatewayService implements GatewayApi {
   }
 
   /**
-   * load validates, places and spawns an engine. `opts.routable: false` keeps a new instance out of
-   * routing until someone turns it on (the blue-green move's target).
+   * load validates, places and spawns an engine. `opts` sets how the instance starts out: a move's
+   * target is not routed to and has its move running until the move switches to it.
    */
-  async load(req: LoadRequest, opts: { routable?: boolean; busy?: string } = {}): Promise<LoadResponse> {
+  async load(req: LoadRequest, opts: LoadOptions = {}): Promise<LoadResponse> {
     if (this.stopping) throw new AppError(503, 'SHUTTING_DOWN', 'modelgate is shutting down')
     const { config } = this.deps
     const tp = req.tensor_parallel_size ?? 1
-    const { extra, port: requestedPort } = this.validateArgs(req)
+    const { extra, port: requestedPort } = checkArgs(req)
     const util = req.gpu_memory_utilization ?? config.engine.gpu_memory_utilization
     const sharedCache = config.sharedcache.enabled && tp === 1
     if (requestedPort !== null) this.choosePort(requestedPort) // a taken port is refused before any GPU work
@@ -329,75 +315,23 @@ export class GatewayService implements GatewayApi {
     // the same free memory or the same port (the second sees the first as a pending claim).
     const { gpuIds, deviceTotalGib } = place()
     const port = this.choosePort(requestedPort)
-    const modelName = shortModelName(req.model_path)
-    const id = `${slug(modelName)}-${randomBytes(3).toString('hex')}`
-    const servedName = req.served_model_name ?? req.model_path
-    const argv = [
-      ...expandSelf(config.engine.command, this.deps.selfCommand),
-      ...buildVllmArgs({
-        modelPath: req.model_path,
-        port,
-        host: config.engine.host,
-        servedModelName: servedName,
-        ...(req.max_tokens ? { maxModelLen: req.max_tokens } : {}),
-        gpuMemoryUtilization: util,
-        tensorParallelSize: tp,
-        enableSleepMode: req.enable_sleep_mode === true,
-        sharedCache,
-        extraArgs: extra,
-      }),
-    ]
-    const env = {
-      ...process.env,
-      ...config.engine.env,
-      ...buildEngineEnv({
-        gpuIds,
-        enableSleepMode: req.enable_sleep_mode === true,
-        sharedCache,
-        sharedCacheName: sharedCacheSegmentName(gpuIds),
-      }),
-    }
-    const now = new Date().toISOString()
-    const row: InstanceRow = {
-      id,
-      model_path: req.model_path,
-      model_name: modelName,
-      served_model_name: servedName,
-      status: 'starting',
+    const { argv, env, row } = launchPlan(config, this.deps, req, {
       port,
-      pid: null,
-      pgid: null,
-      process_start_time: null,
-      max_tokens: req.max_tokens ?? null,
-      requested_max_tokens: req.max_tokens ?? null,
-      gpu_memory_utilization: util,
-      gpu_ids: gpuIds,
-      tensor_parallel_size: tp,
-      sharedcache_enabled: sharedCache,
-      enable_sleep_mode: req.enable_sleep_mode === true,
-      sleep_level: null,
-      slept_at: null,
-      extra_args: req.extra_args ?? [],
-      launch_argv: argv,
-      launch_command: quoteCommand(argv),
-      log_dir: join(this.deps.dataDir, 'engines', id),
-      loaded_at: now,
-      ready_at: null,
-      error: null,
-      memory_metrics: null,
-      memory_baseline_by_gpu: null,
-      updated_at: now,
-    }
-    const inst = this.newInstance(row, deviceTotalGib)
-    inst.routable = opts.routable ?? true
-    inst.busy = opts.busy ?? null
+      gpuIds,
+      util,
+      tp,
+      sharedCache,
+      extra,
+    })
+    const id = row.id
+    const inst = this.newInstance(row, deviceTotalGib, opts)
     this.instances.set(id, inst)
     try {
       inst.process = EngineProcess.spawn({
         argv,
         env,
         logs: ManagedInstance.logFiles(row.log_dir),
-        onLine: (stream, line) => this.onLogLine(inst, stream, line),
+        onLine: (stream, line) => this.supervision.onLogLine(inst, stream, line),
       })
     } catch (err) {
       this.instances.delete(id)
@@ -406,7 +340,7 @@ export class GatewayService implements GatewayApi {
     row.pid = inst.process.pid
     row.pgid = inst.process.pgid
     row.process_start_time = inst.process.startTime
-    this.persist(inst)
+    this.deps.repo.save(row)
     inst.events.emit('status', {
       previousStatus: null,
       currentStatus: 'starting',
@@ -419,267 +353,43 @@ export class GatewayService implements GatewayApi {
       message: 'launching',
     })
     this.deps.log.info(`instance ${id}: starting`, { model: req.model_path, port, gpus: gpuIds.join(',') })
-    this.watchExit(inst)
-    this.track(this.awaitReady(inst, Date.parse(now) + config.engine.startup_timeout_seconds * 1000))
-    return { status: 'starting', model: req.model_path, port, loaded_at: now, instance_id: id }
+    this.supervision.watchExit(inst)
+    this.track(
+      this.supervision.awaitReady(
+        inst,
+        Date.parse(row.loaded_at) + config.engine.startup_timeout_seconds * 1000,
+      ),
+    )
+    return { status: 'starting', model: req.model_path, port, loaded_at: row.loaded_at, instance_id: id }
   }
 
-  private newInstance(row: InstanceRow, deviceTotalGib?: number): ManagedInstance {
-    const { config } = this.deps
-    return new ManagedInstance(row, config.engine.host, config.engine.log_buffer_lines, {
-      ...(row.sharedcache_enabled ? {} : { gpuMemoryUtilization: row.gpu_memory_utilization }),
-      ...(deviceTotalGib ? { deviceTotalGib } : {}),
-    })
-  }
-
-  private onLogLine(inst: ManagedInstance, stream: LogStream, line: string): void {
-    inst.events.emit('log', { stream, content: line })
-    inst.logs.feed(line)
-    if (inst.status === 'starting') {
-      const percent = inst.logs.progressPercent()
-      if (percent !== inst.lastProgress) {
-        inst.lastProgress = percent
-        inst.events.emit('progress', { phase: inst.logs.phase(), percent, message: line.slice(0, 300) })
-      }
-    }
-  }
-
-  /** awaitReady polls /health until 200 (active), the process exits (failed) or the deadline (failed). */
-  private async awaitReady(inst: ManagedInstance, deadlineAt: number): Promise<void> {
-    const { config } = this.deps
-    const proc = inst.process!
-    const outcome = await waitHealthy(inst.client, {
-      initialMs: config.engine.health_poll_ms.initial,
-      maxMs: config.engine.health_poll_ms.max,
-      deadlineMs: Math.max(0, deadlineAt - Date.now()),
-      stop: () => !proc.running || inst.status !== 'starting',
-    })
-    if (inst.status !== 'starting') return
-    if (outcome === 'healthy') {
-      await this.markReady(inst)
-      return
-    }
-    if (outcome === 'timeout') {
-      const msg = `engine did not become healthy within ${config.engine.startup_timeout_seconds} s`
-      this.fail(inst, msg)
-      await proc.stop(config.engine.stop_grace_seconds * 1000)
-      return
-    }
-    // the process exited: the exit watcher records the failure
-  }
-
-  private async markReady(inst: ManagedInstance): Promise<void> {
-    const row = inst.row
-    row.ready_at = new Date().toISOString()
-    row.memory_metrics = inst.logs.metrics()
-    row.max_tokens = inst.logs.maxModelLen() ?? row.requested_max_tokens
-    row.memory_baseline_by_gpu = await this.measureFootprint(inst)
-    if (!this.live(inst) || inst.status !== 'starting') return
-    inst.events.emit('progress', { phase: 'ready', percent: 100, message: 'engine is healthy' })
-    this.setStatus(inst, 'active', 'engine is healthy')
-    this.emitMemory(inst, row.memory_baseline_by_gpu)
-  }
-
-  /** measureFootprint: GiB per GPU held by the engine's process group, else the log-derived total. */
-  private async measureFootprint(inst: ManagedInstance): Promise<Record<string, number> | null> {
-    const row = inst.row
-    this.probe.invalidate()
-    const snap = await this.probe.snapshot()
-    const out: Record<string, number> = {}
-    if (snap.available && row.pgid) {
-      const used = usedMibByGpuForPids(snap.gpus, snap.apps, new Set(groupPids(row.pgid)))
-      for (const idx of row.gpu_ids) {
-        const mib = used.get(idx)
-        if (mib !== undefined) out[String(idx)] = Math.round((mib / 1024) * 100) / 100
-      }
-    }
-    if (Object.keys(out).length === row.gpu_ids.length) return out
-    const total = row.memory_metrics?.total_gpu_memory_gib
-    if (total === undefined) return Object.keys(out).length ? out : null
-    for (const idx of row.gpu_ids) out[String(idx)] ??= Math.round(total * 100) / 100
-    return out
-  }
-
-  private emitMemory(inst: ManagedInstance, byGpu: Record<string, number> | null): void {
-    inst.currentMemoryGib = byGpu
-    const total = byGpu ? Object.values(byGpu).reduce((a, b) => a + b, 0) : null
-    inst.events.emit('memory', {
-      gpu_ids: inst.row.gpu_ids,
-      memory_used_gib_by_gpu: byGpu,
-      total_memory_used_gib: total === null ? null : Math.round(total * 100) / 100,
-      status: inst.status,
-      memory_metrics: inst.row.memory_metrics ?? null,
-    })
-  }
-
-  private fail(inst: ManagedInstance, message: string): void {
-    inst.row.error = message
-    inst.routable = false
-    inst.events.emit('error', { message, source: 'engine' })
-    this.setStatus(inst, 'failed', message)
-  }
-
-  /** watchExit turns an unexpected engine exit into a failed instance with its last error lines. */
-  private watchExit(inst: ManagedInstance): void {
-    const proc = inst.process!
-    void proc.exited.then(async (code) => {
-      proc.flushLogs()
-      if (inst.status === 'stopping' || inst.status === 'failed' || !this.instances.has(inst.id)) return
-      const wasStarting = inst.status === 'starting'
-      const reason = wasStarting
-        ? (inst.logs.startupFailure() ?? `engine exited with code ${code ?? 'unknown'} during start-up`)
-        : [`engine exited unexpectedly (code ${code ?? 'unknown'})`, ...inst.logs.lastErrorLines(5)].join(
-            '\n',
-          )
-      this.fail(inst, reason)
-      // The leader is gone; its workers may still hold GPU memory. Stop the rest of the group.
-      await proc.stop(this.deps.config.engine.stop_grace_seconds * 1000)
-      this.cleanupSharedCache(inst)
-    })
-  }
+  // ---- unload ----
 
   async unload(id: string): Promise<void> {
     const inst = this.require(id)
     if (inst.status === 'stopping') return
-    if (inst.busy === 'move') throw conflict(`Instance ${id} is being moved`, 'OPERATION_IN_PROGRESS')
-    inst.routable = false
-    this.setStatus(inst, 'stopping', 'unload requested')
+    if (inst.lifecycle.operation === 'move')
+      throw conflict(`Instance ${id} is being moved`, 'OPERATION_IN_PROGRESS')
+    inst.lifecycle.to('stopping', 'unload requested')
     this.track(this.finishUnload(inst))
   }
 
   private async finishUnload(inst: ManagedInstance): Promise<void> {
     const grace = this.deps.config.engine.stop_grace_seconds * 1000
-    const segment = inst.row.sharedcache_enabled ? this.snapshotSegment(inst) : null
+    const segment = this.sharedCache.snapshot(inst)
     if (inst.process) await inst.process.stop(grace)
     else if (inst.row.pgid && sameProcess(inst.row.pid ?? -1, inst.row.process_start_time))
       await stopGroup(inst.row.pgid, grace)
-    this.restoreSharedCache(inst, segment)
+    this.sharedCache.restore(inst, segment)
     this.remove(inst, 'unloaded')
   }
 
+  /** remove: the engine is gone; idempotent (an unload and the shutdown may both get here). */
   private remove(inst: ManagedInstance, message: string): void {
+    if (inst.lifecycle.state === 'removed') return
     this.instances.delete(inst.id)
     this.deps.repo.delete(inst.id)
-    const previous = inst.status
-    inst.events.emit('status', { previousStatus: previous, currentStatus: 'removed', message })
-    inst.events.end()
-    this.deps.bus.emit('gateway.instance.status', {
-      instance: inst.record(),
-      previousStatus: previous,
-      currentStatus: 'removed',
-      message,
-    })
-    this.deps.log.info(`instance ${inst.id}: removed`, { message })
-  }
-
-  // ---- shared KV cache pool bookkeeping ----
-
-  private othersOnSegment(inst: ManagedInstance): ManagedInstance[] {
-    const name = sharedCacheSegmentName(inst.row.gpu_ids)
-    return [...this.instances.values()].filter(
-      (o) =>
-        o !== inst &&
-        o.row.sharedcache_enabled &&
-        o.status !== 'failed' &&
-        sharedCacheSegmentName(o.row.gpu_ids) === name,
-    )
-  }
-
-  private snapshotSegment(inst: ManagedInstance) {
-    return readKvcachedSegment(sharedCacheSegmentName(inst.row.gpu_ids), this.deps.config.sharedcache.shm_dir)
-  }
-
-  /**
-   * restoreSharedCache: an engine removes the pool's segment on SIGTERM even when others still use
-   * it. If others remain, put the segment back as it was; if none remain, remove a stale one.
-   */
-  private restoreSharedCache(inst: ManagedInstance, before: ReturnType<typeof readKvcachedSegment>): void {
-    if (!inst.row.sharedcache_enabled) return
-    const name = sharedCacheSegmentName(inst.row.gpu_ids)
-    const dir = this.deps.config.sharedcache.shm_dir
-    if (this.othersOnSegment(inst).length === 0) {
-      removeKvcachedSegment(name, dir)
-      return
-    }
-    if (before && !readKvcachedSegment(name, dir)) {
-      writeKvcachedSegment(name, before, dir)
-      this.deps.log.info('restored the shared KV cache segment removed by a departing engine', {
-        segment: name,
-      })
-    }
-  }
-
-  private cleanupSharedCache(inst: ManagedInstance): void {
-    if (inst.row.sharedcache_enabled && this.othersOnSegment(inst).length === 0)
-      removeKvcachedSegment(sharedCacheSegmentName(inst.row.gpu_ids), this.deps.config.sharedcache.shm_dir)
-  }
-
-  // ---- sleep and wake ----
-
-  private beginOp(inst: ManagedInstance, op: string): void {
-    if (inst.busy)
-      throw conflict(`Instance ${inst.id} is busy (${inst.busy} in progress)`, 'OPERATION_IN_PROGRESS')
-    inst.busy = op
-  }
-
-  async sleep(id: string, level: 1 | 2): Promise<SleepResult> {
-    const inst = this.require(id)
-    if (inst.status !== 'active')
-      throw conflict(`Instance ${id} is ${inst.status}; only a running instance can sleep`, 'INVALID_STATE')
-    if (!inst.row.enable_sleep_mode)
-      throw badRequest(`Instance ${id} was loaded without enable_sleep_mode`, 'SLEEP_MODE_NOT_ENABLED')
-    this.beginOp(inst, 'sleep')
-    try {
-      await this.engineCall(() => inst.client.sleep(level))
-      this.stillThere(inst, 'active')
-      const now = new Date().toISOString()
-      inst.row.sleep_level = level
-      inst.row.slept_at = now
-      this.setStatus(inst, 'sleeping', `sleep level ${level}`)
-      this.emitMemory(inst, await this.measureFootprint(inst))
-      return {
-        status: 'sleeping',
-        instance_id: id,
-        model_path: inst.row.model_path,
-        sleep_level: level,
-        slept_at: now,
-      }
-    } finally {
-      inst.busy = null
-    }
-  }
-
-  async wake(id: string, tags: string[] = []): Promise<WakeResult> {
-    const inst = this.require(id)
-    if (inst.status !== 'sleeping')
-      throw conflict(
-        `Instance ${id} is ${inst.status}; only a sleeping instance can be woken`,
-        'INVALID_STATE',
-      )
-    this.beginOp(inst, 'wake')
-    try {
-      await this.engineCall(() => inst.client.wake(tags))
-      const stillSleeping = await this.engineCall(() => inst.client.isSleeping())
-      this.stillThere(inst, 'sleeping')
-      const now = new Date().toISOString()
-      if (!stillSleeping) {
-        inst.row.sleep_level = null
-        inst.row.slept_at = null
-        this.setStatus(inst, 'active', tags.length ? `woke (${tags.join(', ')})` : 'woke')
-      } else {
-        inst.events.emit('progress', { phase: 'waking', percent: 50, message: `woke ${tags.join(', ')}` })
-      }
-      this.emitMemory(inst, await this.measureFootprint(inst))
-      return {
-        status: stillSleeping ? 'sleeping' : 'running',
-        instance_id: id,
-        model_path: inst.row.model_path,
-        woke_at: now,
-        ...(tags.length ? { tags } : {}),
-      } as WakeResult
-    } finally {
-      inst.busy = null
-    }
+    inst.lifecycle.to('removed', message)
   }
 
   /** stopBudgetMs bounds an unload: SIGTERM grace, then SIGKILL and its wait, plus a margin. */
@@ -687,97 +397,34 @@ export class GatewayService implements GatewayApi {
     return this.deps.config.engine.stop_grace_seconds * 1000 + 10_000
   }
 
-  /** stillThere: after an engine call, the instance was not unloaded (or failed) meanwhile. */
-  private stillThere(inst: ManagedInstance, status: InstanceStatus): void {
-    if (!this.live(inst) || inst.status !== status)
-      throw conflict(`Instance ${inst.id} became ${inst.status} during the operation`, 'INVALID_STATE')
+  // ---- sleep and wake ----
+
+  sleep(id: string, level: 1 | 2): Promise<SleepResult> {
+    return this.sleepWake.sleep(this.require(id), level)
   }
 
-  /** sleepStatus is the sleep-status body (spec: not shown; documented in the README). */
-  async sleepStatus(id: string) {
-    const inst = this.require(id)
-    let engineSleeping: boolean | null = null
-    if (inst.status === 'active' || inst.status === 'sleeping') {
-      engineSleeping = inst.row.enable_sleep_mode ? await inst.client.isSleeping().catch(() => null) : false
-    }
-    return {
-      instance_id: id,
-      status: inst.status,
-      is_sleeping: inst.status === 'sleeping',
-      sleep_level: (inst.row.sleep_level as 1 | 2 | null) ?? null,
-      slept_at: inst.row.slept_at,
-      enable_sleep_mode: inst.row.enable_sleep_mode,
-      engine_is_sleeping: engineSleeping,
-    }
+  wake(id: string, tags: string[] = []): Promise<WakeResult> {
+    return this.sleepWake.wake(this.require(id), tags)
   }
 
-  private async engineCall<T>(fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn()
-    } catch (err) {
-      if (err instanceof EngineCallError) throw new AppError(502, 'ENGINE_ERROR', err.message, 'server_error')
-      throw err
-    }
+  sleepStatus(id: string) {
+    return this.sleepWake.status(this.require(id))
   }
 
   // ---- start-up recovery and shutdown ----
 
-  /** recover re-adopts healthy engines of a previous run and stops the others; never signals a reused pid. */
-  async recover(): Promise<void> {
-    const rows = this.deps.repo.all()
-    for (const row of rows) {
-      if (row.status === 'failed') {
-        this.instances.set(row.id, this.newInstance(row))
-        continue
-      }
-      const alive = row.pid !== null && sameProcess(row.pid, row.process_start_time)
-      const inst = this.newInstance(row)
-      if (!alive) {
-        this.instances.set(row.id, inst)
-        row.status === 'stopping'
-          ? this.remove(inst, 'engine gone after restart')
-          : this.fail(inst, 'engine exited while modelgate was not running')
-        this.cleanupSharedCache(inst)
-        continue
-      }
-      const healthy = await inst.client.health(2000)
-      const deadline = Date.parse(row.loaded_at) + this.deps.config.engine.startup_timeout_seconds * 1000
-      const stillLoading = row.status === 'starting' && Date.now() < deadline
-      if (row.status === 'stopping' || (!healthy && !stillLoading)) {
-        this.deps.log.warn(`stopping engine left by a previous run`, { instance: row.id, pid: row.pid })
-        await stopGroup(row.pgid ?? row.pid!, this.deps.config.engine.stop_grace_seconds * 1000)
-        this.instances.set(row.id, inst)
-        this.remove(inst, 'stopped after restart (unhealthy)')
-        this.cleanupSharedCache(inst)
-        continue
-      }
-      inst.process = EngineProcess.adopt(
-        row.pid!,
-        row.pgid ?? row.pid!,
-        row.process_start_time!,
-        ManagedInstance.logFiles(row.log_dir),
-        (stream, line) => this.onLogLine(inst, stream, line),
-      )
-      this.instances.set(row.id, inst)
-      this.watchExit(inst)
-      this.deps.log.info(`re-adopted engine from a previous run`, {
-        instance: row.id,
-        pid: row.pid,
-        port: row.port,
-      })
-      if (row.status === 'starting') {
-        this.track(this.awaitReady(inst, deadline))
-      } else if (row.enable_sleep_mode) {
-        const sleeping = await inst.client.isSleeping().catch(() => row.status === 'sleeping')
-        if (sleeping !== (row.status === 'sleeping')) {
-          if (!sleeping) {
-            row.sleep_level = null
-            row.slept_at = null
-          }
-          this.setStatus(inst, sleeping ? 'sleeping' : 'active', 're-adopted after restart')
-        }
-      }
-    }
+  recover(): Promise<void> {
+    return recover({
+      config: this.deps.config,
+      log: this.deps.log,
+      supervision: this.supervision,
+      sharedCache: this.sharedCache,
+      rows: () => this.deps.repo.all(),
+      newInstance: (row) => this.newInstance(row),
+      register: (inst) => this.instances.set(inst.id, inst),
+      remove: (inst, message) => this.remove(inst, message),
+      track: (p) => this.track(p),
+    })
   }
 
   /** stop unloads every engine (TERM then KILL per group) within the shutdown deadline. */
@@ -790,8 +437,7 @@ export class GatewayService implements GatewayApi {
           inst.process?.close()
           return
         }
-        inst.routable = false
-        if (inst.status !== 'stopping') this.setStatus(inst, 'stopping', 'modelgate shutting down')
+        if (inst.status !== 'stopping') inst.lifecycle.to('stopping', 'modelgate shutting down')
         if (deadline.aborted) inst.process?.kill()
         else if (inst.process) await inst.process.stop(grace)
         this.remove(inst, 'modelgate shut down')
@@ -822,6 +468,6 @@ class InstanceLease implements Lease {
   release(): void {
     if (this.released) return
     this.released = true
-    this.inst.inFlight--
+    this.inst.lifecycle.release()
   }
 }

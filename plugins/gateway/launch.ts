@@ -1,0 +1,153 @@
+import { randomBytes } from 'node:crypto'
+import { join } from 'node:path'
+import {
+  buildEngineEnv,
+  buildVllmArgs,
+  findFlagValue,
+  hasFlag,
+  quoteCommand,
+  removeFlag,
+} from '../../src/engine/vllm-command.ts'
+import { shortModelName } from '../../src/gpu/colors.ts'
+import { sharedCacheSegmentName } from '../../src/gpu/kvcached.ts'
+import { badRequest } from '../../src/http/errors.ts'
+import type { LoadRequest } from './api.ts'
+import { expandSelf, type GatewayConfig } from './config.ts'
+import type { InstanceRow } from './schema.ts'
+
+/**
+ * What a load turns into before anything runs: the checked extra arguments, the engine's command
+ * line and environment, and the instance row to persist. No I/O here.
+ */
+
+/** Flags the gateway sets from the load body; giving them in extra_args would contradict it. */
+const MANAGED_FLAGS = [
+  '--host',
+  '--tensor-parallel-size',
+  '-tp',
+  '--max-model-len',
+  '--served-model-name',
+  '--gpu-memory-utilization',
+  '--enable-sleep-mode',
+]
+
+function slug(s: string): string {
+  return (
+    s
+      .toLowerCase()
+      .replace(/[^a-z0-9]+/g, '-')
+      .replace(/^-|-$/g, '')
+      .slice(0, 40) || 'model'
+  )
+}
+
+/** checkArgs validates GPU ids against tensor parallelism and extra_args; a `--port` is taken out. */
+export function checkArgs(req: LoadRequest): { extra: string[]; port: number | null } {
+  const tp = req.tensor_parallel_size ?? 1
+  if (req.gpu_ids) {
+    if (new Set(req.gpu_ids).size !== req.gpu_ids.length) throw badRequest('gpu_ids must not repeat a GPU')
+    if (req.gpu_ids.length !== tp)
+      throw badRequest(
+        `tensor_parallel_size (${tp}) must equal the number of gpu_ids (${req.gpu_ids.length})`,
+      )
+  }
+  let extra = [...(req.extra_args ?? [])]
+  for (const flag of MANAGED_FLAGS) {
+    if (hasFlag(extra, flag))
+      throw badRequest(`extra_args must not set ${flag}; use the load request's own field instead`)
+  }
+  let port: number | null = null
+  const portArg = findFlagValue(extra, '--port')
+  if (portArg !== undefined) {
+    port = Number(portArg)
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw badRequest(`extra_args --port ${portArg} is not a port`)
+    extra = removeFlag(extra, '--port')
+  }
+  return { extra, port }
+}
+
+export interface LaunchChoice {
+  port: number
+  gpuIds: number[]
+  util: number
+  tp: number
+  sharedCache: boolean
+  extra: string[]
+}
+
+export interface Launch {
+  argv: string[]
+  env: Record<string, string | undefined>
+  row: InstanceRow
+}
+
+/** launchPlan builds the engine's argv and environment and the new instance's row (status starting). */
+export function launchPlan(
+  config: GatewayConfig,
+  where: { selfCommand: readonly string[]; dataDir: string },
+  req: LoadRequest,
+  c: LaunchChoice,
+): Launch {
+  const modelName = shortModelName(req.model_path)
+  const id = `${slug(modelName)}-${randomBytes(3).toString('hex')}`
+  const servedName = req.served_model_name ?? req.model_path
+  const sleepMode = req.enable_sleep_mode === true
+  const argv = [
+    ...expandSelf(config.engine.command, where.selfCommand),
+    ...buildVllmArgs({
+      modelPath: req.model_path,
+      port: c.port,
+      host: config.engine.host,
+      servedModelName: servedName,
+      ...(req.max_tokens ? { maxModelLen: req.max_tokens } : {}),
+      gpuMemoryUtilization: c.util,
+      tensorParallelSize: c.tp,
+      enableSleepMode: sleepMode,
+      sharedCache: c.sharedCache,
+      extraArgs: c.extra,
+    }),
+  ]
+  const env = {
+    ...process.env,
+    ...config.engine.env,
+    ...buildEngineEnv({
+      gpuIds: c.gpuIds,
+      enableSleepMode: sleepMode,
+      sharedCache: c.sharedCache,
+      sharedCacheName: sharedCacheSegmentName(c.gpuIds),
+    }),
+  }
+  const now = new Date().toISOString()
+  const row: InstanceRow = {
+    id,
+    model_path: req.model_path,
+    model_name: modelName,
+    served_model_name: servedName,
+    status: 'starting',
+    port: c.port,
+    pid: null,
+    pgid: null,
+    process_start_time: null,
+    max_tokens: req.max_tokens ?? null,
+    requested_max_tokens: req.max_tokens ?? null,
+    gpu_memory_utilization: c.util,
+    gpu_ids: c.gpuIds,
+    tensor_parallel_size: c.tp,
+    sharedcache_enabled: c.sharedCache,
+    enable_sleep_mode: sleepMode,
+    sleep_level: null,
+    slept_at: null,
+    extra_args: req.extra_args ?? [],
+    launch_argv: argv,
+    launch_command: quoteCommand(argv),
+    log_dir: join(where.dataDir, 'engines', id),
+    loaded_at: now,
+    ready_at: null,
+    error: null,
+    memory_metrics: null,
+    memory_baseline_by_gpu: null,
+    updated_at: now,
+  }
+  return { argv, env, row }
+}
