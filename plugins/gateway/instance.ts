@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import type { EngineProcess } from '../../src/engine/supervisor.ts'
-import { VllmClient } from '../../src/engine/vllm-client.ts'
+import { engineOrigin, VllmClient } from '../../src/engine/vllm-client.ts'
 import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
 import type { InstanceRecord, InstanceStatus } from './api.ts'
 import { InstanceEvents } from './events.ts'
@@ -34,8 +34,7 @@ export class ManagedInstance {
     this.lifecycle = new Lifecycle(row.id, row.status as InstanceStatus, opts, (c) => report(this, c))
     this.events = new InstanceEvents(row.id, maxLogLines)
     this.logs = new VllmLogAccumulator(hints)
-    const host = engineHost === '0.0.0.0' ? '127.0.0.1' : engineHost
-    this.client = new VllmClient(`http://${host.includes(':') ? `[${host}]` : host}:${row.port}`)
+    this.client = new VllmClient(engineOrigin(engineHost, row.port))
   }
 
   get id(): string {
