@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { BenchmarkRun } from '../../plugins/benchmarks/model.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { waitRun } from './support.ts'
 
 /**
  * The benchmarks plugin against the real gateway plugin: a model loaded through the gateway's API,
@@ -42,14 +43,7 @@ describe('benchmarks through the real gateway', () => {
       }),
     })
     expect(res.status).toBe(201)
-    const runId = res.body.benchmark.id
-    const until = Date.now() + 30000
-    while (Date.now() < until) {
-      const r = (await gw.json<{ benchmark: BenchmarkRun }>(`/api/benchmarks/${runId}`)).body.benchmark
-      if (!['pending', 'running'].includes(r.status)) return r
-      await Bun.sleep(100)
-    }
-    throw new Error('benchmark did not finish')
+    return waitRun(gw, res.body.benchmark.id, (r) => !['pending', 'running'].includes(r.status), 30_000)
   }
 
   for (const mode of ['direct', 'proxy'] as const) {

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { BenchmarkRun } from '../../plugins/benchmarks/model.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
+import type { TestHost } from '../support/host.ts'
 import {
   api,
-  type BenchHost,
   bootHost,
   createRun,
   type FakeGateway,
@@ -20,7 +20,7 @@ import {
 let fast: EngineProc
 let slow: EngineProc
 let gw: FakeGateway
-let th: BenchHost
+let th: TestHost
 
 beforeAll(async () => {
   ;[fast, slow] = await Promise.all([
@@ -85,7 +85,7 @@ describe('benchmark creation', () => {
       status: 'pending',
     })
     expect(run.scenarios[0]!.metrics).toBeUndefined()
-    await waitRun(th.url, run.id)
+    await waitRun(th, run.id)
   })
 
   it.each([
@@ -159,7 +159,7 @@ describe('benchmark event stream', () => {
 
   it('gives a late subscriber the current state first', async () => {
     const run = await createRun(th.url, 'isolated', [long({ totalRequests: 2 })])
-    await waitRun(th.url, run.id, (r) => r.scenarios[0]!.phase === 'measuring')
+    await waitRun(th, run.id, (r) => r.scenarios[0]!.phase === 'measuring')
     const res = await fetch(`${th.url}/api/benchmarks/${run.id}/events`)
     const reader = res.body!.getReader()
     let text = ''
@@ -189,7 +189,7 @@ describe('benchmark cancellation and deletion', () => {
   it('cancels a running run at once, aborting in-flight requests', async () => {
     const run = await createRun(th.url, 'isolated', [long()])
     const events = readEvents(`${th.url}/api/benchmarks/${run.id}/events`)
-    await waitRun(th.url, run.id, (r) => r.scenarios[0]!.phase === 'measuring')
+    await waitRun(th, run.id, (r) => r.scenarios[0]!.phase === 'measuring')
     const started = performance.now()
     const res = await api<{ benchmark: BenchmarkRun }>(th.url, 'POST', `/api/benchmarks/${run.id}/cancel`)
     expect(performance.now() - started).toBeLessThan(2000)
@@ -212,7 +212,7 @@ describe('benchmark cancellation and deletion', () => {
   it('queues runs beyond max_concurrent_runs as pending and cancels a queued one before it starts', async () => {
     const first = await createRun(th.url, 'isolated', [long()])
     const second = await createRun(th.url, 'isolated', [quick()])
-    await waitRun(th.url, first.id, (r) => r.status === 'running')
+    await waitRun(th, first.id, (r) => r.status === 'running')
     expect((await getRun(th.url, second.id)).status).toBe('pending')
     const listed = await api<{ benchmarks: { id: string; status: string }[] }>(
       th.url,
@@ -232,7 +232,7 @@ describe('benchmark cancellation and deletion', () => {
       long(),
       long({ instanceId: 'fast', outputTokens: 2000 - 8 }),
     ])
-    await waitRun(th.url, run.id, (r) => r.status === 'running')
+    await waitRun(th, run.id, (r) => r.status === 'running')
     const res = await api(th.url, 'DELETE', `/api/benchmarks/${run.id}`)
     expect(res.status).toBe(200)
     expect(res.body).toEqual({ id: run.id, deleted: true, cancelled: true })
@@ -242,7 +242,7 @@ describe('benchmark cancellation and deletion', () => {
 
   it('deletes a finished run', async () => {
     const run = await createRun(th.url, 'isolated', [quick({ warmupRequests: 0, totalRequests: 1 })])
-    await waitRun(th.url, run.id)
+    await waitRun(th, run.id)
     const res = await api(th.url, 'DELETE', `/api/benchmarks/${run.id}`)
     expect(res.body).toEqual({ id: run.id, deleted: true, cancelled: false })
     expect((await api(th.url, 'GET', `/api/benchmarks/${run.id}`)).status).toBe(404)
@@ -252,7 +252,7 @@ describe('benchmark cancellation and deletion', () => {
     gw.instances.set('vanishing', instance('vanishing', fast.port))
     const run = await createRun(th.url, 'isolated', [quick(), quick({ instanceId: 'vanishing' })])
     gw.instances.delete('vanishing')
-    const done = await waitRun(th.url, run.id)
+    const done = await waitRun(th, run.id)
     expect(done.status).toBe('failed')
     expect(done.error).toContain("scenario 2 (instance 'vanishing')")
     expect(done.scenarios[0]!.status).toBe('completed')

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
+import type { TestHost } from '../support/host.ts'
 import {
-  type BenchHost,
   bootHost,
   createRun,
   type FakeGateway,
@@ -21,7 +21,7 @@ const TTFT_MS = 100
 let steady: EngineProc
 let queued: EngineProc
 let gw: FakeGateway
-let th: BenchHost
+let th: TestHost
 
 beforeAll(async () => {
   ;[steady, queued] = await Promise.all([
@@ -52,7 +52,7 @@ describe('benchmark measurement', () => {
     ])
     expect(created.status).toBe('pending')
     expect(created.scenarios[0]!.status).toBe('pending')
-    const run = await waitRun(th.url, created.id)
+    const run = await waitRun(th, created.id)
     expect(run.status).toBe('completed')
     const s = run.scenarios[0]!
     expect(s.status).toBe('completed')
@@ -110,7 +110,7 @@ describe('benchmark measurement', () => {
         slaThresholdMs: 125,
       },
     ])
-    const run = await waitRun(th.url, created.id)
+    const run = await waitRun(th, created.id)
     const m = run.scenarios[0]!.metrics!
     expect(m.successful_requests).toBe(4)
     expect(m.e2e_max).toBeGreaterThan(1.5 * m.e2e_min)
@@ -132,7 +132,7 @@ describe('benchmark measurement', () => {
         slaTtftMs: TTFT_MS / 2,
       },
     ])
-    const m = (await waitRun(th.url, created.id)).scenarios[0]!.metrics!
+    const m = (await waitRun(th, created.id)).scenarios[0]!.metrics!
     expect(m.goodput_count).toBe(0)
     expect(m.goodput_percent).toBe(0)
   })
@@ -150,7 +150,7 @@ describe('benchmark measurement', () => {
         totalRequests: 4,
       },
     ])
-    const run = await waitRun(th.url, created.id)
+    const run = await waitRun(th, created.id)
     const s = run.scenarios[0]!
     expect(s.routing_mode).toBe('proxy')
     expect(s.metrics!.successful_requests).toBe(4)
@@ -169,7 +169,7 @@ describe('benchmark measurement', () => {
     })
     const iso = await createRun(th.url, 'isolated', [scenario('steady'), scenario('queued')])
     const isoEvents = readEvents(`${th.url}/api/benchmarks/${iso.id}/events`)
-    const isoRun = await waitRun(th.url, iso.id)
+    const isoRun = await waitRun(th, iso.id)
     const [a, b] = isoRun.scenarios
     expect(Date.parse(b!.started_at!)).toBeGreaterThanOrEqual(Date.parse(a!.completed_at!))
     const order = (await isoEvents).map((e) => `${e.event}:${e.data.scenario_id === a!.id ? 'a' : 'b'}`)
@@ -177,7 +177,7 @@ describe('benchmark measurement', () => {
 
     const con = await createRun(th.url, 'contention', [scenario('steady'), scenario('queued')])
     const conEvents = readEvents(`${th.url}/api/benchmarks/${con.id}/events`)
-    const conRun = await waitRun(th.url, con.id)
+    const conRun = await waitRun(th, con.id)
     const [c, d] = conRun.scenarios
     expect(conRun.status).toBe('completed')
     expect(Date.parse(d!.started_at!)).toBeLessThan(Date.parse(c!.completed_at!))

@@ -6,6 +6,7 @@ import type { RequestSample } from '../../plugins/benchmarks/request.ts'
 import { type LoadPlan, runScenarioLoad } from '../../plugins/benchmarks/runner.ts'
 import { type StubEngine, spawnStub } from '../perf/bench-stub.ts'
 import { freePort } from '../sim/helpers.ts'
+import { waitFor } from '../support/wait.ts'
 
 /** The load runner against a stub engine in a child process: failures, fallbacks, timeouts, loops. */
 const stubs: StubEngine[] = []
@@ -147,14 +148,20 @@ describe('benchmark runner', () => {
     client = new HttpStreamClient()
     const recorder = new ScenarioRecorder(noSla)
     const ac = new AbortController()
-    setTimeout(() => ac.abort(), 150)
     const started = performance.now()
-    const outcome = await runScenarioLoad(
+    const running = runScenarioLoad(
       client,
       plan(slow.url, { warmupRequests: 0, body: () => '{"max_tokens":100,"stream":true}' }),
       recorder,
       ac.signal,
     )
+    // Cancelled once both requests are streaming (100 tokens at 10/s: each has 10 s to go).
+    await waitFor(
+      'both requests to stream from the stub',
+      async () => Object.values(await slow.stats()).filter((r) => r.chunks > 0).length === 2,
+    )
+    ac.abort()
+    const outcome = await running
     expect(performance.now() - started).toBeLessThan(1000)
     expect(outcome.cancelled).toBe(true)
     const m = recorder.summarize(outcome.durationSec)

@@ -5,9 +5,9 @@ import type { BenchmarkRun, RunSummary } from '../../plugins/benchmarks/model.ts
 import { RunRepository } from '../../plugins/benchmarks/repo.ts'
 import { applyMigrations, openStore } from '../../src/store/db.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
+import { type TestHost, tempDataDir } from '../support/host.ts'
 import {
   api,
-  type BenchHost,
   bootHost,
   createRun,
   fakeGateway,
@@ -15,7 +15,6 @@ import {
   instance,
   startSim,
   syntheticRun,
-  tempDataDir,
   waitRun,
 } from './support.ts'
 
@@ -40,7 +39,7 @@ type Imported = {
 }
 
 describe('benchmark list pagination', () => {
-  let th: BenchHost
+  let th: TestHost
   beforeAll(async () => {
     th = await bootHost(fakeGateway())
     const runs = Array.from({ length: 25 }, (_, i) =>
@@ -123,7 +122,7 @@ describe('benchmark export and import', () => {
           totalRequests: 4,
         },
       ])
-      const done = await waitRun(a.url, run.id)
+      const done = await waitRun(a, run.id)
       const bundle = (await api<Bundle>(a.url, 'GET', '/api/benchmarks/export')).body
       expect(bundle).toMatchObject({ format: 'modelgate.benchmarks', version: 1 })
       expect(bundle.runs.map((r) => r.id)).toEqual([run.id])
@@ -212,7 +211,7 @@ describe('benchmark runs across restarts', () => {
         totalRequests: 2,
       },
     ])
-    await waitRun(first.url, run.id, (r) => r.scenarios[0]!.phase === 'measuring')
+    await waitRun(first, run.id, (r) => r.scenarios[0]!.phase === 'measuring')
     await first.stopKeep()
     const second = await bootHost(gw, { dataDir })
     try {

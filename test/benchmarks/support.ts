@@ -1,18 +1,15 @@
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { Type as T } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import benchmarks from '../../plugins/benchmarks/index.ts'
 import { ScenarioRecorder } from '../../plugins/benchmarks/metrics.ts'
 import type { BenchmarkRun } from '../../plugins/benchmarks/model.ts'
 import type { GatewayApi, InstanceRecord } from '../../plugins/gateway/api.ts'
-import { knownPlugins } from '../../src/config/file.ts'
-import { loadConfig } from '../../src/config/load.ts'
-import { Host } from '../../src/host/host.ts'
-import { Logger } from '../../src/host/logger.ts'
+import { abortable } from '../../src/host/abortable.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import { type EngineProc, spawnEngine, tempSimDir, waitHealthy } from '../sim/helpers.ts'
+import { startHost, type TestHost } from '../support/host.ts'
+import { readSse, type SseMessage } from '../support/sse.ts'
+import { waitFor } from '../support/wait.ts'
 
 /**
  * Test support for the benchmarks plugin: a fake `gateway` plugin whose instances point at engines
@@ -99,51 +96,16 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
   return { plugin, instances, proxied }
 }
 
-export interface BenchHost {
-  host: Host
-  url: string
-  dataDir: string
-  logs: string[]
-  stop(): Promise<void>
-  /** stopKeep shuts down but keeps the data dir (for restart tests). */
-  stopKeep(): Promise<void>
-}
-
-export function tempDataDir(): string {
-  return mkdtempSync(join(tmpdir(), 'modelgate-bench-test-'))
-}
-
+/** bootHost boots the benchmarks plugin beside `gateway` through the one Host booter. */
 export async function bootHost(
   gateway: FakeGateway,
   opts: { dataDir?: string; env?: Record<string, string>; benchmarksYaml?: string } = {},
-): Promise<BenchHost> {
-  const dataDir = opts.dataDir ?? tempDataDir()
+): Promise<TestHost> {
   const yaml =
-    `data_dir: ${dataDir}\nserver: { host: 127.0.0.1, port: 0 }\nlog: { level: warn }\n` +
+    'log: { level: warn }\n' +
     `plugins:\n  gateway: {}\n  benchmarks: ${opts.benchmarksYaml ?? '{ progress_interval_ms: 0 }'}\n`
   const defs = [gateway.plugin, benchmarks as unknown as PluginDefinition]
-  const config = loadConfig(yaml, opts.env ?? {}, knownPlugins(defs))
-  const logs: string[] = []
-  const logger = new Logger('warn', 'test', 'text', (l) => logs.push(l))
-  const host = new Host({
-    config,
-    definitions: defs,
-    version: '0.0.0-test',
-    selfCommand: [process.execPath],
-    logger,
-  })
-  await host.boot()
-  return {
-    host,
-    url: host.urls.main!,
-    dataDir,
-    logs,
-    stopKeep: () => host.shutdown('test'),
-    async stop() {
-      await host.shutdown('test')
-      rmSync(dataDir, { recursive: true, force: true })
-    },
-  }
+  return startHost(yaml, defs, opts.env ?? {}, opts.dataDir)
 }
 
 /** startSim spawns a simulator engine with the given knobs and waits until it is healthy. */
@@ -207,40 +169,28 @@ export async function getRun(base: string, id: string): Promise<BenchmarkRun> {
   return res.body.benchmark
 }
 
-/** waitFor polls the run until `done(run)` or the deadline. */
+/** waitRun waits until `done(run)` holds, checking again on each `benchmarks.event` on the host's bus. */
 export async function waitRun(
-  base: string,
+  th: TestHost,
   id: string,
   done: (r: BenchmarkRun) => boolean = (r) => ['completed', 'failed', 'cancelled'].includes(r.status),
   ms = 20_000,
 ): Promise<BenchmarkRun> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const run = await getRun(base, id)
-    if (done(run)) return run
-    if (Date.now() > deadline) throw new Error(`run ${id} not done in ${ms} ms: ${JSON.stringify(run)}`)
-    await Bun.sleep(25)
-  }
+  let last: BenchmarkRun | undefined
+  return waitFor(
+    `run ${id} to reach ${done.toString()}`,
+    async () => {
+      last = await getRun(th.url, id)
+      return done(last) ? last : undefined
+    },
+    { timeoutMs: ms, wake: (notify) => th.host.bus.on('benchmarks.event', notify), show: () => last },
+  )
 }
 
-export interface SseMessage {
-  event: string
-  data: Record<string, unknown>
-}
-
-/** readEvents reads an SSE stream until it closes (or the deadline) and returns its messages. */
-export async function readEvents(url: string, ms = 20_000): Promise<SseMessage[]> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(ms) })
-  if (res.status !== 200) throw new Error(`events: HTTP ${res.status}`)
-  const text = await res.text()
-  return text
-    .split('\n\n')
-    .map((frame) => {
-      const event = /^event: (.+)$/m.exec(frame)?.[1]
-      const data = /^data: (.+)$/m.exec(frame)?.[1]
-      return event && data ? { event, data: JSON.parse(data) as Record<string, unknown> } : null
-    })
-    .filter((m): m is SseMessage => m !== null)
+/** readEvents reads a run's event stream until the server ends it (throws if it does not in `ms`). */
+export async function readEvents(url: string, ms = 20_000): Promise<SseMessage<Record<string, unknown>>[]> {
+  const res = await abortable(fetch(url), { timeoutMs: ms, what: `the head of ${url}` })
+  return readSse<Record<string, unknown>>(res, `the end of ${url}`, undefined, ms)
 }
 
 /** syntheticRun builds a finished run resource (for import and restart tests). */

@@ -5,7 +5,9 @@ import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import pkg from '../../package.json' with { type: 'json' }
 
+import { groupAlive } from '../sim/helpers.ts'
 import { parse, rawExchange } from '../support/raw-client.ts'
+import { waitFor } from '../support/wait.ts'
 
 /**
  * End to end on the compiled binary: built once, copied alone into an empty directory with only a
@@ -37,7 +39,7 @@ plugins:
   gateway:
     engine:
       command: ['@self', sim, engine, --sim-dir, ./sim, --sim-gpus, 2x80]
-      env: { SIM_LOAD_DELAY_MS: '200', SIM_TOKENS_PER_SEC: '40' }
+      env: { SIM_LOAD_DELAY_MS: '200', SIM_TOKENS_PER_SEC: '100' }
       port_range: { start: 18391, end: 18399 }
       stop_grace_seconds: 3
     gpu:
@@ -68,19 +70,34 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-/** waitReady polls /api/health/ready until 200 or the deadline. */
-async function waitReady(until: number): Promise<void> {
-  while (Date.now() < until) {
-    if (
-      await fetch(`${URL}/api/health/ready`).then(
+/** waitReady waits until /api/health/ready answers 200 (throws if the binary exits first). */
+async function waitReady(child: Subprocess): Promise<void> {
+  await waitFor(
+    'the binary to be ready',
+    () => {
+      if (child.exitCode !== null) throw new Error(`the binary exited ${child.exitCode} before it was ready`)
+      return fetch(`${URL}/api/health/ready`).then(
         (r) => r.ok,
         () => false,
       )
-    )
-      return
-    await Bun.sleep(50)
-  }
-  throw new Error('modelgate did not become ready')
+    },
+    { timeoutMs: 15_000, pollMs: 25 },
+  )
+}
+
+/** waitActive waits until the instance is active and returns it. */
+async function waitActive(id: string, headers: Record<string, string> = {}) {
+  type Model = { status: string; process_id: number }
+  let last: Model | undefined
+  return waitFor(
+    `instance ${id} to be active`,
+    async () => {
+      last = ((await (await fetch(`${URL}/api/v1/models/${id}`, { headers })).json()) as { model: Model })
+        .model
+      return last?.status === 'active' ? last : undefined
+    },
+    { timeoutMs: 15_000, pollMs: 25, show: () => last },
+  )
 }
 
 describe('the compiled binary', () => {
@@ -120,8 +137,7 @@ describe('the compiled binary', () => {
       stderr: 'pipe',
     })
     children.push(child)
-    const until = Date.now() + 15000
-    await waitReady(until)
+    await waitReady(child)
     const health = await fetch(`${URL}/api/health`)
     expect(health.status).toBe(200)
     expect(await health.json()).toMatchObject({ status: 'ok', version: pkg.version })
@@ -157,16 +173,7 @@ describe('the compiled binary', () => {
     })
     expect(load.status).toBe(202)
     const { instance_id } = (await load.json()) as { instance_id: string }
-    let model: { status: string; process_id: number } | undefined
-    while (Date.now() < until + 15000) {
-      model = (
-        (await (await fetch(`${URL}/api/v1/models/${instance_id}`, { headers: auth })).json()) as {
-          model: typeof model
-        }
-      ).model
-      if (model?.status === 'active') break
-      await Bun.sleep(50)
-    }
+    const model = await waitActive(instance_id, auth)
     expect(model?.status).toBe('active')
 
     const metrics = await (await fetch(`${URL}/metrics`)).text()
@@ -190,7 +197,7 @@ describe('the compiled binary', () => {
     }
     expect(listed.models).toHaveLength(1)
 
-    // SIGTERM with a stream running: it ends whole (40 tokens at 40/s), then the engine stops.
+    // SIGTERM with a stream running: it ends whole (40 tokens at 100/s), then the engine stops.
     const chat = await fetch(`${URL}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -234,25 +241,14 @@ describe('the compiled binary', () => {
       stderr: 'ignore',
     })
     children.push(child)
-    const until = Date.now() + 15000
-    await waitReady(until)
+    await waitReady(child)
     const load = await fetch(`${URL}/api/v1/models/load`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model_path: 'facebook/opt-125m', gpu_memory_utilization: 0.3 }),
     })
     const { instance_id } = (await load.json()) as { instance_id: string }
-    let pid = 0
-    while (Date.now() < until + 15000) {
-      const m = (
-        (await (await fetch(`${URL}/api/v1/models/${instance_id}`)).json()) as {
-          model: { status: string; process_id: number }
-        }
-      ).model
-      pid = m.process_id
-      if (m.status === 'active') break
-      await Bun.sleep(50)
-    }
+    const pid = (await waitActive(instance_id)).process_id
     child.kill('SIGTERM')
     await Bun.sleep(500)
     expect(child.exitCode).toBeNull() // still waiting for the stubborn engine's grace period
@@ -260,15 +256,7 @@ describe('the compiled binary', () => {
     child.kill('SIGINT')
     expect(await child.exited).toBe(130)
     expect(performance.now() - started).toBeLessThan(5000)
-    let gone = false
-    for (let i = 0; i < 50 && !gone; i++) {
-      try {
-        process.kill(-pid, 0)
-        await Bun.sleep(50)
-      } catch {
-        gone = true
-      }
-    }
+    const gone = await waitFor(`engine group ${pid} to be gone`, () => !groupAlive(pid), { timeoutMs: 2500 })
     expect(gone).toBe(true)
   })
 })

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { GatewayService } from '../../plugins/gateway/service.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { waitFor } from '../support/wait.ts'
 
 /** Races between requests that reach the gateway at the same moment. */
 describe('gateway under concurrent requests', () => {
@@ -54,9 +55,12 @@ describe('gateway under concurrent requests', () => {
     const sleeping = service.sleep(b!.id, 1).catch((err: { status?: number }) => err.status)
     await service.unload(b!.id)
     expect(await sleeping).toBe(409)
-    const until = Date.now() + 15000
-    while (service.get(b!.id) && Date.now() < until) await Bun.sleep(25)
+    await waitFor(`instance ${b!.id} to be gone`, () => service.get(b!.id) === undefined, {
+      timeoutMs: 15_000,
+      wake: (notify) => gw.host.bus.on('gateway.instance.status', notify),
+    })
     expect(service.get(b!.id)).toBeUndefined()
+    // Nothing brings it back: not the next health checks (health_poll_ms max 200 ms here).
     await Bun.sleep(200)
     expect(service.get(b!.id)).toBeUndefined()
     expect((await gw.json(`/api/v1/models/${b!.id}`)).status).toBe(404)

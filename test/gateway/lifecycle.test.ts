@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { groupGone, readSse, startGateway, type TestGateway } from '../support/gateway.ts'
+import { groupGone, startGateway, type TestGateway } from '../support/gateway.ts'
+import { readSse } from '../support/sse.ts'
+import { waitFor } from '../support/wait.ts'
 
 type Gpu = { index: number; memory_used_mb: number; memory_free_mb: number; models_loaded: number }
 type Multi = {
@@ -30,7 +32,7 @@ describe('gateway lifecycle against simulated engines', () => {
 
     const stream = await fetch(`${gw.url}/api/v1/models/instances/${id}/events?types=status,progress`)
     expect(stream.headers.get('content-type')).toContain('text/event-stream')
-    const events = await readSse(stream, (evs) =>
+    const events = await readSse(stream, `instance ${id}'s status event 'active'`, (evs) =>
       evs.some(
         (e) =>
           e.event === 'status' &&
@@ -202,9 +204,11 @@ describe('gateway lifecycle against simulated engines', () => {
       expect(res.status).toBe(202)
       expect(res.body).toMatchObject({ status: 'stopping', instance_id: m.id })
     }
-    const until = Date.now() + 15000
-    while (Date.now() < until && (await gw.json<{ total: number }>('/api/v1/models')).body.total > 0)
-      await Bun.sleep(50)
+    await waitFor(
+      'every instance to be gone',
+      async () => (await gw.json<{ total: number }>('/api/v1/models')).body.total === 0,
+      { timeoutMs: 15_000, wake: (notify) => gw.host.bus.on('gateway.instance.status', notify) },
+    )
     expect((await gw.json<{ total: number }>('/api/v1/models')).body.total).toBe(0)
     for (const m of list) expect(groupGone(m.process_id)).toBe(true)
     expect((await gw.json(`/api/v1/models/${list[0]!.id}`)).status).toBe(404)
@@ -217,8 +221,7 @@ describe('gateway lifecycle against simulated engines', () => {
     process.kill(model.process_id as number, 'SIGKILL')
     const failed = await gw.waitStatus(id, 'failed')
     expect(failed.error).toContain('engine exited unexpectedly')
-    const until = Date.now() + 10000
-    while (Date.now() < until && !groupGone(model.process_id as number)) await Bun.sleep(50)
+    await waitFor(`engine group ${model.process_id} to be gone`, () => groupGone(model.process_id as number))
     expect(groupGone(model.process_id as number)).toBe(true)
     const again = await gw.load({
       model_path: 'facebook/opt-125m',

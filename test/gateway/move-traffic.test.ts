@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { MoveEvent } from '../../plugins/gateway/move.ts'
-import { readSse, startGateway, type TestGateway } from '../support/gateway.ts'
+import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { readSse } from '../support/sse.ts'
+import { waitFor } from '../support/wait.ts'
 
 /**
  * Zero lost requests: steady traffic through the gateway's /v1 while the model moves to another
@@ -53,7 +55,7 @@ describe('blue-green move under traffic', () => {
       }
     }
     const workers = [worker(false), worker(true), worker(true), worker(false)]
-    await Bun.sleep(300)
+    await waitFor('a first answer from each worker', () => results.length >= workers.length)
     const before = results.length
 
     const res = await gw.json<{ move_id: string }>(`/api/models/instances/${id}/move`, {
@@ -63,10 +65,13 @@ describe('blue-green move under traffic', () => {
     expect(res.status).toBe(202)
     const events = await readSse(
       await fetch(`${gw.url}/api/models/moves/${res.body.move_id}/events`),
+      `move ${res.body.move_id} to complete or fail`,
       (evs) => evs.some((e) => ['completed', 'failed'].includes((e.data as MoveEvent).phase)),
       30000,
     )
-    await Bun.sleep(300)
+    // Traffic goes on after the switch: a round of answers from the target before the workers stop.
+    const moved = results.length
+    await waitFor('answers after the move', () => results.length >= moved + workers.length)
     stop = true
     await Promise.all(workers)
 

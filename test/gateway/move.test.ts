@@ -1,10 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
+import { join } from 'node:path'
 import type { MoveEvent } from '../../plugins/gateway/move.ts'
 import type { GatewayService } from '../../plugins/gateway/service.ts'
-import { readSse, startGateway, type TestGateway } from '../support/gateway.ts'
+import { signalGroup, spawnEngine, waitHealthy } from '../sim/helpers.ts'
+import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { readSse } from '../support/sse.ts'
+import { waitFor } from '../support/wait.ts'
 
 type Model = Record<string, unknown> & { id: string; status: string; gpu_ids: number[] }
 const OPT = { model_path: 'facebook/opt-125m', gpu_memory_utilization: 0.2 }
@@ -14,6 +17,7 @@ async function finished(gw: TestGateway, moveId: string): Promise<MoveEvent[]> {
   expect(res.status).toBe(200)
   const events = await readSse(
     res,
+    `move ${moveId} to complete or fail`,
     (evs) => evs.some((e) => ['completed', 'failed'].includes((e.data as MoveEvent).phase)),
     30000,
   )
@@ -29,8 +33,10 @@ async function models(gw: TestGateway): Promise<Model[]> {
 
 async function unloadAll(gw: TestGateway) {
   for (const m of await models(gw)) await gw.json(`/api/v1/models/${m.id}/unload`, { method: 'POST' })
-  const until = Date.now() + 15000
-  while ((await models(gw)).length && Date.now() < until) await Bun.sleep(50)
+  await waitFor('every instance to be unloaded', async () => (await models(gw)).length === 0, {
+    timeoutMs: 15_000,
+    wake: (notify) => gw.host.bus.on('gateway.instance.status', notify),
+  })
 }
 
 describe('blue-green move', () => {
@@ -204,8 +210,10 @@ describe('blue-green move', () => {
     await gw.waitStatus(id, 'active')
     const res = await move(id, { target_gpu_ids: [1] })
     const moveId = res.body.move_id as string
-    const until = Date.now() + 5000
-    while (service.moves.get(moveId)?.phase !== 'spawning' && Date.now() < until) await Bun.sleep(10)
+    await waitFor(`move ${moveId} to reach spawning`, () => service.moves.get(moveId)?.phase === 'spawning', {
+      timeoutMs: 5000,
+      wake: (notify) => gw.host.bus.on('gateway.move.progress', notify),
+    })
     const del = await fetch(`${gw.url}/api/models/moves/${moveId}?force=false`, { method: 'DELETE' })
     expect(del.status).toBe(204)
     const events = await finished(gw, moveId)
@@ -220,35 +228,15 @@ describe('blue-green move rollback', () => {
     // The engines see GPU 1 taken by a process nvidia-smi does not show, so only the engine's own check fails.
     const engineDir = mkdtempSync(join(tmpdir(), 'modelgate-move-full-'))
     const smiDir = mkdtempSync(join(tmpdir(), 'modelgate-move-empty-'))
-    const hog = Bun.spawn(
-      [
-        process.execPath,
-        resolve(import.meta.dir, '../../src/main.ts'),
-        'sim',
-        'engine',
-        'Qwen/Qwen2.5-7B-Instruct',
-        '--port',
-        '18279',
-        '--sim-dir',
-        engineDir,
-      ],
-      {
-        env: { ...process.env, CUDA_VISIBLE_DEVICES: '1', SIM_LOAD_DELAY_MS: '100' },
-        stdout: 'ignore',
-        stderr: 'ignore',
-        detached: true,
-      },
+    const hog = await spawnEngine(
+      'Qwen/Qwen2.5-7B-Instruct',
+      ['--sim-dir', engineDir],
+      { CUDA_VISIBLE_DEVICES: '1', SIM_LOAD_DELAY_MS: '100' },
+      18279,
     )
     const gw = await startGateway({ ports: [18260, 18269], simDir: engineDir, smiSimDir: smiDir })
     try {
-      const until = Date.now() + 10000
-      while (
-        Date.now() < until &&
-        !(await fetch('http://127.0.0.1:18279/health')
-          .then((r) => r.ok)
-          .catch(() => false))
-      )
-        await Bun.sleep(50)
+      await waitHealthy(hog)
       const id = await gw.load({ model_path: 'Qwen/Qwen2.5-7B-Instruct', gpu_ids: [0] })
       const before = await gw.waitStatus(id, 'active')
       const res = await gw.json<{ move_id: string }>(`/api/models/instances/${id}/move`, {
@@ -273,7 +261,7 @@ describe('blue-green move rollback', () => {
       lease.release()
     } finally {
       await gw.stop()
-      process.kill(-hog.pid, 'SIGTERM')
+      signalGroup(hog.pid, 'SIGTERM')
       await hog.exited
       rmSync(engineDir, { recursive: true, force: true })
       rmSync(smiDir, { recursive: true, force: true })

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { PresetProgressEvent } from '../../plugins/gateway/presets.ts'
-import { readSse, startGateway, type TestGateway } from '../support/gateway.ts'
+import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { readSse } from '../support/sse.ts'
 
 type Model = Record<string, unknown> & {
   id: string
@@ -130,7 +131,7 @@ describe('configuration presets', () => {
     const busy = await post<Err>(`/api/configurations/${pairId}/load`)
     expect([busy.status, busy.body.error.code]).toEqual([409, 'CONFIGURATION_LOAD_IN_PROGRESS'])
 
-    const sse = await readSse(stream, (evs) =>
+    const sse = await readSse(stream, `preset ${stackId} to complete or fail`, (evs) =>
       evs.some((e) => ['completed', 'failed'].includes((e.data as PresetProgressEvent).phase)),
     )
     off()

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { CheckResult } from '../../plugins/gateway/profile-check.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { waitFor } from '../support/wait.ts'
 
 type Profile = Record<string, unknown> & { id: string; source: string; created_at: string }
 type Check = CheckResult
@@ -28,15 +29,12 @@ describe('memory profiles and the pre-load check', () => {
       gpuTotalMemoryGib: 79.65,
       ...over,
     })
-  const waitAuto = async (pred: (p: Profile) => boolean) => {
-    const until = Date.now() + 10_000
-    while (Date.now() < until) {
-      const found = (await profiles()).profiles.find((p) => p.source === 'auto' && pred(p))
-      if (found) return found
-      await Bun.sleep(50)
-    }
-    throw new Error('no auto profile recorded')
-  }
+  const waitAuto = (pred: (p: Profile) => boolean) =>
+    waitFor(
+      `an auto profile where ${pred}`,
+      async () => (await profiles()).profiles.find((p) => p.source === 'auto' && pred(p)),
+      { wake: (notify) => gw.host.bus.on('gateway.instance.status', notify) },
+    )
   let first: string
   let second: string
 

@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import { gatewayYaml, groupGone, startGateway } from '../support/gateway.ts'
+import { readSse } from '../support/sse.ts'
+import { waitFor } from '../support/wait.ts'
 
 const MAIN = resolve(import.meta.dir, '../../src/main.ts')
 
@@ -24,7 +26,13 @@ describe('engine start-up failure', () => {
         /^Free memory on device \([\d.]+\/[\d.]+ GiB\) on startup is less than desired GPU memory utilization/,
       )
       const events = await fetch(`${gw.url}/api/v1/models/instances/${id}/events?types=status,error`)
-      const text = await readUntil(events, 'event: error')
+      const sse = await readSse(
+        events,
+        `instance ${id}'s error event`,
+        (evs) => evs.some((e) => e.event === 'error'),
+        5000,
+      )
+      const text = sse.map((e) => JSON.stringify(e.data)).join('\n')
       expect(text).toContain('"currentStatus":"failed"')
       expect((await gw.json(`/api/v1/models/${id}/unload`, { method: 'POST' })).status).toBe(202)
     } finally {
@@ -34,19 +42,6 @@ describe('engine start-up failure', () => {
     }
   })
 })
-
-async function readUntil(res: Response, marker: string, ms = 5000): Promise<string> {
-  const reader = res.body!.getReader()
-  let text = ''
-  const until = Date.now() + ms
-  while (Date.now() < until && !text.includes(marker)) {
-    const r = await Promise.race([reader.read(), Bun.sleep(until - Date.now()).then(() => null)])
-    if (!r || r.done) break
-    text += new TextDecoder().decode(r.value)
-  }
-  await reader.cancel()
-  return text
-}
 
 describe('restart safety', () => {
   const dir = mkdtempSync(join(tmpdir(), 'modelgate-restart-'))
@@ -77,15 +72,17 @@ describe('restart safety', () => {
       stdin: 'ignore',
     })
     children.push(child)
-    const until = Date.now() + 20000
-    while (Date.now() < until) {
-      const ok = await fetch(`${url}/api/health/ready`)
-        .then((r) => r.status === 200)
-        .catch(() => false)
-      if (ok) return child
-      await Bun.sleep(100)
-    }
-    throw new Error('modelgate did not become ready')
+    await waitFor(
+      'modelgate to be ready',
+      async () => {
+        if (child.exitCode !== null) throw new Error(`modelgate exited ${child.exitCode} before it was ready`)
+        return fetch(`${url}/api/health/ready`)
+          .then((r) => r.status === 200)
+          .catch(() => false)
+      },
+      { timeoutMs: 20_000, pollMs: 25 },
+    )
+    return child
   }
 
   const api = async <T>(path: string, method = 'GET', body?: unknown) => {
@@ -95,15 +92,6 @@ describe('restart safety', () => {
       body: body === undefined ? undefined : JSON.stringify(body),
     })
     return (await res.json()) as T
-  }
-
-  async function waitFor(check: () => Promise<boolean>, ms = 20000) {
-    const until = Date.now() + ms
-    while (Date.now() < until) {
-      if (await check()) return
-      await Bun.sleep(100)
-    }
-    throw new Error('condition not met in time')
   }
 
   type Model = { id: string; status: string; process_id: number }
@@ -126,7 +114,14 @@ describe('restart safety', () => {
         gpu_memory_utilization: 0.3,
       })
     ).instance_id
-    await waitFor(async () => (await models()).every((m) => m.status === 'active'))
+    await waitFor(
+      'both instances to be active',
+      async () => (await models()).every((m) => m.status === 'active'),
+      {
+        timeoutMs: 20_000,
+        pollMs: 25,
+      },
+    )
     await api(`/api/models/instances/${keep}/sleep?level=1`, 'POST')
     const before = new Map((await models()).map((m) => [m.id, m]))
 
@@ -154,7 +149,9 @@ describe('restart safety', () => {
     const second = await serve()
     const after = new Map((await models()).map((m) => [m.id, m]))
     expect(after.get(keep)).toMatchObject({ status: 'sleeping', process_id: keepPid })
-    await waitFor(async () => groupGone(dropPid))
+    await waitFor(`the unhealthy engine group ${dropPid} to be stopped`, () => groupGone(dropPid), {
+      timeoutMs: 20_000,
+    })
     expect(after.has(drop)).toBe(false)
     expect(after.get('ghost')).toMatchObject({ status: 'failed' })
     expect(bystander.exitCode).toBeNull()

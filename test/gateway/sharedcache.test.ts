@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { readKvcachedSegment, writeKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { waitFor } from '../support/wait.ts'
 
 const GIB = 2 ** 30
 
@@ -75,10 +76,12 @@ describe('shared KV cache (kvcached) accounting', () => {
 })
 
 async function waitGone(gw: TestGateway, id: string) {
-  const until = Date.now() + 15000
-  while (Date.now() < until) {
-    if ((await gw.json(`/api/v1/models/${id}`)).status === 404) return
-    await Bun.sleep(50)
-  }
-  throw new Error(`${id} still present`)
+  await waitFor(
+    `instance ${id} to be gone`,
+    async () => (await gw.json(`/api/v1/models/${id}`)).status === 404,
+    {
+      timeoutMs: 15_000,
+      wake: (notify) => gw.host.bus.on('gateway.instance.status', notify),
+    },
+  )
 }

@@ -16,8 +16,8 @@ describe('shutdown drain', () => {
   async function activeModel(ports: [number, number], drainMs: number) {
     const gw = await startGateway({
       ports,
-      // 20 tokens a second: a 30-token answer streams for 1.5 s.
-      env: { SIM_LOAD_DELAY_MS: '100', SIM_TOKENS_PER_SEC: '20' },
+      // 60 tokens a second: a 30-token answer streams for 0.5 s, long after the shutdown begins.
+      env: { SIM_LOAD_DELAY_MS: '100', SIM_TOKENS_PER_SEC: '60' },
       drainMs,
     })
     started.push(gw)
@@ -81,7 +81,7 @@ describe('shutdown drain', () => {
 
   it('cuts what still runs when drain_ms is spent, and still stops the engine', async () => {
     const { gw, pid } = await activeModel([27150, 27159], 300)
-    // 2000 tokens at 20/s would take 100 s: the drain gives up after 300 ms.
+    // 2000 tokens at 60/s would take 33 s: the drain gives up after 300 ms.
     const { rest: running } = await stream(gw.url, 2000)
     await gw.host.shutdown('SIGTERM')
     const { text } = await running

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'bun:test'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
+import { waitFor } from '../support/wait.ts'
 import {
   cleanupSims,
   postJson,
@@ -89,7 +90,11 @@ describe('sim engine faults', () => {
       ignore_eos: true,
       stream: true,
     })
-    await Bun.sleep(400)
+    // The engine publishes its KV use every 250 ms while the stream runs.
+    await waitFor('the kvcached segment to count the running stream', () => {
+      const used = readKvcachedSegment('modelgate_GPU0', shm)?.usedBytes ?? 0
+      return used > 0
+    })
     expect(readKvcachedSegment('modelgate_GPU0', shm)?.usedBytes).toBeGreaterThan(0)
     await (await stream).text()
     const used = Number(

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'bun:test'
+import { waitFor } from '../support/wait.ts'
 import { cleanupSims, postJson, runSmiCli, spawnEngine, tempSimDir, waitHealthy } from './helpers.ts'
 
 afterEach(cleanupSims)
@@ -67,9 +68,12 @@ describe('sim engine sleep mode', () => {
       answered = true
       return r
     })
-    await Bun.sleep(200)
+    // Queued, not answered: wait until the engine counts it waiting.
+    const metrics = await waitFor('the request to be queued while asleep', async () => {
+      const text = await (await fetch(`${base}/metrics`)).text()
+      return /vllm:num_requests_waiting\{[^}]*\} 1\.0/.test(text) ? text : undefined
+    })
     expect(answered).toBe(false)
-    const metrics = await (await fetch(`${base}/metrics`)).text()
     expect(metrics).toMatch(/vllm:num_requests_waiting\{[^}]*\} 1\.0/)
     const t0 = performance.now()
     await fetch(`${base}/wake_up`, { method: 'POST' })

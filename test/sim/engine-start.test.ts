@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'bun:test'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
+import { waitFor } from '../support/wait.ts'
 import {
   cleanupSims,
   groupAlive,
@@ -89,7 +90,7 @@ describe('sim engine start-up', () => {
     expect(existsSync(join(dir, 'engines', `${e.pid}.json`))).toBe(false)
     expect(e.stderr()).toContain('INFO:     Shutting down')
     expect(e.stderr()).toContain(`INFO:     Finished server process [${e.pid}]`)
-    await Bun.sleep(100)
+    await waitFor(`engine group ${e.pid} to be gone`, () => !groupAlive(e.pid), { timeoutMs: 2000 })
     expect(groupAlive(e.pid)).toBe(false)
   })
 
@@ -99,7 +100,7 @@ describe('sim engine start-up', () => {
     expect(e.stdout()).toMatch(/\(Worker_TP1 pid=\d+\) INFO .* Available KV cache memory: [\d.]+ GiB/)
     process.kill(e.pid, 'SIGTERM')
     expect(await e.exited).toBe(0)
-    await Bun.sleep(150)
+    await waitFor(`engine group ${e.pid} to be gone`, () => !groupAlive(e.pid), { timeoutMs: 2000 })
     expect(groupAlive(e.pid)).toBe(false)
   })
 
@@ -152,6 +153,8 @@ describe('sim engine start-up', () => {
       SIM_HANG_ON_TERM: '1',
     })
     await e.waitForOutput('Model loading took')
+    // Absences, so each is watched for a while: an engine that went on would listen 100 ms after that
+    // line (SIM_LOAD_DELAY_MS 200), and one that obeyed SIGTERM would exit at once.
     await Bun.sleep(300)
     expect(await refused(e.port)).toBe(true)
     signalGroup(e.pid, 'SIGTERM')

@@ -2,6 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { abortable } from '../../src/host/abortable.ts'
+import { waitFor } from '../support/wait.ts'
 
 /**
  * Helpers for simulator tests: spawn `sim engine` / `sim smi` as real child processes (each engine in
@@ -16,8 +18,10 @@ export interface EngineProc {
   port: number
   stdout(): string
   stderr(): string
-  /** waitForOutput resolves once `pattern` appears on stdout or stderr (rejects at the deadline). */
+  /** waitForOutput resolves once `pattern` appears on stdout or stderr (woken by each chunk of output). */
   waitForOutput(pattern: RegExp | string, ms?: number): Promise<void>
+  /** onOutput calls `f` on each chunk of output (and once the process has exited); it returns the unsubscribe. */
+  onOutput(f: () => void): () => void
   exited: Promise<number>
 }
 
@@ -49,9 +53,16 @@ export async function freePort(): Promise<number> {
   return port
 }
 
-async function pump(stream: ReadableStream<Uint8Array>, sink: { text: string }): Promise<void> {
+async function pump(
+  stream: ReadableStream<Uint8Array>,
+  sink: { text: string },
+  listeners: Set<() => void>,
+): Promise<void> {
   const decoder = new TextDecoder()
-  for await (const chunk of stream) sink.text += decoder.decode(chunk, { stream: true })
+  for await (const chunk of stream) {
+    sink.text += decoder.decode(chunk, { stream: true })
+    for (const f of listeners) f()
+  }
 }
 
 export async function spawnEngine(
@@ -70,25 +81,36 @@ export async function spawnEngine(
   })
   const out = { text: '' }
   const err = { text: '' }
-  const pumps = Promise.all([pump(proc.stdout, out), pump(proc.stderr, err)])
+  const listeners = new Set<() => void>()
+  const pumps = Promise.all([pump(proc.stdout, out, listeners), pump(proc.stderr, err, listeners)])
+  const exited = proc.exited.then(async (code) => {
+    await pumps
+    for (const f of listeners) f()
+    return code
+  })
+  const onOutput = (f: () => void) => {
+    listeners.add(f)
+    return () => listeners.delete(f)
+  }
   const engine: EngineProc = {
     proc,
     pid: proc.pid,
     port: p,
     stdout: () => out.text,
     stderr: () => err.text,
-    exited: proc.exited.then(async (code) => {
-      await pumps
-      return code
-    }),
+    exited,
+    onOutput,
     async waitForOutput(pattern, ms = 10_000) {
-      const deadline = Date.now() + ms
       const test = (s: string) => (typeof pattern === 'string' ? s.includes(pattern) : pattern.test(s))
-      while (!test(out.text) && !test(err.text)) {
-        if (Date.now() > deadline)
-          throw new Error(`timed out waiting for ${pattern}\n${out.text}\n${err.text}`)
-        await Bun.sleep(20)
-      }
+      await waitFor(
+        `${pattern} in the output of engine ${proc.pid}`,
+        () => test(out.text) || test(err.text),
+        {
+          timeoutMs: ms,
+          wake: onOutput,
+          show: () => `${out.text}\n${err.text}`,
+        },
+      )
     },
   }
   live.add(engine)
@@ -96,18 +118,25 @@ export async function spawnEngine(
   return engine
 }
 
+/** waitHealthy waits until the engine answers /health with 200 (checked again on each chunk of its output). */
 export async function waitHealthy(engine: EngineProc, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    try {
-      const res = await fetch(`http://127.0.0.1:${engine.port}/health`, { signal: AbortSignal.timeout(500) })
-      if (res.status === 200) return
-    } catch {}
-    if (engine.proc.exitCode !== null)
-      throw new Error(`engine exited ${engine.proc.exitCode}\n${engine.stderr()}`)
-    await Bun.sleep(25)
-  }
-  throw new Error(`engine not healthy after ${ms} ms\n${engine.stdout()}\n${engine.stderr()}`)
+  await waitFor(
+    `engine ${engine.pid} (port ${engine.port}) to answer /health`,
+    async () => {
+      if (engine.proc.exitCode !== null)
+        throw new Error(`engine exited ${engine.proc.exitCode} before it was healthy\n${engine.stderr()}`)
+      const res = await fetch(`http://127.0.0.1:${engine.port}/health`, {
+        signal: AbortSignal.timeout(500),
+      }).catch(() => null)
+      return res?.status === 200
+    },
+    {
+      timeoutMs: ms,
+      wake: engine.onOutput,
+      pollMs: 25,
+      show: () => `${engine.stdout()}\n${engine.stderr()}`,
+    },
+  )
 }
 
 export function signalGroup(pid: number, signal: NodeJS.Signals): void {
@@ -130,7 +159,7 @@ export async function cleanupSims(): Promise<void> {
   const waits: Promise<unknown>[] = []
   for (const e of live) {
     signalGroup(e.pid, 'SIGKILL')
-    waits.push(Promise.race([e.exited, Bun.sleep(2000)]))
+    waits.push(abortable(e.exited, { timeoutMs: 2000, what: `engine ${e.pid} to exit` }).catch(() => {}))
   }
   await Promise.all(waits)
   live.clear()

@@ -2,7 +2,9 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { plugins } from '../../plugins/index.ts'
+import { groupAlive } from '../sim/helpers.ts'
 import { startHost, type TestHost } from './host.ts'
+import { waitFor } from './wait.ts'
 
 /**
  * startGateway boots a real Host with the gateway plugin driving real simulator processes
@@ -77,15 +79,16 @@ export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
     },
     async waitStatus(id, status, timeoutMs = 20000) {
       const want = Array.isArray(status) ? status : [status]
-      const until = Date.now() + timeoutMs
       let last: unknown
-      while (Date.now() < until) {
-        const r = await json<{ model: Record<string, unknown> }>(`/api/v1/models/${id}`)
-        last = r.body
-        if (r.status === 200 && want.includes(r.body.model.status as string)) return r.body.model
-        await Bun.sleep(50)
-      }
-      throw new Error(`instance ${id} did not reach ${want.join('|')}: ${JSON.stringify(last)}`)
+      return waitFor(
+        `instance ${id} to reach ${want.join('|')}`,
+        async () => {
+          const r = await json<{ model: Record<string, unknown> }>(`/api/v1/models/${id}`)
+          last = r.body
+          return r.status === 200 && want.includes(r.body.model.status as string) ? r.body.model : undefined
+        },
+        { timeoutMs, wake: (notify) => th.host.bus.on('gateway.instance.status', notify), show: () => last },
+      )
     },
     async stop() {
       await th.stop()
@@ -96,51 +99,4 @@ export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
 }
 
 /** groupGone tells whether a process group has no process left (`kill(-pgid, 0)` fails). */
-export function groupGone(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0)
-    return false
-  } catch {
-    return true
-  }
-}
-
-/** readSse collects SSE messages from a response until `until` returns true or the deadline. */
-export async function readSse(
-  res: Response,
-  until: (events: { event: string; data: unknown }[]) => boolean,
-  timeoutMs = 15000,
-): Promise<{ event: string; data: unknown }[]> {
-  const events: { event: string; data: unknown }[] = []
-  const reader = res.body!.getReader()
-  const decoder = new TextDecoder()
-  let buf = ''
-  const deadline = Date.now() + timeoutMs
-  try {
-    while (Date.now() < deadline) {
-      const next = await Promise.race([
-        reader.read(),
-        Bun.sleep(Math.max(1, deadline - Date.now())).then(() => null),
-      ])
-      if (!next || next.done) break
-      buf += decoder.decode(next.value, { stream: true })
-      let idx = buf.indexOf('\n\n')
-      while (idx >= 0) {
-        const frame = buf.slice(0, idx)
-        buf = buf.slice(idx + 2)
-        let event = 'message'
-        let data = ''
-        for (const line of frame.split('\n')) {
-          if (line.startsWith('event: ')) event = line.slice(7)
-          else if (line.startsWith('data: ')) data += line.slice(6)
-        }
-        if (data) events.push({ event, data: JSON.parse(data) })
-        idx = buf.indexOf('\n\n')
-      }
-      if (until(events)) break
-    }
-  } finally {
-    await reader.cancel().catch(() => {})
-  }
-  return events
-}
+export const groupGone = (pgid: number): boolean => !groupAlive(pgid)

@@ -4,44 +4,69 @@ import { join, resolve } from 'node:path'
 import { knownPlugins } from '../../src/config/file.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { Host } from '../../src/host/host.ts'
-import { Logger } from '../../src/host/logger.ts'
+import { Logger, type LogLevel, type LogSink } from '../../src/host/logger.ts'
 import type { PluginDefinition } from '../../src/host/plugin.ts'
 
-/** startHost boots a real Host (real listeners on free ports, real SQLite file in a temp dir). */
+/**
+ * startHost is the tests' one Host booter: a real Host with real listeners on free ports and a real
+ * SQLite file in a temp data dir. The gateway, proxy, benchmark and router supports build their
+ * plugins and YAML and boot through it.
+ */
 export interface TestHost {
   host: Host
   url: string
   dataDir: string
   logs: string[]
+  /** stop shuts the host down and removes the data dir. */
   stop(): Promise<void>
+  /** stopKeep shuts the host down and keeps the data dir (for restart tests). */
+  stopKeep(): Promise<void>
+}
+
+export interface HostOptions {
+  /** server: settings of the `server:` section beside host 127.0.0.1 and port 0. */
+  server?: Record<string, string | number>
+  /** logLevel: default the config's `log.level`. */
+  logLevel?: LogLevel
+  /** logSink receives the log lines (default: kept in `logs`). */
+  logSink?: LogSink
 }
 
 /** SELF re-runs modelgate from source, as `@self` in engine and smi commands does in the binary. */
 export const SELF = [process.execPath, resolve(import.meta.dir, '../../src/main.ts')]
 
+export function tempDataDir(): string {
+  return mkdtempSync(join(tmpdir(), 'modelgate-test-'))
+}
+
 export async function startHost(
   yaml: string,
   definitions: readonly PluginDefinition[],
   env: Record<string, string | undefined> = {},
-  dataDir = mkdtempSync(join(tmpdir(), 'modelgate-test-')),
+  dataDir = tempDataDir(),
+  opts: HostOptions = {},
 ): Promise<TestHost> {
-  const full = `data_dir: ${dataDir}\nserver: { host: 127.0.0.1, port: 0 }\n${yaml}`
-  const config = loadConfig(full, env, knownPlugins(definitions))
+  const server = JSON.stringify({ host: '127.0.0.1', port: 0, ...opts.server })
+  const config = loadConfig(
+    `data_dir: ${dataDir}\nserver: ${server}\n${yaml}`,
+    env,
+    knownPlugins(definitions),
+  )
   const logs: string[] = []
-  const logger = new Logger(config.root.log.level, 'test', 'text', (l) => logs.push(l))
-  const host = new Host({
-    config,
-    definitions,
-    version: '0.0.0-test',
-    selfCommand: SELF,
-    logger,
-  })
+  const logger = new Logger(
+    opts.logLevel ?? config.root.log.level,
+    'test',
+    'text',
+    opts.logSink ?? ((l) => logs.push(l)),
+  )
+  const host = new Host({ config, definitions, version: '0.0.0-test', selfCommand: SELF, logger })
   await host.boot()
   return {
     host,
     url: host.urls.main!,
     dataDir,
     logs,
+    stopKeep: () => host.shutdown('test'),
     async stop() {
       await host.shutdown('test')
       rmSync(dataDir, { recursive: true, force: true })

@@ -1,22 +1,23 @@
 import type { Socket } from 'bun'
+import { waitFor } from './wait.ts'
 
 /**
  * A raw HTTP/1.1 client for tests that must send what fetch never would (bare LF, short or broken
  * Host, odd targets, slow heads) and read exactly the bytes that came back: Raw is one TCP
  * connection, rawExchange one request on a new connection, parse splits the reply bytes into
- * responses. Waits are on data events, each with a deadline.
+ * responses. Waits are on data events, each with a deadline that throws.
  */
 export class Raw {
   buf = Buffer.alloc(0)
   closed = false
   socket!: Socket<Raw>
-  private wake: () => void = () => {}
+  private readonly listeners = new Set<() => void>()
 
   static async open(port: number): Promise<Raw> {
     const r = new Raw()
     const on = (s: Socket<Raw>) => {
       s.data.closed = true
-      s.data.wake()
+      s.data.changed()
     }
     r.socket = await Bun.connect<Raw>({
       hostname: '127.0.0.1',
@@ -25,7 +26,7 @@ export class Raw {
       socket: {
         data(s, d) {
           s.data.buf = Buffer.concat([s.data.buf, d])
-          s.data.wake()
+          s.data.changed()
         },
         close: on,
         error: on,
@@ -39,33 +40,38 @@ export class Raw {
   write(b: string | Uint8Array): void {
     this.socket.write(typeof b === 'string' ? Buffer.from(b, 'latin1') : b)
   }
-  /** waitFor: true once pred holds, false at the deadline. */
-  async waitFor(pred: (r: Raw) => boolean, ms: number): Promise<boolean> {
-    const deadline = performance.now() + ms
-    while (!pred(this)) {
-      const left = deadline - performance.now()
-      if (left <= 0) return false
-      const woke = new Promise<void>((res) => {
-        this.wake = res
-      })
-      await Promise.race([woke, Bun.sleep(Math.min(left, 50))])
-    }
+  private changed(): void {
+    for (const f of this.listeners) f()
+  }
+  /** waitFor: true once pred holds, checked on each read and close; throws naming `what` at the deadline. */
+  async waitFor(pred: (r: Raw) => boolean, ms: number, what = pred.toString()): Promise<true> {
+    await waitFor(`the connection to hold ${what}`, () => pred(this), {
+      timeoutMs: ms,
+      wake: (notify) => {
+        this.listeners.add(notify)
+        return () => this.listeners.delete(notify)
+      },
+      show: () => ({ closed: this.closed, text: this.text.slice(-400) }),
+    })
     return true
   }
 }
 
-/** rawExchange writes bytes on a new connection and collects the reply until it closes, `until` holds, or waitMs. */
+/** rawExchange writes bytes on a new connection and collects the reply until it closes or `until` holds (throws past waitMs). */
 export async function rawExchange(
   port: number,
   bytes: string | Uint8Array,
   opts: { waitMs: number; until?: (text: string) => boolean },
 ): Promise<{ text: string; closed: boolean }> {
   const r = await Raw.open(port)
-  r.write(bytes)
-  await r.waitFor((c) => c.closed || (opts.until?.(c.text) ?? false), opts.waitMs)
-  const out = { text: r.text, closed: r.closed }
-  r.socket.terminate()
-  return out
+  try {
+    r.write(bytes)
+    const what = opts.until ? `a close or ${opts.until}` : 'a close'
+    await r.waitFor((c) => c.closed || (opts.until?.(c.text) ?? false), opts.waitMs, what)
+    return { text: r.text, closed: r.closed }
+  } finally {
+    r.socket.terminate()
+  }
 }
 
 export interface Res {

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
-import { encoder, type Stub, startStub, waitFor } from './support.ts'
+import { waitFor } from '../support/wait.ts'
+import { encoder, type Stub, startStub } from './support.ts'
 
 /**
  * Aborting a streaming fetch has leaked its body off-heap on some Bun versions (bun#32659), which
@@ -70,12 +71,14 @@ describe.skipIf(process.platform !== 'linux')('aborted streams', () => {
   }
 
   it('keeps the proxy RSS flat over hundreds of abandoned streams, and the engine sees every cancel', async () => {
+    // Both readings are taken at the same point: once the engine has seen every cancel.
+    const settled = () =>
+      waitFor('every upstream request to be aborted', () => stub.aborts >= opened, { timeoutMs: 5000 })
     await abandon(100, 16)
-    await Bun.sleep(300)
+    await settled()
     const before = rssMb(pid)
     await abandon(600, 16)
-    await waitFor(() => stub.aborts >= opened, 5000, 'every upstream request to be aborted')
-    await Bun.sleep(300)
+    await settled()
     const after = rssMb(pid)
     console.log(`proxy RSS ${before.toFixed(1)} MB → ${after.toFixed(1)} MB over 600 abandoned streams`)
     // 600 streams × 512 KiB = 300 MiB went through; a leaked body per stream would show here.

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { parse, rawExchange } from '../support/raw-client.ts'
+import { waitFor } from '../support/wait.ts'
 import {
   errorOf,
   FakeGateway,
@@ -11,7 +12,6 @@ import {
   startProxyHost,
   startStub,
   streamFrames,
-  waitFor,
 } from './support.ts'
 
 describe('direct proxy /api/direct/:port/*', () => {
@@ -51,7 +51,7 @@ describe('direct proxy /api/direct/:port/*', () => {
     expect(seen.headers['x-custom']).toBe('kept')
     expect(seen.headers['content-type']).toBe('application/octet-stream')
     expect(seen.headers.host).toBe(`127.0.0.1:${stub.port}`)
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
   })
 
   it('drops hop-by-hop request headers, including those named in Connection', async () => {
@@ -118,7 +118,7 @@ describe('direct proxy /api/direct/:port/*', () => {
   it('pipes streamed replies chunk by chunk', async () => {
     const res = await fetch(`${px.url}/api/direct/${stub.port}/stream`)
     expect((await readChunks(res)).chunks).toEqual(streamFrames(5))
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(px.events.at(-1)).toMatchObject({
       instance_id: 'm',
       streamed: true,
@@ -143,7 +143,7 @@ describe('direct proxy /api/direct/:port/*', () => {
   })
 
   it('releases every lease exactly once', async () => {
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'in-flight back to 0')
+    await waitFor('in-flight back to 0', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(api.released).toBe(api.acquired)
     expect(api.doubleReleases).toBe(0)
   })

@@ -8,15 +8,8 @@ import {
   tempSimDir,
   waitHealthy,
 } from '../sim/helpers.ts'
-import {
-  FakeGateway,
-  instance,
-  type ProxyHost,
-  postJson,
-  readChunks,
-  startProxyHost,
-  waitFor,
-} from './support.ts'
+import { waitFor } from '../support/wait.ts'
+import { FakeGateway, instance, type ProxyHost, postJson, readChunks, startProxyHost } from './support.ts'
 
 /** The proxy in front of the real engine simulator (a separate process speaking vLLM's HTTP API). */
 const MODEL = 'Qwen/Qwen2.5-0.5B-Instruct'
@@ -81,7 +74,7 @@ describe('proxy in front of the engine simulator', () => {
     expect(chunks).toBeGreaterThan(5)
     expect(text.length).toBeGreaterThan(0)
     expect(usage).toMatchObject({ completion_tokens: 12 })
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
   })
 
   it('lists the instance through the openai client', async () => {
@@ -135,7 +128,7 @@ describe('proxy in front of the engine simulator', () => {
     await reader.read()
     ac.abort()
     await e.waitForOutput(/Aborted request/, 3000)
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(px.events.at(-1)).toMatchObject({ status: 499, streamed: true })
   })
 
@@ -181,7 +174,7 @@ describe('proxy in front of an engine that dies mid-stream', () => {
       })
       expect(frames.filter((f) => f.includes('chat.completion.chunk')).length).toBeGreaterThan(0)
       expect(await e.exited).toBe(1)
-      await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+      await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
       expect(api.doubleReleases).toBe(0)
       expect(px.events.at(-1)).toMatchObject({ status: 502, streamed: true })
       // The next request finds the engine gone: 502 in the proxy shape, not a hang.

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { waitFor } from '../support/wait.ts'
 import {
   CHAT_REPLY,
   errorOf,
@@ -9,7 +10,6 @@ import {
   type Stub,
   startProxyHost,
   startStub,
-  waitFor,
 } from './support.ts'
 
 /** Every error the inference proxy renders or passes through, with exact status and shape. */
@@ -140,11 +140,14 @@ describe('inference proxy errors', () => {
 
   it('answers an engine that sends no headers before the first-byte deadline with 504 upstream_timeout', async () => {
     let upstreamAborted = false
+    // An engine that answers only once the proxy gave up on it (which it must, at 400 ms).
     stub.handler = async (req) => {
+      const aborted = Promise.withResolvers<void>()
       req.signal.addEventListener('abort', () => {
         upstreamAborted = true
+        aborted.resolve()
       })
-      await Bun.sleep(2000)
+      await aborted.promise
       return Response.json(CHAT_REPLY)
     }
     try {
@@ -159,7 +162,7 @@ describe('inference proxy errors', () => {
       })
       expect(ms).toBeGreaterThanOrEqual(380)
       expect(ms).toBeLessThan(1500)
-      await waitFor(() => upstreamAborted, 2000, 'the engine to see the abort')
+      await waitFor('the engine to see the abort', () => upstreamAborted, { timeoutMs: 2000 })
     } finally {
       stub.handler = () => Response.json(CHAT_REPLY)
     }
@@ -219,8 +222,9 @@ describe('inference proxy errors', () => {
   )
 
   it('keeps waiting past the connect deadline for an engine that is up but slow to answer', async () => {
+    // Slowness is what this engine is about: it answers twice the connect deadline late.
     stub.handler = async () => {
-      await Bun.sleep(700)
+      await Bun.sleep(400)
       return Response.json(CHAT_REPLY)
     }
     const patient = await startProxyHost(api, { firstByteTimeoutMs: 5000, connectTimeoutMs: 200 })
@@ -235,7 +239,7 @@ describe('inference proxy errors', () => {
   })
 
   it('releases every lease exactly once across all these outcomes', async () => {
-    await waitFor(() => api.totalInFlight() === 0, 3000, 'in-flight back to 0')
+    await waitFor('in-flight back to 0', () => api.totalInFlight() === 0, { timeoutMs: 3000 })
     expect(api.released).toBe(api.acquired)
     expect(api.doubleReleases).toBe(0)
   })

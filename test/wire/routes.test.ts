@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { ENGINE_PATHS } from '../../plugins/gateway/inference.ts'
+import { waitFor } from '../support/wait.ts'
 import {
   CHAT_REPLY,
   chatHandler,
@@ -12,7 +13,6 @@ import {
   startProxyHost,
   startStub,
   streamFrames,
-  waitFor,
 } from './support.ts'
 
 describe('inference routes', () => {
@@ -115,7 +115,7 @@ describe('inference routes', () => {
       messages: [],
     })
     expect(await streamed.text()).toBe(streamFrames(4).join(''))
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'leases released')
+    await waitFor('leases released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     const text = await (await fetch(`${px.url}/metrics`)).text()
     expect(text).toMatch(/^# TYPE modelgate_requests_total counter$/m)
     expect(text).toMatch(/^modelgate_requests_total\{model_id="m",status="200"\} \d+$/m)

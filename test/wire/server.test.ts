@@ -8,7 +8,7 @@ import { createBaseApp, shapeFor } from '../../src/http/app.ts'
 import type { ForwardEnd } from '../../src/wire/route.ts'
 import { type FrontOptions, WireFront } from '../../src/wire/server.ts'
 import { parse, Raw, rawExchange } from '../support/raw-client.ts'
-import { waitFor } from './support.ts'
+import { waitFor } from '../support/wait.ts'
 
 /**
  * The wire front (src/wire/server.ts) over real sockets: a WireFront on port 0 whose hot route
@@ -51,6 +51,8 @@ function reply(s: Socket<UpConn>, req: UpReq): void {
     send('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n')
     setTimeout(() => send('7\r\n, world\r\n0\r\n\r\n'), 30)
   } else if (path === '/v1/204') send('HTTP/1.1 204 No Content\r\nx-n: 1\r\n\r\n')
+  else if (path === '/v1/gate')
+    void upGate.promise.then(() => send('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nlate'))
   // /v1/hang never answers.
 }
 
@@ -101,6 +103,8 @@ let up: Upstream
 let framework: Server<undefined>
 const ends: ForwardEnd[] = []
 let sseGate = Promise.withResolvers<void>()
+/** upGate holds the upstream's answer to /v1/gate until a test resolves it. */
+let upGate = Promise.withResolvers<void>()
 const fronts: WireFront[] = []
 
 function front(over: Partial<FrontOptions> = {}): WireFront {
@@ -422,15 +426,18 @@ describe('wire front: relays to the framework', () => {
 })
 
 describe('wire front: timeouts, aborts, stop', () => {
-  // Bun's socket timeouts have a 4 s granularity: `idleTimeoutSeconds: 1` fires after ~4 s.
+  // Bun's socket timeouts have a 4 s granularity: `idleTimeoutSeconds: 1` fires after 1 to 5 s. The
+  // upstream answers the busy connection once the idle one is closed: the timer fired for both.
   it('closes an idle connection, but not one whose response is still running', async () => {
     const f = front({ idleTimeoutSeconds: 1 })
+    upGate = Promise.withResolvers<void>()
     const t0 = performance.now()
     const idle = await Raw.open(f.port)
     const busy = await Raw.open(f.port)
-    busy.write(REQ('GET', '/v1/delay?ms=4500'))
+    busy.write(REQ('GET', '/v1/gate'))
     expect(await idle.waitFor((r) => r.closed, 9000)).toBe(true)
     expect(performance.now() - t0).toBeGreaterThan(900)
+    upGate.resolve()
     expect(await busy.waitFor((r) => parse(r.text).length === 1, 6000)).toBe(true)
     expect(parse(busy.text)[0]!.body).toBe('late')
     expect(busy.closed).toBe(false)
@@ -442,11 +449,10 @@ describe('wire front: timeouts, aborts, stop', () => {
     const closes = up.closes
     const seen = up.requests.length
     c.write(REQ('POST', '/v1/hang', 'Content-Length: 2\r\n') + '{}')
-    const deadline = performance.now() + 2000
-    while (up.requests.length === seen && performance.now() < deadline) await Bun.sleep(10)
+    await waitFor('the request to reach the upstream', () => up.requests.length > seen, { timeoutMs: 2000 })
     expect(up.requests.at(-1)!.target).toBe('/v1/hang')
     c.socket.terminate()
-    while (up.closes === closes && performance.now() < deadline + 1000) await Bun.sleep(10)
+    await waitFor('the upstream connection to close', () => up.closes > closes, { timeoutMs: 3000 })
     expect(up.closes).toBe(closes + 1)
     expect(ends.at(-1)).toMatchObject({ status: 499, aborted: true })
   })
@@ -457,8 +463,11 @@ describe('wire front: timeouts, aborts, stop', () => {
     idle.write(REQ('GET', '/api/hello'))
     expect(await idle.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
     const busy = await Raw.open(f.port)
+    const seen = up.requests.length
     busy.write(REQ('GET', '/v1/delay?ms=400'))
-    await Bun.sleep(100)
+    await waitFor('the busy request to reach the upstream', () => up.requests.length > seen, {
+      timeoutMs: 2000,
+    })
     const t0 = performance.now()
     f.stop(false)
     expect(await idle.waitFor((r) => r.closed, 200)).toBe(true)
@@ -474,15 +483,25 @@ describe('wire front: timeouts, aborts, stop', () => {
   })
 
   it('stop(false) lets a request still arriving finish, and answers it with Connection: close', async () => {
+    // The front matches the route as soon as the head is read (for its body limit): that is the event.
+    const headRead = Promise.withResolvers<void>()
     const f = front({
-      routes: [{ match: (path) => path === '/v1/answer', wire: () => ({ json: { ok: true } }) }],
+      routes: [
+        {
+          match: (path) => {
+            if (path === '/v1/answer') headRead.resolve()
+            return path === '/v1/answer'
+          },
+          wire: () => ({ json: { ok: true } }),
+        },
+      ],
     })
     const c = await Raw.open(f.port)
     c.write(`${REQ('POST', '/v1/answer', 'Content-Length: 4\r\n')}ab`)
-    await Bun.sleep(50)
+    await headRead.promise
     f.stop(false)
-    await Bun.sleep(100)
-    // Half a request is not cut: the client would lose it without knowing whether it was handled.
+    // Half a request is not cut: the client would lose it without knowing whether it was handled
+    // (a cut also leaves the rest below unanswered).
     expect(c.closed).toBe(false)
     c.write('cd')
     expect(await c.waitFor((r) => r.closed, 2000)).toBe(true)
@@ -494,7 +513,7 @@ describe('wire front: timeouts, aborts, stop', () => {
     const f = front()
     const busy = await Raw.open(f.port)
     busy.write(REQ('GET', '/v1/delay?ms=1000'))
-    await Bun.sleep(100)
+    await waitFor('the request to start', () => f.running > 0, { timeoutMs: 2000 })
     f.stop(true)
     expect(await busy.waitFor((r) => r.closed, 200)).toBe(true)
     expect(busy.text).toBe('')
@@ -599,7 +618,7 @@ describe('wire front: hostile clients', () => {
     })
     const held = [await Raw.open(f.port), await Raw.open(f.port)]
     // Both count once the listener has seen them open: wait on that, not on time.
-    await waitFor(() => f.conns.size >= 2, 2000, 'the listener to see both connections')
+    await waitFor('the listener to see both connections', () => f.conns.size >= 2, { timeoutMs: 2000 })
     expect(f.conns.size).toBe(2)
     // A reserve connection: health is answered (and the connection closed), anything else is 503.
     const health = await rawExchange(f.port, REQ('GET', '/api/hello'), { waitMs: 2000 })
@@ -608,7 +627,7 @@ describe('wire front: hostile clients', () => {
     expect((await refusal(f.port, REQ('GET', '/api/echo'))).status).toBe(503)
     // With the reserve taken, one more is closed before anything is read.
     const reserve = await Raw.open(f.port)
-    await waitFor(() => f.overflow >= 1, 2000, 'the reserve connection')
+    await waitFor('the reserve connection', () => f.overflow >= 1, { timeoutMs: 2000 })
     const rejected = f.rejected
     const extra = await Raw.open(f.port)
     expect(await extra.waitFor((r) => r.closed, 2000)).toBe(true)
@@ -637,9 +656,13 @@ describe('wire front: hostile clients', () => {
     const slow = await Raw.open(f.port)
     slow.write(REQ('POST', '/api/echo', 'Content-Length: 100\r\n') + 'x')
     const busy = await Raw.open(f.port)
-    busy.write(REQ('GET', '/v1/delay?ms=1500'))
+    // The upstream answers once the sweep that refused the slow body has passed over the busy one too.
+    upGate = Promise.withResolvers<void>()
+    busy.write(REQ('GET', '/v1/gate'))
+    await waitFor('the busy request to start', () => f.running > 0, { timeoutMs: 2000 })
     expect(await slow.waitFor((r) => r.closed, 5000)).toBe(true)
     expect(parse(slow.text)[0]!.status).toBe(408)
+    upGate.resolve()
     expect(await busy.waitFor((r) => parse(r.text).length === 1, 5000)).toBe(true)
     expect(parse(busy.text)[0]!.body).toBe('late')
     busy.socket.terminate()
@@ -650,7 +673,7 @@ describe('wire front: hostile clients', () => {
     expect(f.running).toBe(0)
     const c = await Raw.open(f.port)
     c.write(REQ('GET', '/v1/delay?ms=300'))
-    await waitFor(() => f.running > 0, 2000, 'the request to start')
+    await waitFor('the request to start', () => f.running > 0, { timeoutMs: 2000 })
     expect(f.running).toBe(1)
     let drained = false
     const done = f.drained().then(() => {
@@ -684,7 +707,7 @@ describe('wire front: deferred decisions', () => {
     })
     const c = await Raw.open(f.port)
     c.write(REQ('GET', '/v1/held'))
-    await waitFor(() => f.running > 0, 2000, 'the request to be held')
+    await waitFor('the request to be held', () => f.running > 0, { timeoutMs: 2000 })
     // Held: counted for the drain, nothing answered yet.
     expect(f.running).toBe(1)
     expect(c.text).toBe('')
@@ -730,13 +753,13 @@ describe('wire front: deferred decisions', () => {
     const c = await Raw.open(f.port)
     const seen = up.requests.length
     c.write(REQ('GET', '/v1/held'))
-    await waitFor(() => f.running > 0, 2000, 'the request to be held')
+    await waitFor('the request to be held', () => f.running > 0, { timeoutMs: 2000 })
     c.socket.terminate()
-    await waitFor(() => aborted, 2000, 'the wait to be aborted')
+    await waitFor('the wait to be aborted', () => aborted, { timeoutMs: 2000 })
     expect(aborted).toBe(true)
     expect(f.running).toBe(0)
     gate.resolve()
-    await waitFor(() => ended.length > 0, 2000, 'the late forward to be ended')
+    await waitFor('the late forward to be ended', () => ended.length > 0, { timeoutMs: 2000 })
     expect(ended).toEqual([
       { status: 499, bytes: 0, durationMs: 0, ttftMs: null, streamed: false, aborted: true },
     ])

@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { Socket, TCPSocketListener } from 'bun'
+import { Raw } from '../support/raw-client.ts'
+import { waitFor } from '../support/wait.ts'
 import {
   CHAT_REPLY,
   chatHandler,
@@ -14,7 +16,6 @@ import {
   startProxyHost,
   startStub,
   streamFrames,
-  waitFor,
 } from './support.ts'
 
 const msg = { messages: [{ role: 'user', content: 'hi' }] }
@@ -73,7 +74,7 @@ describe('streaming pass-through', () => {
     expect(chunks.at(-1)).toBe('data: [DONE]\n\n')
     // Not batched: chunks arrive spread over the stream's duration, not all at the end.
     expect(at.at(-1)! - at[0]!).toBeGreaterThan(200)
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     const ev = px.events.at(-1)!
     expect(ev).toMatchObject({
       model: 'm',
@@ -110,9 +111,9 @@ describe('streaming pass-through', () => {
     await reader.read()
     const t0 = performance.now()
     ac.abort()
-    await waitFor(() => stub.aborts > before, 2000, 'the engine to see the cancel')
+    await waitFor('the engine to see the cancel', () => stub.aborts > before, { timeoutMs: 2000 })
     expect(performance.now() - t0).toBeLessThan(500)
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(px.events.at(-1)).toMatchObject({ status: 499, streamed: true })
     expect(api.doubleReleases).toBe(0)
     // A client going away is routine: not a warning (the host logs at warn here).
@@ -139,10 +140,10 @@ describe('streaming pass-through', () => {
     socket.write(
       `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
     )
-    await waitFor(() => received.includes('data: '), 2000, 'the first event')
+    await waitFor('the first event', () => received.includes('data: '), { timeoutMs: 2000 })
     socket.shutdown()
-    await waitFor(() => stub.aborts > before, 2000, 'the engine to see the cancel')
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('the engine to see the cancel', () => stub.aborts > before, { timeoutMs: 2000 })
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(received.startsWith('HTTP/1.1 200 ')).toBe(true)
     expect(px.events.at(-1)).toMatchObject({ status: 499, streamed: true })
     socket.end()
@@ -167,7 +168,7 @@ describe('streaming pass-through', () => {
         },
       })
       expect(tail[1]).toBe('data: [DONE]')
-      await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+      await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
       expect(px.events.at(-1)).toMatchObject({ instance_id: 'dies', status: 502, streamed: true })
     } finally {
       api.instances.delete('dies')
@@ -220,7 +221,7 @@ describe('streaming pass-through', () => {
         },
       })
       expect(frames[1]).toBe('data: [DONE]')
-      await waitFor(() => closed, 2000, 'the upstream connection to be closed')
+      await waitFor('the upstream connection to be closed', () => closed, { timeoutMs: 2000 })
       expect(px.events.at(-1)).toMatchObject({ instance_id: 'stuck', status: 504, streamed: true })
     } finally {
       api.instances.delete('stuck')
@@ -228,28 +229,43 @@ describe('streaming pass-through', () => {
     }
   })
 
-  // Bun.serve closes connections idle past idleTimeout (here 1 s, effective ~4 s): a slow token or a
-  // long non-streamed generation must not be cut (bun#27479).
+  // The front closes connections idle past idle_timeout_seconds (here 1 s; Bun's socket timer ticks
+  // every 4 s): a slow token or a long non-streamed generation must not be cut. Each test holds the
+  // engine until an idle connection opened beside the running one is closed: the idle timer has then
+  // fired for the running connection too (armed no later, on the same listener's tick).
   it('does not let the idle timeout cut a stream that pauses for longer than it', async () => {
     const frames = streamFrames(3)
-    stub.handler = () => sseResponse(frames, 0, pauseOnce(1, 5500))
+    const idleFired = Promise.withResolvers<void>()
+    stub.handler = () => sseResponse(frames, 0, pauseOnce(1, idleFired.promise))
     const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', stream: true, ...msg })
-    expect(await res.text()).toBe(frames.join(''))
+    const reader = res.body!.getReader()
+    const decoder = new TextDecoder()
+    let text = decoder.decode((await reader.read()).value, { stream: true })
+    await idleConnectionClosed(px.url)
+    idleFired.resolve()
+    for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value)
+    expect(text).toBe(frames.join(''))
   }, 15_000)
 
-  // Bun.serve applies the idle timeout to a GET whose handler is still waiting (not to a POST whose
-  // body it read): the direct proxy's GET catches a regression.
+  // The direct proxy's GET catches a regression where the timeout applied to a GET whose handler is
+  // still waiting, and not to a POST whose body was read.
   it('does not let the idle timeout cut a long non-streamed reply (POST and GET)', async () => {
+    const idleFired = Promise.withResolvers<void>()
     stub.handler = async () => {
-      await Bun.sleep(5500)
+      await idleFired.promise
       return Response.json(CHAT_REPLY)
     }
     const slow = await startProxyHost(api, { firstByteTimeoutMs: 20_000, idleTimeoutSeconds: 1 })
     try {
-      const [post, get] = await Promise.all([
+      const seen = stub.seen.length
+      const replies = Promise.all([
         postJson(`${slow.url}/v1/chat/completions`, { model: 'm', ...msg }),
         fetch(`${slow.url}/api/direct/${stub.port}/slow`),
       ])
+      await waitFor('both requests to reach the engine', () => stub.seen.length >= seen + 2)
+      await idleConnectionClosed(slow.url)
+      idleFired.resolve()
+      const [post, get] = await replies
       expect(post.status).toBe(200)
       expect(await post.json()).toEqual(CHAT_REPLY)
       expect(get.status).toBe(200)
@@ -262,6 +278,7 @@ describe('streaming pass-through', () => {
 
   it('pauses a fast engine while the client does not read, and resumes when it does', async () => {
     let pulls = 0
+    let lastPull = performance.now()
     const big = encoder.encode(`data: ${'x'.repeat(65_000)}\n\n`)
     stub.handler = () =>
       new Response(
@@ -269,6 +286,7 @@ describe('streaming pass-through', () => {
           {
             pull(c) {
               pulls++
+              lastPull = performance.now()
               c.enqueue(big)
             },
           },
@@ -287,12 +305,16 @@ describe('streaming pass-through', () => {
     try {
       await reader.read()
       // Wait until the engine stops being pulled: the buffers between it and the client are full.
-      let last = -1
-      for (let i = 0; i < 30 && pulls !== last; i++) {
-        last = pulls
-        await Bun.sleep(200)
-      }
+      await waitFor(
+        'the engine to stop being pulled (no pull for 200 ms)',
+        () => performance.now() - lastPull > 200,
+        {
+          timeoutMs: 6000,
+          show: () => ({ pulls }),
+        },
+      )
       const settled = pulls
+      // An absence, so it is watched for a while: the engine is not pulled again while nobody reads.
       await Bun.sleep(1000)
       // Bounded by kernel socket buffers on two hops (a few MB each), not growing any more.
       expect(settled).toBeLessThan(600)
@@ -303,22 +325,31 @@ describe('streaming pass-through', () => {
     } finally {
       ac.abort()
     }
-    await waitFor(() => stub.aborts > before, 2000, 'the engine to see the cancel')
-    await waitFor(() => api.totalInFlight() === 0, 2000, 'lease released')
+    await waitFor('the engine to see the cancel', () => stub.aborts > before, { timeoutMs: 2000 })
+    await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
   })
 
   it('releases every lease exactly once', async () => {
     stub.handler = chatHandler()
-    await waitFor(() => api.totalInFlight() === 0, 3000, 'in-flight back to 0')
+    await waitFor('in-flight back to 0', () => api.totalInFlight() === 0, { timeoutMs: 3000 })
     expect(api.released).toBe(api.acquired)
     expect(api.doubleReleases).toBe(0)
   })
 })
 
-/** pauseOnce: an onPull hook that sleeps once, before the `at`-th frame. */
-function pauseOnce(at: number, ms: number): () => Promise<void> {
+/** pauseOnce: an onPull hook that holds the stream once, before the `at`-th frame, until `until` settles. */
+function pauseOnce(at: number, until: Promise<void>): () => Promise<void> {
   let n = 0
   return async () => {
-    if (n++ === at) await Bun.sleep(ms)
+    if (n++ === at) await until
   }
+}
+
+/**
+ * idleConnectionClosed opens a connection that sends nothing and resolves when the front's idle
+ * timeout closes it (1 s configured, Bun's 4 s timer tick: at most ~5 s).
+ */
+async function idleConnectionClosed(url: string): Promise<void> {
+  const idle = await Raw.open(Number(new URL(url).port))
+  await idle.waitFor((r) => r.closed, 10_000, 'the idle timeout to close an idle connection')
 }

@@ -1,6 +1,3 @@
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { Type as T } from '@sinclair/typebox'
 import type { Server } from 'bun'
 import type {
@@ -11,12 +8,9 @@ import type {
   ProxyRequestEvent,
 } from '../../plugins/gateway/api.ts'
 import { createInference } from '../../plugins/gateway/inference.ts'
-import { knownPlugins } from '../../src/config/file.ts'
-import { loadConfig } from '../../src/config/load.ts'
-import { Host } from '../../src/host/host.ts'
-import { Logger } from '../../src/host/logger.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import { proxyError } from '../../src/http/errors.ts'
+import { startHost, type TestHost } from '../support/host.ts'
 
 /**
  * Test support for the inference proxy: a fake GatewayApi whose instances point at test upstreams,
@@ -180,15 +174,11 @@ export interface ProxyHostOptions {
   captureEvents?: boolean
 }
 
-export interface ProxyHost {
-  host: Host
-  url: string
+export interface ProxyHost extends TestHost {
   events: ProxyRequestEvent[]
-  logs: string[]
-  stop(): Promise<void>
 }
 
-/** startProxyHost boots a real Host whose only plugin serves `createInference` over `api`. */
+/** startProxyHost boots a real Host (the one booter) whose only plugin serves `createInference` over `api`. */
 export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}): Promise<ProxyHost> {
   const idle = o.idleTimeoutSeconds ?? 120
   const plugin = definePlugin({
@@ -210,30 +200,14 @@ export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}):
       return { rawRoutes: inf.rawRoutes, routes: inf.routes, api }
     },
   }) as unknown as PluginDefinition
-  const dataDir = mkdtempSync(join(tmpdir(), 'modelgate-proxy-test-'))
-  const yaml = `data_dir: ${dataDir}\nserver: { host: 127.0.0.1, port: 0, idle_timeout_seconds: ${idle} }\nplugins:\n  gateway: {}\n`
-  const config = loadConfig(yaml, o.env ?? {}, knownPlugins([plugin]))
-  const logs: string[] = []
-  const host = new Host({
-    config,
-    definitions: [plugin],
-    version: '0.0.0-test',
-    selfCommand: [process.execPath],
-    logger: new Logger(o.logLevel ?? 'warn', 'test', 'text', o.logSink ?? ((l) => logs.push(l))),
+  const th = await startHost('plugins:\n  gateway: {}\n', [plugin], o.env ?? {}, undefined, {
+    server: { idle_timeout_seconds: idle },
+    logLevel: o.logLevel ?? 'warn',
+    ...(o.logSink ? { logSink: o.logSink } : {}),
   })
-  await host.boot()
   const events: ProxyRequestEvent[] = []
-  if (o.captureEvents !== false) host.bus.on('proxy.request', (e) => events.push(e))
-  return {
-    host,
-    url: host.urls.main!,
-    events,
-    logs,
-    async stop() {
-      await host.shutdown('test')
-      rmSync(dataDir, { recursive: true, force: true })
-    },
-  }
+  if (o.captureEvents !== false) th.host.bus.on('proxy.request', (e) => events.push(e))
+  return { ...th, events }
 }
 
 export interface SeenRequest {
@@ -376,15 +350,6 @@ export async function postJson(
 
 export async function errorOf(res: Response): Promise<Record<string, unknown>> {
   return ((await res.json()) as { error: Record<string, unknown> }).error
-}
-
-/** waitFor polls `cond` until it holds or `ms` pass. */
-export async function waitFor(cond: () => boolean, ms = 3000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await Bun.sleep(10)
-  }
 }
 
 /** readChunks reads a body chunk by chunk, noting when each arrived. */

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { abortable } from '../../src/host/abortable.ts'
 import {
   ProtocolError,
   type ResponseHead,
@@ -7,7 +8,8 @@ import {
 } from '../../src/wire/response-parser.ts'
 import { parse as parseRaw, rawExchange } from '../support/raw-client.ts'
 import { rawHttpServer } from '../support/raw-http.ts'
-import { FakeGateway, instance, type ProxyHost, startProxyHost, startStub, waitFor } from './support.ts'
+import { waitFor } from '../support/wait.ts'
+import { FakeGateway, instance, type ProxyHost, startProxyHost, startStub } from './support.ts'
 
 interface Parsed {
   heads: ResponseHead[]
@@ -283,7 +285,7 @@ describe('upstream connections of the proxy', () => {
     try {
       const closed = server.closed
       expect(await send('{"model":"m-served"}')).toEqual({ len: 20 })
-      await waitFor(() => server.closed === closed + 1, 2000, 'the engine to close its side')
+      await waitFor('the engine to close its side', () => server.closed === closed + 1, { timeoutMs: 2000 })
       expect(await send('{"model":"m-served","a":1}')).toEqual({ len: 26 })
     } finally {
       closeAfterReply = false
@@ -301,14 +303,21 @@ describe('proxy concurrency', () => {
   let px: ProxyHost
   let open = 0
   let maxOpen = 0
+  /** Every stream holds its first event until `expected` are open at once (or 5 s have passed). */
+  let expected = Number.POSITIVE_INFINITY
+  const allOpen = Promise.withResolvers<void>()
   const stub = startStub(() => {
     open++
     maxOpen = Math.max(maxOpen, open)
+    if (open >= expected) allOpen.resolve()
     let n = 0
     return new Response(
       new ReadableStream({
         async pull(c) {
-          await Bun.sleep(300)
+          if (n === 0)
+            await abortable(allOpen.promise, { timeoutMs: 5000, what: `${expected} open streams` }).catch(
+              () => {},
+            )
           if (n++ < 1) c.enqueue(new TextEncoder().encode('data: x\n\n'))
           else {
             open--
@@ -333,6 +342,7 @@ describe('proxy concurrency', () => {
   // the client side as in a proxy built on it: the clients here are raw sockets.
   it('keeps more than 256 upstream streams open at once', async () => {
     const n = 400
+    expected = n
     const port = Number(px.url.slice(px.url.lastIndexOf(':') + 1))
     const body = '{"model":"m","stream":true}'
     const request = `POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`
@@ -344,6 +354,6 @@ describe('proxy concurrency', () => {
     )
     expect(results.every((t) => t === 'data: x\n\n')).toBe(true)
     expect(maxOpen).toBe(n)
-    await waitFor(() => api.totalInFlight() === 0, 3000, 'leases released')
+    await waitFor('leases released', () => api.totalInFlight() === 0, { timeoutMs: 3000 })
   }, 30_000)
 })
