@@ -1,6 +1,5 @@
-import { spawnEngineChildren } from './children.ts'
+import { type EngineChild, spawnEngineChildren } from './children.ts'
 import { visibleDevices } from './devices.ts'
-import type { SimEngine } from './engine.ts'
 import {
   DEV_ROUTE_LINES,
   engineConfigLine,
@@ -10,11 +9,22 @@ import {
   thousands,
   v0ProfileMessage,
 } from './engine-logs.ts'
+import type { SimGpu } from './gpus.ts'
+import type { SimKnobs } from './knobs.ts'
 import { KVCACHED_PREALLOC_MIB, KvcachedSegment, processGroupId } from './kvcached.ts'
-import { DEFAULT_GPU_MEMORY_UTILIZATION, kvCacheError, nonKvMib, planMemory } from './memory-plan.ts'
+import {
+  DEFAULT_GPU_MEMORY_UTILIZATION,
+  kvCacheError,
+  type MemoryPlan,
+  nonKvMib,
+  planMemory,
+} from './memory-plan.ts'
+import type { ModelSpec } from './models.ts'
 import { configTraceback, engineInitFailed, startupTraceback } from './python-errors.ts'
 import { readLiveEngines, usedMibOnGpu } from './state.ts'
+import type { VllmArgs } from './vllm-args.ts'
 import { pythonRepr } from './vllm-args.ts'
+import type { VllmLog } from './vllm-log.ts'
 
 /**
  * bootEngine walks vLLM's start-up in order (config, EngineCore, memory check, weights, KV cache
@@ -41,7 +51,30 @@ function portIsFree(hostname: string, port: number): boolean {
   }
 }
 
-export async function bootEngine(e: SimEngine): Promise<void> {
+/** BootTarget: what start-up reads and sets on the engine (SimEngine, engine.ts, implements it). */
+export interface BootTarget {
+  readonly args: VllmArgs
+  readonly knobs: SimKnobs
+  readonly log: VllmLog
+  readonly model: ModelSpec
+  readonly gpus: SimGpu[]
+  readonly simDir: string
+  readonly tags: { api: string; core: string }
+  readonly version: string
+  children: EngineChild[]
+  kvSegment: KvcachedSegment | undefined
+  maxModelLen: number
+  phase: 'init' | 'weights' | 'ready'
+  plan: MemoryPlan
+  usedGpus: number[]
+  delay(ms: number): Promise<void>
+  keepAlive(): void
+  startServing(): void
+  stop(code: number): Promise<void>
+  writeRecord(): void
+}
+
+export async function bootEngine(e: BootTarget): Promise<void> {
   const { args, knobs, log, model } = e
   const v0 = knobs.logStyle === 'v0'
   const D = knobs.loadDelayMs

@@ -26,6 +26,33 @@ async function importsOf(dir: string): Promise<{ file: string; target: string }[
   return out
 }
 
+/** findCycles: one cycle per strongly connected group of files, as `a → b → a`. */
+function findCycles(graph: Map<string, string[]>): string[] {
+  const state = new Map<string, 'open' | 'done'>()
+  const stack: string[] = []
+  const cycles: string[] = []
+  const seen = new Set<string>()
+  const visit = (file: string) => {
+    state.set(file, 'open')
+    stack.push(file)
+    for (const next of graph.get(file) ?? []) {
+      const s = state.get(next)
+      if (s === 'open') {
+        const cycle = [...stack.slice(stack.indexOf(next)), next]
+        const key = [...cycle.slice(0, -1)].sort().join(',')
+        if (!seen.has(key)) {
+          seen.add(key)
+          cycles.push(cycle.join(' → '))
+        }
+      } else if (s === undefined && graph.has(next)) visit(next)
+    }
+    stack.pop()
+    state.set(file, 'done')
+  }
+  for (const file of graph.keys()) if (!state.has(file)) visit(file)
+  return cycles
+}
+
 function offenders(edges: { file: string; target: string }[], banned: string[]): string[] {
   return edges.filter((e) => banned.some((b) => e.target.startsWith(b))).map((e) => `${e.file} → ${e.target}`)
 }
@@ -45,6 +72,18 @@ describe('layering', () => {
     const edges = await importsOf('src')
     const fromPlugins = offenders(edges, ['plugins/']).map((e) => e.split(' → ')[0])
     expect(fromPlugins).toEqual(['src/main.ts'])
+  })
+
+  it('no import cycle in src/ or plugins/ (type-only imports included)', async () => {
+    const graph = new Map<string, string[]>()
+    for (const e of [...(await importsOf('src')), ...(await importsOf('plugins'))]) {
+      const list = graph.get(e.file) ?? []
+      list.push(e.target)
+      graph.set(e.file, list)
+    }
+    expect(graph.size).toBeGreaterThan(50)
+    const cycles = findCycles(graph)
+    expect(cycles).toEqual([])
   })
 
   it('the engine/GPU library imports neither the gateway nor the simulator', async () => {
