@@ -31,7 +31,7 @@ export class ManagedInstance {
     report: (inst: ManagedInstance, change: Change) => void,
     opts: { routing?: boolean; operation?: Operation | null } = {},
   ) {
-    this.lifecycle = new Lifecycle(row.id, row.status as InstanceStatus, opts, (c) => report(this, c))
+    this.lifecycle = new Lifecycle(row.id, row.status, opts, (c) => report(this, c))
     this.events = new InstanceEvents(row.id, maxLogLines)
     this.logs = new VllmLogAccumulator(hints)
     this.client = new VllmClient(engineOrigin(engineHost, row.port))
@@ -43,7 +43,7 @@ export class ManagedInstance {
 
   /** status: the lifecycle's state; a removed instance keeps the status it had (its row's). */
   get status(): InstanceStatus {
-    return this.row.status as InstanceStatus
+    return this.row.status
   }
 
   get inFlight(): number {
@@ -65,7 +65,7 @@ export class ManagedInstance {
       model_path: r.model_path,
       model_name: r.model_name,
       served_model_name: r.served_model_name,
-      status: r.status as InstanceStatus,
+      status: r.status,
       port: r.port,
       process_id: r.pid,
       max_tokens: r.max_tokens,
@@ -74,7 +74,7 @@ export class ManagedInstance {
       tensor_parallel_size: r.tensor_parallel_size,
       sharedcache_enabled: r.sharedcache_enabled,
       enable_sleep_mode: r.enable_sleep_mode,
-      sleep_level: (r.sleep_level as 1 | 2 | null) ?? null,
+      sleep_level: r.sleep_level ?? null,
       slept_at: r.slept_at,
       loaded_at: r.loaded_at,
       ready_at: r.ready_at,

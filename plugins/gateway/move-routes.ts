@@ -2,15 +2,11 @@ import { Elysia, t } from 'elysia'
 import { notFound } from '../../src/http/errors.ts'
 import { ControllerError } from '../../src/http/schemas.ts'
 import { sseResponse } from '../../src/http/sse.ts'
+import { MoveRecordSchema } from './model.ts'
 import type { MoveManager } from './move.ts'
 
 /** moveRoutes: start, follow and cancel blue-green moves (spec: Model move). */
 const tags = ['gateway']
-const Phase = t.Union(
-  ['validating', 'spawning', 'switching', 'draining', 'completing', 'completed', 'failed'].map((p) =>
-    t.Literal(p),
-  ),
-)
 
 export function moveRoutes(moves: MoveManager) {
   return new Elysia({ name: 'gateway-move-routes' })
@@ -35,20 +31,7 @@ export function moveRoutes(moves: MoveManager) {
           { additionalProperties: false },
         ),
         response: {
-          202: t.Object({
-            move_id: t.String(),
-            instance_id: t.String(),
-            target_instance_id: t.Nullable(t.String()),
-            source_gpu_ids: t.Array(t.Number()),
-            target_gpu_ids: t.Array(t.Number()),
-            drain_timeout_ms: t.Number(),
-            phase: Phase,
-            message: t.String(),
-            progress: t.Nullable(t.Number()),
-            error: t.Nullable(t.String()),
-            started_at: t.String(),
-            finished_at: t.Nullable(t.String()),
-          }),
+          202: MoveRecordSchema,
           400: ControllerError,
           404: ControllerError,
           409: ControllerError,
@@ -74,10 +57,11 @@ export function moveRoutes(moves: MoveManager) {
           throw notFound(`No move with id '${params.move_id}'`, 'MOVE_NOT_FOUND')
         return sseResponse(
           (sink) =>
-            moves.subscribe(params.move_id, (e) => {
-              sink.send('move_progress', e)
-              if (e.phase === 'completed' || e.phase === 'failed') queueMicrotask(() => sink.close())
-            }) ?? undefined,
+            moves.subscribe(
+              params.move_id,
+              (e) => sink.send('move_progress', e),
+              () => sink.close(),
+            ) ?? undefined,
           { signal: request.signal },
         )
       },

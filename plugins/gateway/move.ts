@@ -3,9 +3,10 @@ import { removeFlag } from '../../src/engine/vllm-command.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import { WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
+import { ReplayHub } from '../../src/host/hub.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../src/http/errors.ts'
-import type { LoadRequest, LoadResponse } from './api.ts'
+import type { LoadRequest, LoadResponse, MoveEvent, MovePhase, MoveRecord } from './api.ts'
 import type { ManagedInstance } from './instance.ts'
 import type { Operation } from './lifecycle.ts'
 import { effectiveFreeMib } from './placement.ts'
@@ -17,32 +18,7 @@ import { effectiveFreeMib } from './placement.ts'
  * decided synchronously against the current phase and reaches the running move through its
  * AbortSignal, so a cancel and the move's own next step can never both act.
  */
-export type MovePhase =
-  | 'validating'
-  | 'spawning'
-  | 'switching'
-  | 'draining'
-  | 'completing'
-  | 'completed'
-  | 'failed'
-
-export interface MoveEvent {
-  move_id: string
-  phase: MovePhase
-  message: string
-  progress: number | null
-  error: string | null
-}
-
-export interface MoveRecord extends MoveEvent {
-  instance_id: string
-  target_instance_id: string | null
-  source_gpu_ids: number[]
-  target_gpu_ids: number[]
-  drain_timeout_ms: number
-  started_at: string
-  finished_at: string | null
-}
+export type { MoveEvent, MovePhase, MoveRecord }
 
 /** MoveHost: what a move drives, and only that (the gateway's service implements it). */
 export interface MoveHost {
@@ -72,7 +48,8 @@ interface Move {
   target: ManagedInstance | null
   controller: AbortController
   cancel: { force: boolean } | null
-  subscribers: Set<(e: MoveEvent) => void>
+  /** progress: the move's events; a late subscriber gets the current phase, then the rest live. */
+  progress: ReplayHub<MoveEvent>
 }
 
 const FINISHED: ReadonlySet<MovePhase> = new Set(['completed', 'failed'])
@@ -140,7 +117,7 @@ export class MoveManager {
       target: null,
       controller: new AbortController(),
       cancel: null,
-      subscribers: new Set(),
+      progress: new ReplayHub<MoveEvent>({ snapshot: () => [this.event(move)] }),
     }
     this.current = move
     this.moves.set(move.record.move_id, move)
@@ -203,9 +180,10 @@ export class MoveManager {
     r.error = extra.error ?? null
     if (FINISHED.has(phase)) r.finished_at = new Date().toISOString()
     const event = this.event(move)
-    for (const s of move.subscribers) s(event)
+    move.progress.publish(event)
     this.bus.emit('gateway.move.progress', event)
     this.log.info(`move ${r.move_id}: ${phase}`, { message })
+    if (FINISHED.has(phase)) move.progress.end()
   }
 
   private event(move: Move): MoveEvent {
@@ -213,14 +191,14 @@ export class MoveManager {
     return { move_id, phase, message, progress, error }
   }
 
-  /** subscribe sends the current state first; returns null when the move is unknown. */
-  subscribe(moveId: string, fn: (e: MoveEvent) => void): (() => void) | null {
+  /**
+   * subscribe sends the current state first, then each phase; `onEnd` runs once the move has
+   * completed or failed. Returns the unsubscribe function, or null when the move is unknown.
+   */
+  subscribe(moveId: string, fn: (e: MoveEvent) => void, onEnd: () => void): (() => void) | null {
     const move = this.moves.get(moveId)
     if (!move) return null
-    fn(this.event(move))
-    if (FINISHED.has(move.record.phase)) return () => {}
-    move.subscribers.add(fn)
-    return () => move.subscribers.delete(fn)
+    return move.progress.subscribe(fn, { onEnd })
   }
 
   /** cancel applies the spec's table: 404 unknown, 409 completing/completed/failed, else 204. */

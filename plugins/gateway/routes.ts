@@ -206,7 +206,9 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
       {
         params: t.Object({ instance_id: t.String() }),
         query: t.Object({
-          level: t.Optional(t.Numeric({ minimum: 1, maximum: 2, error: 'query.level: must be 1 or 2' })),
+          level: t.Optional(
+            t.Numeric({ minimum: 1, maximum: 2, multipleOf: 1, error: 'query.level: must be 1 or 2' }),
+          ),
         }),
         response: { 200: SleepResultSchema, ...Errors },
         detail: {

@@ -68,7 +68,7 @@ export class SleepWake {
         model_path: inst.row.model_path,
         woke_at: now,
         ...(tags.length ? { tags } : {}),
-      } as WakeResult
+      }
     } finally {
       inst.lifecycle.end('wake')
     }
@@ -84,7 +84,7 @@ export class SleepWake {
       instance_id: inst.id,
       status: inst.status,
       is_sleeping: inst.status === 'sleeping',
-      sleep_level: (inst.row.sleep_level as 1 | 2 | null) ?? null,
+      sleep_level: inst.row.sleep_level ?? null,
       slept_at: inst.row.slept_at,
       enable_sleep_mode: inst.row.enable_sleep_mode,
       engine_is_sleeping: engineSleeping,
