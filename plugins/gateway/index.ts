@@ -62,7 +62,7 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
         .use(inference.routes)
         .use(moveRoutes(service.moves))
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
-        .use(presetRoutes(presets, ctx.bus)),
+        .use(presetRoutes(presets)),
       api: service,
       start: () => service.recover(),
       stop: async (deadline) => {

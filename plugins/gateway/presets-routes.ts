@@ -1,5 +1,4 @@
 import { Elysia, t } from 'elysia'
-import type { EventBus } from '../../src/host/bus.ts'
 import { ControllerError } from '../../src/http/schemas.ts'
 import { sseResponse } from '../../src/http/sse.ts'
 import type { PresetService } from './presets.ts'
@@ -48,7 +47,7 @@ const LOAD_DOCS =
   '`gateway.preset.progress` events (GET /api/configurations/events). 404 CONFIGURATION_NOT_FOUND; ' +
   '409 CONFIGURATION_LOAD_IN_PROGRESS while another configuration is loading.'
 
-export function presetRoutes(presets: PresetService, bus: EventBus) {
+export function presetRoutes(presets: PresetService) {
   return new Elysia({ name: 'gateway-preset-routes' }).group('/api/configurations', (g) =>
     g
       .get(
@@ -104,7 +103,7 @@ export function presetRoutes(presets: PresetService, bus: EventBus) {
       .get(
         '/events',
         ({ request }) =>
-          sseResponse((sink) => bus.on('gateway.preset.progress', (e) => sink.send('preset_progress', e)), {
+          sseResponse((sink) => presets.progress.subscribe((e) => sink.send('preset_progress', e)), {
             signal: request.signal,
           }),
         {
@@ -118,7 +117,8 @@ export function presetRoutes(presets: PresetService, bus: EventBus) {
             summary: 'Configuration load progress (SSE)',
             description:
               'Event `preset_progress`, data {configId, configName, phase (unloading | loading | completed | ' +
-              'failed), loaded, failed, total, message, modelPath?, instanceId?}. Live only (no replay).',
+              'failed), loaded, failed, total, message, modelPath?, instanceId?}. A new client first gets the latest ' +
+              'event (the state of the running or last load), then the rest live.',
           },
         },
       )

@@ -3,6 +3,7 @@ import { asc, count, desc, eq } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
 import { WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
+import { ReplayHub } from '../../src/host/hub.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { badRequest, conflict, notFound } from '../../src/http/errors.ts'
 import type { GatewayApi, InstanceRecord, LoadRequest } from './api.ts'
@@ -13,7 +14,8 @@ import { gatewayPresetEntries, gatewayPresets, type PresetEntryRow } from './sch
  * PresetService keeps configuration presets (named sets of models saved from what runs) and loads
  * one: unload everything, then load the entries, one after another on GPUs they share (in
  * loadOrder, each waiting for active or failed) and in parallel on disjoint GPUs. Progress goes out
- * as `gateway.preset.progress` bus events beside the instances' own events.
+ * as `gateway.preset.progress` bus events beside the instances' own events, and on `progress`, whose
+ * replay is the latest event (a client that connects mid-load sees where it is).
  */
 export interface PresetEntry {
   id: string
@@ -110,6 +112,8 @@ export function loadChains(entries: PresetEntry[]): PresetEntry[][] {
 }
 
 export class PresetService {
+  /** progress: every preset load's events; the latest one is replayed to a new subscriber. */
+  readonly progress = new ReplayHub<PresetProgressEvent>({ keep: () => 'latest' })
   private running: { id: string; name: string; abort: AbortController; task: Promise<void> } | null = null
 
   constructor(
@@ -250,7 +254,9 @@ export class PresetService {
         ...tally,
         total: preset.modelCount,
       }
-      this.bus.emit('gateway.preset.progress', { ...event, message, ...extra })
+      const progress = { ...event, message, ...extra }
+      this.progress.publish(progress)
+      this.bus.emit('gateway.preset.progress', progress)
       this.log.info(`configuration ${preset.name}: ${message}`, { phase })
     }
     try {

@@ -140,6 +140,13 @@ describe('configuration presets', () => {
     expect(events[0]!.phase).toBe('unloading')
     expect(sse.map((e) => e.event)).toContain('preset_progress')
     expect((sse.at(-1)!.data as PresetProgressEvent).phase).toBe('completed')
+    // A client that connects after the load first gets where it ended (the replayed latest event).
+    const late = await readSse(
+      await fetch(`${gw.url}/api/configurations/events`),
+      'the replay of the latest preset event',
+      (evs) => evs.length >= 1,
+    )
+    expect(late[0]).toEqual({ event: 'preset_progress', data: last })
 
     const now = await models()
     expect(now).toHaveLength(3)
