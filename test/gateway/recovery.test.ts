@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import { gatewayYaml, groupGone, startGateway } from '../support/gateway.ts'
+import { SELF } from '../support/host.ts'
 import { readSse } from '../support/sse.ts'
 import { waitFor } from '../support/wait.ts'
 
@@ -52,7 +53,9 @@ describe('restart safety', () => {
   const configPath = join(dir, 'modelgate.yaml')
   writeFileSync(
     configPath,
-    `server: { host: 127.0.0.1, port: ${port} }\ndata_dir: ${dataDir}\n${gatewayYaml({ ports: [18150, 18159] }, simDir)}`,
+    // The simulators' own entry (not modelgate's @self) and a short SIGTERM grace: the unhealthy engine
+    // is SIGSTOPped, so it is the grace that ends, then SIGKILL.
+    `server: { host: 127.0.0.1, port: ${port} }\ndata_dir: ${dataDir}\n${gatewayYaml({ ports: [18150, 18159], self: SELF, stopGraceSeconds: 0.5 }, simDir)}`,
   )
   const children: Subprocess[] = []
   const engineGroups: number[] = []
@@ -160,7 +163,11 @@ describe('restart safety', () => {
     // The re-adopted engine is fully usable: wake it, and its logs keep flowing.
     const woke = await api<{ status: string }>(`/api/models/instances/${keep}/wake`, 'POST')
     expect(woke.status).toBe('running')
-    const logs = await api<{ logs: string }>(`/api/v1/models/instances/${keep}/logs`)
+    // Read from the engine's log files as they grow: wait for the wake request's line.
+    const logs = await waitFor(`the wake request in instance ${keep}'s logs`, async () => {
+      const r = await api<{ logs: string }>(`/api/v1/models/instances/${keep}/logs`)
+      return r.logs.includes('wake') ? r : undefined
+    })
     expect(logs.logs).toContain('wake')
 
     second.kill('SIGTERM')

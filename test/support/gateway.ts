@@ -23,6 +23,8 @@ export interface GatewayOptions {
   stopGraceSeconds?: number
   /** shutdown.drain_ms (default 2000: a test's own stop should not wait long for what it left running). */
   drainMs?: number
+  /** self: the argv that runs `sim engine|smi` in the YAML (default `@self`, the host's SELF). */
+  self?: readonly string[]
 }
 
 export interface TestGateway extends TestHost {
@@ -35,20 +37,21 @@ export interface TestGateway extends TestHost {
 export function gatewayYaml(o: GatewayOptions, simDir: string): string {
   const gpus = o.gpus ?? '2x80'
   const env = { SIM_LOAD_DELAY_MS: '300', SIM_TOKENS_PER_SEC: '200', ...o.env }
+  const self = o.self ? o.self.map((a) => `'${a}'`).join(', ') : "'@self'"
   return `
 log: { level: debug }
 shutdown: { timeout_ms: 15000, drain_ms: ${o.drainMs ?? 2000} }
 plugins:
   gateway:
     engine:
-      command: ['@self', sim, engine, --sim-dir, '${simDir}', --sim-gpus, '${gpus}']
+      command: [${self}, sim, engine, --sim-dir, '${simDir}', --sim-gpus, '${gpus}']
       env: ${JSON.stringify(env)}
       port_range: { start: ${o.ports[0]}, end: ${o.ports[1]} }
       startup_timeout_seconds: 30
       stop_grace_seconds: ${o.stopGraceSeconds ?? 3}
       health_poll_ms: { initial: 50, max: 200 }
     gpu:
-      smi_command: ['@self', sim, smi, --sim-dir, '${o.smiSimDir ?? simDir}', --sim-gpus, '${gpus}']
+      smi_command: [${self}, sim, smi, --sim-dir, '${o.smiSimDir ?? simDir}', --sim-gpus, '${gpus}']
       cache_ms: 0
 ${o.extraYaml ?? ''}`
 }

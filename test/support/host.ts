@@ -32,8 +32,12 @@ export interface HostOptions {
   logSink?: LogSink
 }
 
-/** SELF re-runs modelgate from source, as `@self` in engine and smi commands does in the binary. */
-export const SELF = [process.execPath, resolve(import.meta.dir, '../../src/main.ts')]
+/**
+ * SELF is what `@self` in engine and smi commands runs in a test host: the simulators' entry, which
+ * takes `sim engine|smi …` like modelgate does without loading the whole app (the gateway spawns one
+ * per engine and per GPU probe). The binary's own `@self` is driven by test/e2e.
+ */
+export const SELF = [process.execPath, resolve(import.meta.dir, '../sim/sim-entry.ts')]
 
 export function tempDataDir(): string {
   return mkdtempSync(join(tmpdir(), 'modelgate-test-'))
