@@ -7,11 +7,12 @@ import { waitFor } from '../support/wait.ts'
 describe('gateway under concurrent requests', () => {
   let gw: TestGateway
   beforeAll(async () => {
-    // Engines ignore SIGTERM here, so an unloaded engine still answers while its grace period runs.
+    // Engines ignore SIGTERM here, so an unloaded engine still answers while its grace period runs
+    // (0.5 s: ten times what the simulator takes to fall asleep).
     gw = await startGateway({
       ports: [18120, 18129],
       env: { SIM_WAKE_DELAY_MS: '300', SIM_HANG_ON_TERM: '1' },
-      stopGraceSeconds: 2,
+      stopGraceSeconds: 0.5,
     })
   })
   afterAll(() => gw.stop())

@@ -43,7 +43,7 @@ describe('blue-green move', () => {
   let gw: TestGateway
   let service: GatewayService
   beforeAll(async () => {
-    gw = await startGateway({ ports: [18240, 18259], env: { SIM_LOAD_DELAY_MS: '700' } })
+    gw = await startGateway({ ports: [18240, 18259] })
     service = gw.host.api<GatewayService>('gateway')
   })
   afterAll(() => gw.stop())

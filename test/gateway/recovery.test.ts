@@ -173,5 +173,5 @@ describe('restart safety', () => {
     second.kill('SIGTERM')
     expect(await second.exited).toBe(0)
     expect(groupGone(keepPid)).toBe(true)
-  })
+  }, 30_000)
 })
