@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { BenchmarkRun } from '../../plugins/benchmarks/model.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
 import type { TestHost } from '../support/host.ts'
+import { readSse } from '../support/sse.ts'
 import {
   api,
   bootHost,
@@ -161,12 +162,12 @@ describe('benchmark event stream', () => {
     const run = await createRun(th.url, 'isolated', [long({ totalRequests: 2 })])
     await waitRun(th, run.id, (r) => r.scenarios[0]!.phase === 'measuring')
     const res = await fetch(`${th.url}/api/benchmarks/${run.id}/events`)
-    const reader = res.body!.getReader()
-    let text = ''
-    while (!text.includes('scenario:progress')) text += new TextDecoder().decode((await reader.read()).value)
+    const first = await readSse(res, `run ${run.id}'s scenario:progress event`, (evs) =>
+      evs.some((e) => e.event === 'scenario:progress'),
+    )
+    const text = first.map((e) => e.event).join('\n')
     expect(text.indexOf('benchmark:started')).toBeLessThan(text.indexOf('scenario:started'))
     expect(text.indexOf('scenario:started')).toBeLessThan(text.indexOf('scenario:progress'))
-    await reader.cancel()
     await api(th.url, 'POST', `/api/benchmarks/${run.id}/cancel`)
     // after the end, the replay is the whole story and the stream closes by itself
     const replay = (await readEvents(`${th.url}/api/benchmarks/${run.id}/events`, 5000)).map((e) => e.event)

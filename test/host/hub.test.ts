@@ -2,6 +2,7 @@ import { describe, expect, it } from 'bun:test'
 import { EventBus } from '../../src/host/bus.ts'
 import { ReplayHub } from '../../src/host/hub.ts'
 import { sseResponse } from '../../src/http/sse.ts'
+import { readSse } from '../support/sse.ts'
 
 interface Ev {
   kind: string
@@ -183,27 +184,10 @@ describe('ReplayHub', () => {
   })
 })
 
-/** reads the SSE messages of a response until `count` data messages arrived. */
+/** reads the SSE messages of a response until `count` arrived (throws if the stream ends first). */
 async function readEvents(res: Response, count: number): Promise<number[]> {
-  const reader = res.body!.getReader()
-  const decoder = new TextDecoder()
-  let buf = ''
-  const out: number[] = []
-  while (out.length < count) {
-    const { value, done } = await reader.read()
-    if (done) break
-    buf += decoder.decode(value, { stream: true })
-    for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
-      const data = buf
-        .slice(0, i)
-        .split('\n')
-        .find((l) => l.startsWith('data: '))
-      buf = buf.slice(i + 2)
-      if (data) out.push((JSON.parse(data.slice(6)) as Ev).n)
-    }
-  }
-  await reader.cancel().catch(() => {})
-  return out
+  const messages = await readSse<Ev>(res, `${count} messages`, (evs) => evs.length >= count)
+  return messages.map((m) => m.data.n)
 }
 
 describe('ReplayHub behind an SSE response', () => {

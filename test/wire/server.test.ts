@@ -672,7 +672,8 @@ describe('wire front: hostile clients', () => {
     const f = front()
     expect(f.running).toBe(0)
     const c = await Raw.open(f.port)
-    c.write(REQ('GET', '/v1/delay?ms=300'))
+    upGate = Promise.withResolvers<void>()
+    c.write(REQ('GET', '/v1/gate'))
     await waitFor('the request to start', () => f.running > 0, { timeoutMs: 2000 })
     expect(f.running).toBe(1)
     let drained = false
@@ -680,6 +681,7 @@ describe('wire front: hostile clients', () => {
       drained = true
     })
     expect(drained).toBe(false)
+    upGate.resolve()
     await done
     expect(f.running).toBe(0)
     // Drained means answered: the response was written before the count fell.
