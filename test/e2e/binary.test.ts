@@ -238,9 +238,18 @@ describe('the compiled binary', () => {
       env: { PATH: process.env.PATH ?? '' },
       stdin: 'ignore',
       stdout: 'ignore',
-      stderr: 'ignore',
+      stderr: 'pipe',
     })
     children.push(child)
+    let logs = ''
+    const logged = new Set<() => void>()
+    void (async () => {
+      const decoder = new TextDecoder()
+      for await (const chunk of child.stderr) {
+        logs += decoder.decode(chunk, { stream: true })
+        for (const f of logged) f()
+      }
+    })()
     await waitReady(child)
     const load = await fetch(`${URL}/api/v1/models/load`, {
       method: 'POST',
@@ -250,6 +259,13 @@ describe('the compiled binary', () => {
     const { instance_id } = (await load.json()) as { instance_id: string }
     const pid = (await waitActive(instance_id)).process_id
     child.kill('SIGTERM')
+    await waitFor('the binary to log that it is shutting down', () => logs.includes('shutting down'), {
+      wake: (notify) => {
+        logged.add(notify)
+        return () => logged.delete(notify)
+      },
+    })
+    // An absence, so it is watched for a while: the shutdown waits out the engine's 60 s grace.
     await Bun.sleep(500)
     expect(child.exitCode).toBeNull() // still waiting for the stubborn engine's grace period
     const started = performance.now()
