@@ -11,7 +11,8 @@ type Multi = {
 describe('gateway lifecycle against simulated engines', () => {
   let gw: TestGateway
   beforeAll(async () => {
-    gw = await startGateway({ ports: [18100, 18119] })
+    // Wakes are not timed here: the simulator wakes in 20–60 ms instead of its default 100–300 ms.
+    gw = await startGateway({ ports: [18100, 18119], env: { SIM_WAKE_DELAY_MS: '60' } })
   })
   afterAll(() => gw.stop())
 
