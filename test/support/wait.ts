@@ -12,7 +12,7 @@ import { abortable } from '../../src/host/abortable.ts'
  * error: a check throws when what it waits for can no longer happen (the process exited).
  */
 export interface WaitOptions {
-  /** Default 10 000: a wait on an event that will come never needs long; a test sets more if it must. */
+  /** Default 10 000 ms; a test that waits on something slower sets more. */
   timeoutMs?: number
   signal?: AbortSignal
   /** wake subscribes `notify` to whatever changes the answer; it returns the unsubscribe. */
