@@ -1,6 +1,6 @@
 import type { BenchmarkEvent } from './events.ts'
 import type { Bundle, ImportResult } from './export.ts'
-import type { BenchmarkRun } from './model.ts'
+import type { BenchmarkRun } from './schemas.ts'
 
 /**
  * BenchmarksApi is what other plugins (the cluster plugin) may call: the export/import bundle of

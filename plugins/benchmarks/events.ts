@@ -1,4 +1,4 @@
-import type { BenchmarkRun, Scenario } from './model.ts'
+import type { BenchmarkRun, Scenario } from './schemas.ts'
 
 /**
  * Benchmark stream events (spec: Benchmark stream). The spec's names are kept; `scenario:failed`,

@@ -11,11 +11,11 @@ import {
   warmupEvent,
 } from './events.ts'
 import { HttpStreamClient } from './http-stream.ts'
-import { ScenarioRecorder } from './metrics.ts'
-import type { BenchmarkRun, Scenario } from './model.ts'
 import { buildPrompts } from './prompts.ts'
 import type { RunRepository } from './repo.ts'
 import { type LoadPlan, runScenarioLoad } from './runner.ts'
+import type { BenchmarkRun, Scenario } from './schemas.ts'
+import { ScenarioRecorder } from './statistics.ts'
 
 /**
  * RunExecution carries one benchmark run from pending to a final status: it runs the scenarios

@@ -1,7 +1,7 @@
 import { type Static, Type as T } from '@sinclair/typebox'
 import { badRequest } from '../../src/http/errors.ts'
-import { type BenchmarkRun, RunSchema, TERMINAL_STATUSES } from './model.ts'
 import type { RunRepository } from './repo.ts'
+import { type BenchmarkRun, RunSchema, TERMINAL_STATUSES } from './schemas.ts'
 
 /**
  * The benchmark export bundle, version 1: a JSON document carrying finished runs whole (run fields,

@@ -1,7 +1,7 @@
 import { definePlugin } from '../../src/host/plugin.ts'
 import type { BenchmarksApi } from './api.ts'
 import { BenchmarksConfig } from './config.ts'
-import init from './migrations/0001_init.sql' with { type: 'text' }
+import init from './db/migrations/0001_init.sql' with { type: 'text' }
 import { benchmarkRoutes } from './routes.ts'
 import { BenchmarkService } from './service.ts'
 

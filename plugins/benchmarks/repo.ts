@@ -1,7 +1,7 @@
 import { and, asc, count, desc, eq, inArray, sql } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
-import type { BenchmarkRun, RunStatus, RunSummary, Scenario, ScenarioMetrics } from './model.ts'
-import { benchmarkRuns, benchmarkScenarios, type RunRow, type ScenarioRow } from './schema.ts'
+import { benchmarkRuns, benchmarkScenarios, type RunRow, type ScenarioRow } from './db/schema.ts'
+import type { BenchmarkRun, RunStatus, RunSummary, Scenario, ScenarioMetrics } from './schemas.ts'
 
 /**
  * RunRepository maps benchmark runs between their resource shape and the two tables. It is the

@@ -4,7 +4,7 @@ import { sseResponse } from '../../src/http/sse.ts'
 import { METRIC_DOCS, STATUS_DOCS } from './docs.ts'
 import { EVENT_DOCS } from './events.ts'
 import { BUNDLE_VERSION, type Bundle, BundleSchema, ImportResultSchema } from './export.ts'
-import { CreateRunSchema, RunSchema, RunStatusSchema, RunSummarySchema } from './model.ts'
+import { CreateRunSchema, RunSchema, RunStatusSchema, RunSummarySchema } from './schemas.ts'
 import type { BenchmarkService } from './service.ts'
 
 /**

@@ -1,7 +1,7 @@
 import { encodeRequest, type HttpStreamClient } from './http-stream.ts'
-import type { ScenarioRecorder } from './metrics.ts'
 import { seededRandom } from './random.ts'
 import { type InFlight, type RequestSample, sendStreamingRequest } from './request.ts'
+import type { ScenarioRecorder } from './statistics.ts'
 
 /**
  * runScenarioLoad drives one scenario's traffic: a closed-loop warmup whose results are thrown

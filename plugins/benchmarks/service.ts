@@ -12,8 +12,8 @@ import type { BenchmarksConfig } from './config.ts'
 import { type BenchmarkEvent, replay, TERMINAL_EVENTS } from './events.ts'
 import { RunExecution, refreshTotals, type StopKind } from './executor.ts'
 import { type Bundle, exportBundle, type ImportResult, importBundle } from './export.ts'
-import type { BenchmarkRun, CreateRun, RunStatus, RunSummary, Scenario } from './model.ts'
 import { RunRepository } from './repo.ts'
+import type { BenchmarkRun, CreateRun, RunStatus, RunSummary, Scenario } from './schemas.ts'
 
 /**
  * BenchmarkService owns benchmark runs: it validates and stores new runs, queues them (at most

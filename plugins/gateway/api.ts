@@ -13,12 +13,12 @@ import type {
   SleepResultSchema,
   SleepStatusSchema,
   WakeResultSchema,
-} from './model.ts'
+} from './schemas.ts'
 
 /**
  * GatewayApi is what other plugins (router, benchmarks, later cluster) may call on the gateway, and
  * the records it returns. Field names follow the spec's Model instance resource (snake_case). Each
- * record is declared once, as the TypeBox schema in model.ts the routes validate and /docs shows;
+ * record is declared once, as the TypeBox schema in schemas.ts the routes validate and /docs shows;
  * the types here are derived from those schemas.
  */
 

@@ -1,5 +1,5 @@
 import { type Static, Type as T } from '@sinclair/typebox'
-import { ProxyConfig } from './proxy-config.ts'
+import { ProxyConfig } from './proxy/config.ts'
 
 /**
  * GatewayConfig is `plugins.gateway` in the YAML. `@self` in a command list stands for this

@@ -1,16 +1,16 @@
 import { definePlugin } from '../../src/host/plugin.ts'
 import type { GatewayApi } from './api.ts'
 import { GatewayConfig } from './config.ts'
-import { createInference } from './inference.ts'
+import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
+import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import { registerGatewayMetrics } from './metrics.ts'
-import instancesSql from './migrations/0001_instances.sql' with { type: 'text' }
-import presetsProfilesSql from './migrations/0002_presets_profiles.sql' with { type: 'text' }
-import { moveRoutes } from './move-routes.ts'
-import { PresetService } from './presets.ts'
-import { presetRoutes } from './presets-routes.ts'
-import { makePreloadCheck } from './profile-check.ts'
-import { ProfileRecorder, ProfileStore } from './profiles.ts'
-import { profileRoutes } from './profiles-routes.ts'
+import { moveRoutes } from './move/routes.ts'
+import { presetRoutes } from './presets/routes.ts'
+import { PresetService } from './presets/service.ts'
+import { makePreloadCheck } from './profiles/check.ts'
+import { profileRoutes } from './profiles/routes.ts'
+import { ProfileRecorder, ProfileStore } from './profiles/service.ts'
+import { createInference } from './proxy/routes.ts'
 import { InstanceRepo } from './repo.ts'
 import { gatewayRoutes } from './routes.ts'
 import { GatewayService } from './service.ts'

@@ -3,9 +3,9 @@ import type { EngineProcess } from '../../src/engine/supervisor.ts'
 import { engineOrigin, VllmClient } from '../../src/engine/vllm-client.ts'
 import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
 import type { InstanceRecord, InstanceStatus } from './api.ts'
+import type { InstanceRow } from './db/schema.ts'
 import { InstanceEvents } from './events.ts'
 import { type Change, Lifecycle, type Operation } from './lifecycle.ts'
-import type { InstanceRow } from './schema.ts'
 
 /**
  * ManagedInstance is the live state of one engine: its persisted row, its process, its log

@@ -13,7 +13,7 @@ import { sharedCacheSegmentName } from '../../src/gpu/kvcached.ts'
 import { badRequest } from '../../src/http/errors.ts'
 import type { LoadRequest } from './api.ts'
 import { expandSelf, type GatewayConfig } from './config.ts'
-import type { InstanceRow } from './schema.ts'
+import type { InstanceRow } from './db/schema.ts'
 
 /**
  * What a load turns into before anything runs: the checked extra arguments, the engine's command

@@ -1,6 +1,6 @@
 import { eq } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
-import { gatewayInstances, type InstanceRow } from './schema.ts'
+import { gatewayInstances, type InstanceRow } from './db/schema.ts'
 
 /** InstanceRepo persists instance rows; the in-memory registry is the source of truth while running. */
 export class InstanceRepo {

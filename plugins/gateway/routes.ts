@@ -14,7 +14,7 @@ import {
   SleepResultSchema,
   SleepStatusSchema,
   WakeResultSchema,
-} from './model.ts'
+} from './schemas.ts'
 import type { GatewayService } from './service.ts'
 import { gpuAvailableView, memoryUsageView, multiGpuView } from './views.ts'
 

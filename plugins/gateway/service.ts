@@ -16,14 +16,14 @@ import type {
   WakeResult,
 } from './api.ts'
 import { expandSelf, type GatewayConfig } from './config.ts'
+import type { InstanceRow } from './db/schema.ts'
 import { ManagedInstance } from './instance.ts'
 import { checkArgs, launchPlan } from './launch.ts'
 import type { Change, InstanceState, Operation, WaitOptions } from './lifecycle.ts'
-import { MoveManager } from './move.ts'
+import { MoveManager } from './move/service.ts'
 import { placeOnGpus, usedMibByGpuForPids } from './placement.ts'
 import { recover } from './recovery.ts'
 import type { InstanceRepo } from './repo.ts'
-import type { InstanceRow } from './schema.ts'
 import { SharedCache } from './shared-cache.ts'
 import { SleepWake } from './sleep-wake.ts'
 import { Supervision } from './supervision.ts'
@@ -33,7 +33,7 @@ import { Supervision } from './supervision.ts'
  * groups, unloads them, hands out routing leases to the proxy, and reports every lifecycle change
  * (persisted row, the instance's event stream, the bus, the log). The jobs around it live beside it:
  * launch.ts (command line and row), supervision.ts (logs, readiness, footprint, exits),
- * sleep-wake.ts, shared-cache.ts, recovery.ts (engines left by a previous run), move.ts.
+ * sleep-wake.ts, shared-cache.ts, recovery.ts (engines left by a previous run), move/.
  */
 /** PreloadCheck runs after placement and before spawning; it throws an AppError to refuse a load. */
 export type PreloadCheck = (req: LoadRequest, gpuIds: number[]) => Promise<void>

@@ -1,6 +1,6 @@
 import type { AuthService } from '../../src/http/auth.ts'
 import type { AppError } from '../../src/http/errors.ts'
-import type { ModelEntry } from './models.ts'
+import type { ModelEntry } from './model-table.ts'
 
 /**
  * GatewayKeyGate: the router must not be a way around the gateway's inference key. When the key

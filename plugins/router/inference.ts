@@ -10,7 +10,7 @@ import type { EndpointBackend } from './backends.ts'
 import { readInferenceBody } from './body.ts'
 import type { RouterConfig } from './config.ts'
 import { modelNotFound, modelWaking, wakeFailed } from './errors.ts'
-import type { ModelEntry, ModelTable } from './models.ts'
+import type { ModelEntry, ModelTable } from './model-table.ts'
 import type { SleepController } from './sleep.ts'
 import type { TrafficCounter } from './stats.ts'
 

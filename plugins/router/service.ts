@@ -5,7 +5,7 @@ import { GatewayKeyGate } from './access.ts'
 import type { RouterConfig } from './config.ts'
 import { ActionRefused, modelNotFound } from './errors.ts'
 import { RouterInference } from './inference.ts'
-import { type ModelEntry, ModelTable } from './models.ts'
+import { type ModelEntry, ModelTable } from './model-table.ts'
 import { SleepController } from './sleep.ts'
 import { TrafficCounter } from './stats.ts'
 import {

@@ -4,7 +4,7 @@ import type { Logger } from '../../src/host/logger.ts'
 import type { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
 import { ActionRefused } from './errors.ts'
-import type { ModelEntry, ModelTable } from './models.ts'
+import type { ModelEntry, ModelTable } from './model-table.ts'
 
 /**
  * SleepController is the sleep state machine of every model:

@@ -1,5 +1,5 @@
 import type { Endpoint } from './backends.ts'
-import type { ModelEntry } from './models.ts'
+import type { ModelEntry } from './model-table.ts'
 import { round, type TrafficSnapshot } from './stats.ts'
 
 /**

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import type { BenchmarkRun } from '../../plugins/benchmarks/model.ts'
+import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitRun } from './support.ts'
 

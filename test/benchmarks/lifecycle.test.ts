@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import type { BenchmarkRun } from '../../plugins/benchmarks/model.ts'
+import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
 import type { TestHost } from '../support/host.ts'
 import { readSse } from '../support/sse.ts'

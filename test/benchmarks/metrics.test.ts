@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'bun:test'
-import { mean, percentile, Reservoir, ScenarioRecorder } from '../../plugins/benchmarks/metrics.ts'
 import type { RequestSample } from '../../plugins/benchmarks/request.ts'
 import { classifyData, SseLineReader, type SseSink } from '../../plugins/benchmarks/sse-scan.ts'
+import { mean, percentile, Reservoir, ScenarioRecorder } from '../../plugins/benchmarks/statistics.ts'
 
 /** Statistics and SSE scanning, checked against hand-computed values. */
 const sample = (over: Partial<RequestSample>): RequestSample => ({

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import type { MoveEvent } from '../../plugins/gateway/move.ts'
+import type { MoveEvent } from '../../plugins/gateway/move/service.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { readSse } from '../support/sse.ts'
 import { waitFor } from '../support/wait.ts'

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import type { PresetProgressEvent } from '../../plugins/gateway/presets.ts'
+import type { PresetProgressEvent } from '../../plugins/gateway/presets/service.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { readSse } from '../support/sse.ts'
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import type { CheckResult } from '../../plugins/gateway/profile-check.ts'
+import type { CheckResult } from '../../plugins/gateway/profiles/check.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
 

@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test'
 import { Registry } from 'prom-client'
-import { DURATION_BUCKETS_MS, ProxyMetrics } from '../../plugins/gateway/proxy-metrics.ts'
+import { DURATION_BUCKETS_MS, ProxyMetrics } from '../../plugins/gateway/proxy/metrics.ts'
 
 /** series: the exposition lines of one metric name prefix, as a map from line head to value. */
 async function series(registry: Registry, prefix: string): Promise<Map<string, number>> {

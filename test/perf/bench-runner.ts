@@ -1,7 +1,7 @@
 import { HttpStreamClient } from '../../plugins/benchmarks/http-stream.ts'
-import { percentile, ScenarioRecorder } from '../../plugins/benchmarks/metrics.ts'
 import type { RequestSample } from '../../plugins/benchmarks/request.ts'
 import { runScenarioLoad } from '../../plugins/benchmarks/runner.ts'
+import { percentile, ScenarioRecorder } from '../../plugins/benchmarks/statistics.ts'
 import { type StubRecord, spawnStub } from './bench-stub.ts'
 
 /**

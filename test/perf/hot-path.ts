@@ -17,7 +17,7 @@
  *   bun test/perf/hot-path.ts [--requests N] [--rounds R]
  */
 import { Registry } from 'prom-client'
-import { createInference } from '../../plugins/gateway/inference.ts'
+import { createInference } from '../../plugins/gateway/proxy/routes.ts'
 import { EventBus } from '../../src/host/bus.ts'
 import { Logger } from '../../src/host/logger.ts'
 import { Conn, upstreams } from '../../src/wire/pool.ts'

@@ -1,6 +1,6 @@
 import type { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, it } from 'bun:test'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { is, SQL } from 'drizzle-orm'
@@ -23,7 +23,7 @@ import { applyMigrations, openStore, type Store } from '../../src/store/db.ts'
  * embedded in the binary) and as drizzle tables (what the code reads and writes). This test applies
  * every plugin's migrations, as the host does at boot (same plugin list, same order, same runner), to
  * a fresh SQLite file and compares what SQLite reports (PRAGMA table_info, index_list, index_xinfo,
- * foreign_key_list) with the drizzle definitions in the plugin's `schema*.ts` modules: the tables;
+ * foreign_key_list) with the drizzle definitions in the plugin's `db/*.ts` modules: the tables;
  * per column its name, type affinity, NOT NULL, primary key and default; indexes (name, unique,
  * columns with collation and order, partial or not); UNIQUE constraints; foreign keys with their
  * actions. Not compared: CHECK constraints (neither side declares any) and the text of a partial
@@ -264,11 +264,12 @@ function drift(db: Database, table: SQLiteTable): string[] {
   return out
 }
 
-/** drizzleTables: every table exported by a plugin's schema modules (plugins/<id>/schema*.ts). */
+/** drizzleTables: every table exported by a plugin's table modules (plugins/<id>/db/*.ts). */
 async function drizzleTables(pluginId: string): Promise<SQLiteTable[]> {
-  const dir = join(import.meta.dir, '../../plugins', pluginId)
+  const dir = join(import.meta.dir, '../../plugins', pluginId, 'db')
   const tables: SQLiteTable[] = []
-  for (const file of new Bun.Glob('schema*.ts').scanSync({ cwd: dir })) {
+  if (!existsSync(dir)) return tables
+  for (const file of new Bun.Glob('*.ts').scanSync({ cwd: dir })) {
     const mod = (await import(join(dir, file))) as Record<string, unknown>
     for (const v of Object.values(mod)) if (is(v, SQLiteTable)) tables.push(v)
   }
@@ -315,8 +316,7 @@ describe('SQL migrations and drizzle schemas', () => {
         ...own
           .filter((n) => !declared.includes(n))
           .map(
-            (n) =>
-              `${n}: created by the migrations of ${def.id}, declared in no plugins/${def.id}/schema*.ts`,
+            (n) => `${n}: created by the migrations of ${def.id}, declared in no plugins/${def.id}/db/*.ts`,
           ),
         ...tables.flatMap((tb) => drift(store.sqlite, tb)),
       ]

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { ENGINE_PATHS } from '../../plugins/gateway/inference.ts'
+import { ENGINE_PATHS } from '../../plugins/gateway/proxy/routes.ts'
 import { waitFor } from '../support/wait.ts'
 import {
   CHAT_REPLY,

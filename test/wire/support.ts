@@ -7,7 +7,7 @@ import type {
   Lease,
   ProxyRequestEvent,
 } from '../../plugins/gateway/api.ts'
-import { createInference } from '../../plugins/gateway/inference.ts'
+import { createInference } from '../../plugins/gateway/proxy/routes.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import { proxyError } from '../../src/http/errors.ts'
 import { startHost, type TestHost } from '../support/host.ts'

@@ -1,9 +1,9 @@
 import { index, integer, real, sqliteTable, text } from 'drizzle-orm/sqlite-core'
-import type { RoutingMode, RunMode, RunStatus, ScenarioPhase, ScenarioStatus } from './model.ts'
+import type { RoutingMode, RunMode, RunStatus, ScenarioPhase, ScenarioStatus } from '../schemas.ts'
 
 /**
- * Drizzle definitions of the tables created by migrations/0001_init.sql (test/store/migrations.test.ts
- * fails when they differ); the value sets of the enum-like text columns come from model.ts.
+ * Drizzle definitions of the tables created by db/migrations/0001_init.sql (test/store/migrations.test.ts
+ * fails when they differ); the value sets of the enum-like text columns come from schemas.ts.
  * Runs survive restarts; scenario metrics are one JSON document per scenario.
  */
 export const benchmarkRuns = sqliteTable(

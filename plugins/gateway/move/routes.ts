@@ -1,9 +1,9 @@
 import { Elysia, t } from 'elysia'
-import { notFound } from '../../src/http/errors.ts'
-import { ControllerError } from '../../src/http/schemas.ts'
-import { sseResponse } from '../../src/http/sse.ts'
-import { MoveRecordSchema } from './model.ts'
-import type { MoveManager } from './move.ts'
+import { notFound } from '../../../src/http/errors.ts'
+import { ControllerError } from '../../../src/http/schemas.ts'
+import { sseResponse } from '../../../src/http/sse.ts'
+import { MoveRecordSchema } from '../schemas.ts'
+import type { MoveManager } from './service.ts'
 
 /** moveRoutes: start, follow and cancel blue-green moves (spec: Model move). */
 const tags = ['gateway']

@@ -1,9 +1,9 @@
-import { gpuMemoryMib } from '../../src/gpu/memory.ts'
-import type { GpuInfo, GpuSnapshot } from '../../src/gpu/smi.ts'
-import { badRequest, insufficientMemory } from '../../src/http/errors.ts'
-import type { LoadRequest } from './api.ts'
-import { gpuTotalGib, type MemoryProfile, type ProfileStore, round4 } from './profiles.ts'
-import type { PreloadCheck } from './service.ts'
+import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
+import type { GpuInfo, GpuSnapshot } from '../../../src/gpu/smi.ts'
+import { badRequest, insufficientMemory } from '../../../src/http/errors.ts'
+import type { LoadRequest } from '../api.ts'
+import type { PreloadCheck } from '../service.ts'
+import { gpuTotalGib, type MemoryProfile, type ProfileStore, round4 } from './service.ts'
 
 /**
  * checkPreload answers "will this model fit?" from its memory profile before anything is spawned:

@@ -1,11 +1,11 @@
 import { index, integer, real, sqliteTable, text } from 'drizzle-orm/sqlite-core'
-import type { InstanceStatus, MemoryMetrics, SleepLevel } from './api.ts'
+import type { InstanceStatus, MemoryMetrics, SleepLevel } from '../api.ts'
 
 /**
  * gatewayInstances records every engine the gateway launched, with what is needed to find it again
  * after a restart (pid, process group, start time, port, GPUs, launch command). It mirrors
- * migrations/0001_instances.sql (test/store/migrations.test.ts fails when they differ); the API's
- * instance record (model.ts) is a view of it: `pid` as `process_id`, without the recovery columns.
+ * db/migrations/0001_instances.sql (test/store/migrations.test.ts fails when they differ); the API's
+ * instance record (schemas.ts) is a view of it: `pid` as `process_id`, without the recovery columns.
  */
 export const gatewayInstances = sqliteTable(
   'gateway_instances',

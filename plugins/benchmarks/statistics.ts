@@ -1,6 +1,6 @@
-import type { ScenarioMetrics } from './model.ts'
 import { seededRandom } from './random.ts'
 import type { RequestSample } from './request.ts'
+import type { ScenarioMetrics } from './schemas.ts'
 
 /**
  * Statistics of one scenario, defined as `vllm bench serve` defines them (times in ms):

@@ -1,7 +1,7 @@
 import { Elysia, t } from 'elysia'
-import { badRequest, notFound } from '../../src/http/errors.ts'
-import { ControllerError } from '../../src/http/schemas.ts'
-import { type CheckOptions, checkPreload, OK_FRACTION } from './profile-check.ts'
+import { badRequest, notFound } from '../../../src/http/errors.ts'
+import { ControllerError } from '../../../src/http/schemas.ts'
+import { type CheckOptions, checkPreload, OK_FRACTION } from './check.ts'
 import {
   type InstanceSource,
   instanceProfile,
@@ -9,7 +9,7 @@ import {
   type MemoryProfile,
   manualProfile,
   type ProfileStore,
-} from './profiles.ts'
+} from './service.ts'
 
 /**
  * profileRoutes: the spec's memory-profile endpoints, the pre-load check, and the export/import

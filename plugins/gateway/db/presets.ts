@@ -1,10 +1,10 @@
 import { sql } from 'drizzle-orm'
 import { index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core'
 import type { Static } from 'elysia'
-import type { PresetSourceTypeSchema, ProfileSourceSchema } from './model.ts'
+import type { PresetSourceTypeSchema, ProfileSourceSchema } from '../schemas.ts'
 
 /**
- * schema-presets holds the tables of configuration presets (a named set of models to load together)
+ * db/presets.ts holds the tables of configuration presets (a named set of models to load together)
  * and of memory profiles (what a model measured on a kind of GPU). They mirror
  * migrations/0002_presets_profiles.sql, indexes and constraints included
  * (test/store/migrations.test.ts fails when they differ).

@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import { and, desc, eq } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
-import type { GpuInfo, GpuSnapshot } from '../../src/gpu/smi.ts'
-import type { EventBus } from '../../src/host/bus.ts'
-import type { Logger } from '../../src/host/logger.ts'
-import { AppError, badRequest, conflict, modelNotFound, notFound } from '../../src/http/errors.ts'
-import type { InstanceRecord } from './api.ts'
-import { gatewayMemoryProfiles, type MemoryProfile, type ProfileSource } from './schema-presets.ts'
+import type { GpuInfo, GpuSnapshot } from '../../../src/gpu/smi.ts'
+import type { EventBus } from '../../../src/host/bus.ts'
+import type { Logger } from '../../../src/host/logger.ts'
+import { AppError, badRequest, conflict, modelNotFound, notFound } from '../../../src/http/errors.ts'
+import type { InstanceRecord } from '../api.ts'
+import { gatewayMemoryProfiles, type MemoryProfile, type ProfileSource } from '../db/presets.ts'
 
 /**
  * ProfileStore keeps memory profiles: what a model (at a context length and tensor parallelism)

@@ -1,14 +1,14 @@
 import { randomUUID } from 'node:crypto'
 import { asc, count, desc, eq } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
-import { WaitError } from '../../src/host/abortable.ts'
-import type { EventBus } from '../../src/host/bus.ts'
-import { ReplayHub } from '../../src/host/hub.ts'
-import type { Logger } from '../../src/host/logger.ts'
-import { badRequest, conflict, notFound } from '../../src/http/errors.ts'
-import type { GatewayApi, InstanceRecord, LoadRequest } from './api.ts'
-import type { InstanceState, WaitOptions } from './lifecycle.ts'
-import { gatewayPresetEntries, gatewayPresets, type PresetEntryRow } from './schema-presets.ts'
+import { WaitError } from '../../../src/host/abortable.ts'
+import type { EventBus } from '../../../src/host/bus.ts'
+import { ReplayHub } from '../../../src/host/hub.ts'
+import type { Logger } from '../../../src/host/logger.ts'
+import { badRequest, conflict, notFound } from '../../../src/http/errors.ts'
+import type { GatewayApi, InstanceRecord, LoadRequest } from '../api.ts'
+import { gatewayPresetEntries, gatewayPresets, type PresetEntryRow } from '../db/presets.ts'
+import type { InstanceState, WaitOptions } from '../lifecycle.ts'
 
 /**
  * PresetService keeps configuration presets (named sets of models saved from what runs) and loads
@@ -59,7 +59,7 @@ export interface PresetProgressEvent {
   instanceId?: string
 }
 
-declare module '../../src/host/bus.ts' {
+declare module '../../../src/host/bus.ts' {
   interface BusEvents {
     'gateway.preset.progress': PresetProgressEvent
   }

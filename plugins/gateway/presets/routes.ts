@@ -1,7 +1,7 @@
 import { Elysia, t } from 'elysia'
-import { ControllerError } from '../../src/http/schemas.ts'
-import { sseResponse } from '../../src/http/sse.ts'
-import type { PresetService } from './presets.ts'
+import { ControllerError } from '../../../src/http/schemas.ts'
+import { sseResponse } from '../../../src/http/sse.ts'
+import type { PresetService } from './service.ts'
 
 /**
  * presetRoutes: the spec's configuration (preset) endpoints, plus an SSE stream of preset-load

@@ -1,5 +1,5 @@
 import type { Metric, Registry } from 'prom-client'
-import { METRIC_PREFIX } from '../../src/host/metrics.ts'
+import { METRIC_PREFIX } from '../../../src/host/metrics.ts'
 
 /**
  * ProxyMetrics: the spec's request counter and latency histogram for proxied inference requests,

@@ -1,15 +1,15 @@
 import { randomBytes } from 'node:crypto'
-import { removeFlag } from '../../src/engine/vllm-command.ts'
-import type { GpuSnapshot } from '../../src/gpu/smi.ts'
-import { WaitError } from '../../src/host/abortable.ts'
-import type { EventBus } from '../../src/host/bus.ts'
-import { ReplayHub } from '../../src/host/hub.ts'
-import type { Logger } from '../../src/host/logger.ts'
-import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../src/http/errors.ts'
-import type { LoadRequest, LoadResponse, MoveEvent, MovePhase, MoveRecord } from './api.ts'
-import type { ManagedInstance } from './instance.ts'
-import type { Operation } from './lifecycle.ts'
-import { effectiveFreeMib } from './placement.ts'
+import { removeFlag } from '../../../src/engine/vllm-command.ts'
+import type { GpuSnapshot } from '../../../src/gpu/smi.ts'
+import { WaitError } from '../../../src/host/abortable.ts'
+import type { EventBus } from '../../../src/host/bus.ts'
+import { ReplayHub } from '../../../src/host/hub.ts'
+import type { Logger } from '../../../src/host/logger.ts'
+import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../../src/http/errors.ts'
+import type { LoadRequest, LoadResponse, MoveEvent, MovePhase, MoveRecord } from '../api.ts'
+import type { ManagedInstance } from '../instance.ts'
+import type { Operation } from '../lifecycle.ts'
+import { effectiveFreeMib } from '../placement.ts'
 
 /**
  * MoveManager runs blue-green moves of an instance to other GPUs: load a target beside the source,
@@ -30,7 +30,7 @@ export interface MoveHost {
   stopBudgetMs(): number
 }
 
-declare module '../../src/host/bus.ts' {
+declare module '../../../src/host/bus.ts' {
   interface BusEvents {
     'gateway.move.progress': MoveEvent
   }
