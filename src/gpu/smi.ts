@@ -1,3 +1,4 @@
+import { abortable } from '../host/abortable.ts'
 /**
  * smi asks nvidia-smi (or anything answering the same queries, such as `modelgate sim smi`) what
  * GPUs exist and what runs on them. Parsing never throws: `[N/A]`, `[Not Supported]` and friends
@@ -186,17 +187,12 @@ export class GpuProbe {
       const what = code === 'ENOENT' ? 'not found' : code === 'EACCES' ? 'not executable' : 'failed to start'
       return { ok: false, reason: `${basename(program)} ${what} (command: ${shown})` }
     }
-    let timer: ReturnType<typeof setTimeout> | undefined
-    const deadline = new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => resolve('timeout'), this.timeoutMs)
-    })
     const finished = Promise.all([
       proc.exited,
       new Response(proc.stdout).text(),
       new Response(proc.stderr).text(),
     ]).catch(() => null)
-    const outcome = await Promise.race([finished, deadline])
-    clearTimeout(timer)
+    const outcome = await abortable(finished, { timeoutMs: this.timeoutMs }).catch(() => 'timeout' as const)
     if (outcome === 'timeout' || outcome === null) {
       proc.kill('SIGKILL')
       const why = outcome === 'timeout' ? `timed out after ${this.timeoutMs} ms` : 'output could not be read'
