@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
-import { chat, engineHits, startTwoAndGhost, type TestRouter, TWO_AND_GHOST, waitUntil } from './support.ts'
+import { waitFor } from '../support/wait.ts'
+import { chat, engineHits, startTwoAndGhost, type TestRouter, TWO_AND_GHOST } from './support.ts'
 
 /**
  * The router's sleep and wake actions against simulator engines (and one endpoint where nothing
@@ -109,12 +110,12 @@ describe('router sleep and wake actions', () => {
     expect(waking.status).toBe(409)
     expect(waking.body).toEqual({ status: 'error', model: A, message: 'Model is already waking up' })
 
-    await waitUntil(
+    await waitFor(
+      'model awake',
       async () =>
         (await r.get<{ models: Record<string, { status: string }> }>('/sleep/status')).body.models[A]!
           .status === 'active',
-      5000,
-      'model awake',
+      { timeoutMs: 5000 },
     )
     expect(engineHits(a, 'POST', '/wake_up') - wakesBefore).toBe(1)
     expect((await r.post('/v1/chat/completions', chat(A))).status).toBe(200)

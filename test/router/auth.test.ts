@@ -1,15 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { RouterService } from '../../plugins/router/service.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
-import {
-  chat,
-  engineHits,
-  modelsYaml,
-  startRouterWithGateway,
-  startSim,
-  type TestRouter,
-  waitUntil,
-} from './support.ts'
+import { waitFor } from '../support/wait.ts'
+import { chat, engineHits, modelsYaml, startRouterWithGateway, startSim, type TestRouter } from './support.ts'
 
 /**
  * With `auth.inference_api_key` set, the router is no way around the gateway's inference key: its
@@ -77,8 +70,10 @@ ${modelsYaml([{ name: SOLO, port: solo.port }])}
   expect(load.status).toBe(202)
   instanceId = load.body.instance_id
   enginePort = load.body.port
-  await waitUntil(async () => (await instanceStatus()) === 'active', 20_000, 'instance active')
-  await waitUntil(async () => (await routerState())?.status === 'active', 5_000, 'router follows it')
+  await waitFor('instance active', async () => (await instanceStatus()) === 'active', { timeoutMs: 20_000 })
+  await waitFor('router follows it', async () => (await routerState())?.status === 'active', {
+    timeoutMs: 5_000,
+  })
 })
 
 afterAll(async () => {
@@ -113,7 +108,9 @@ describe('router honours the gateway inference key', () => {
     expect(ok.status).toBe(200)
     expect(ok.body.model).toBe(GW)
     expect(ok.body.choices).toHaveLength(1)
-    await waitUntil(async () => (await engineRequests()) === 1, 5_000, 'the engine counts the request')
+    await waitFor('the engine counts the request', async () => (await engineRequests()) === 1, {
+      timeoutMs: 5_000,
+    })
     expect(await gatewayCount()).toBe(1)
     expect(await traffic()).toMatchObject({ total_requests: 1, successful_requests: 1 })
   })
@@ -185,7 +182,9 @@ describe('router honours the gateway inference key', () => {
     expect(res.body.model).toBe(SOLO)
     // An OpenAI client's key, right or wrong, is ignored as the spec says.
     expect((await r.post('/v1/chat/completions', chat(SOLO), bearer('anything'))).status).toBe(200)
-    await waitUntil(() => engineHits(solo, 'POST', '/v1/chat/completions') === 2, 5_000, 'engine log lines')
+    await waitFor('engine log lines', () => engineHits(solo, 'POST', '/v1/chat/completions') === 2, {
+      timeoutMs: 5_000,
+    })
     expect((await r.post(`/action/sleep/${SOLO}`)).status).toBe(200)
     expect((await routerState(SOLO))?.status).toBe('sleeping')
     expect((await r.post(`/action/wakeup/${SOLO}`)).status).toBe(200)

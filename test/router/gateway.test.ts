@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { chat, startRouterWithGateway, type TestRouter, waitUntil } from './support.ts'
+import { waitFor } from '../support/wait.ts'
+import { chat, startRouterWithGateway, type TestRouter } from './support.ts'
 
 /**
  * from_gateway: the router follows the gateway plugin's instances by served model name as they
@@ -41,7 +42,7 @@ describe('router following the gateway', () => {
     })
     expect(load.status).toBe(202)
     instanceId = load.body.instance_id
-    await waitUntil(async () => (await instanceStatus()) === 'active', 20_000, 'instance active')
+    await waitFor('instance active', async () => (await instanceStatus()) === 'active', { timeoutMs: 20_000 })
     const models = await r.get<{ data: { id: string; endpoint: { port: number } }[] }>('/models')
     expect(models.body.data).toEqual([
       {
@@ -93,7 +94,9 @@ describe('router following the gateway', () => {
     const waking = await r.post('/v1/chat/completions', chat(NAME))
     expect(waking.status).toBe(503)
     expect((waking.body as { error: { code: string } }).error.code).toBe('model_waking')
-    await waitUntil(async () => (await routerState()) === 'active', 10_000, 'router sees the model awake')
+    await waitFor('router sees the model awake', async () => (await routerState()) === 'active', {
+      timeoutMs: 10_000,
+    })
     expect(await instanceStatus()).toBe('active')
     expect((await r.post('/v1/chat/completions', chat(NAME))).status).toBe(200)
   })
@@ -111,10 +114,10 @@ describe('router following the gateway', () => {
   it('drops the model when its instance unloads', async () => {
     const res = await main(`/api/v1/models/${instanceId}/unload`, { method: 'POST' })
     expect(res.status).toBe(202)
-    await waitUntil(
-      async () => (await r.get<{ data: unknown[] }>('/models')).body.data.length === 0,
-      15_000,
+    await waitFor(
       'model gone from the router',
+      async () => (await r.get<{ data: unknown[] }>('/models')).body.data.length === 0,
+      { timeoutMs: 15_000 },
     )
     expect((await r.post('/v1/chat/completions', chat(NAME))).status).toBe(404)
     expect((await r.get(`/traffic/stats/${NAME}`)).status).toBe(404)

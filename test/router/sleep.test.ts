@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { RouterService } from '../../plugins/router/service.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
-import { chat, engineHits, modelsYaml, startRouter, startSim, type TestRouter, waitUntil } from './support.ts'
+import { waitFor } from '../support/wait.ts'
+import { chat, engineHits, modelsYaml, startRouter, startSim, type TestRouter } from './support.ts'
 
 /**
  * Auto-sleep of idle models (and never of a busy one), wake on request in hold mode with its
@@ -59,7 +60,9 @@ auto_sleep: { enabled: true, idle_threshold: 1, check_interval: 1 }
     // Both models have been idle past the threshold by the router's clock; the stream keeps BUSY busy.
     r.clock.advance(1000)
     autoSleepCheck(r)
-    await waitUntil(async () => (await stateOf(r!, IDLE)) === 'sleeping', 4000, 'the idle model asleep')
+    await waitFor('the idle model asleep', async () => (await stateOf(r!, IDLE)) === 'sleeping', {
+      timeoutMs: 4000,
+    })
     expect(await (await fetch(`http://127.0.0.1:${idle.port}/is_sleeping`)).json()).toEqual({
       is_sleeping: true,
     })
@@ -83,10 +86,10 @@ auto_sleep: { enabled: true, idle_threshold: 1, check_interval: 1 }
     // Once the stream has ended, the busy model becomes idle like any other.
     r.clock.advance(1000)
     autoSleepCheck(r)
-    await waitUntil(
-      async () => (await stateOf(r!, BUSY)) === 'sleeping',
-      4000,
+    await waitFor(
       'the busy model asleep after its stream',
+      async () => (await stateOf(r!, BUSY)) === 'sleeping',
+      { timeoutMs: 4000 },
     )
     const stats = await r.get<{
       by_model: Record<string, { total_requests: number; successful_requests: number }>
@@ -172,11 +175,9 @@ describe('router wake failures', () => {
       const first = await post()
       expect(first.status).toBe(503)
       expect(((await first.json()) as { error: { code: string } }).error.code).toBe('model_waking')
-      await waitUntil(
-        async () => (await stateOf(rr, 'doomed-model')) === 'sleeping',
-        5000,
-        'the wake to fail',
-      )
+      await waitFor('the wake to fail', async () => (await stateOf(rr, 'doomed-model')) === 'sleeping', {
+        timeoutMs: 5000,
+      })
       const second = await post()
       expect(second.status).toBe(502)
       const err = ((await second.json()) as { error: { code: string; message: string } }).error

@@ -167,19 +167,6 @@ export const chat = (model: string, extra: Record<string, unknown> = {}) => ({
   ...extra,
 })
 
-/** waitUntil polls `cond` until it holds or `ms` pass. */
-export async function waitUntil(
-  cond: () => boolean | Promise<boolean>,
-  ms = 5000,
-  what = 'condition',
-): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await Bun.sleep(25)
-  }
-}
-
 /** Names of the standalone-router fixture: two simulator engines and one endpoint where nothing listens. */
 export const TWO_AND_GHOST = { A: 'org/model-a', B: 'model-b', GHOST: 'ghost' } as const
 
