@@ -1,12 +1,7 @@
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import router from '../../plugins/router/index.ts'
-import { knownPlugins } from '../../src/config/file.ts'
-import { loadConfig } from '../../src/config/load.ts'
-import { Host } from '../../src/host/host.ts'
-import { Logger } from '../../src/host/logger.ts'
+import type { Host } from '../../src/host/host.ts'
 import type { PluginDefinition } from '../../src/host/plugin.ts'
+import { startHost } from '../support/host.ts'
 
 /**
  * startRouterForBench boots a real Host running only the router plugin, routing one model name
@@ -32,11 +27,7 @@ export interface RouterBench {
 }
 
 export async function startRouterForBench(o: RouterBenchOptions): Promise<RouterBench> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'modelgate-router-bench-'))
-  const idle = o.idleTimeoutSeconds ?? 120
   const yaml = `
-data_dir: ${dataDir}
-server: { host: 127.0.0.1, port: 0, idle_timeout_seconds: ${idle} }
 log: { level: warn }
 plugins:
   router:
@@ -46,23 +37,10 @@ plugins:
     models:
       - { name: ${JSON.stringify(o.model ?? 'bench-model')}, endpoint: { host: ${o.upstreamHost ?? '127.0.0.1'}, port: ${o.upstreamPort} } }
 `
-  const defs = [router as unknown as PluginDefinition]
-  const config = loadConfig(yaml, {}, knownPlugins(defs))
-  const logs: string[] = []
-  const host = new Host({
-    config,
-    definitions: defs,
-    version: '0.0.0-bench',
-    selfCommand: [process.execPath],
-    logger: new Logger('warn', 'bench', 'text', o.logSink ?? ((l) => logs.push(l))),
+  const th = await startHost(yaml, [router as unknown as PluginDefinition], {}, undefined, {
+    server: { idle_timeout_seconds: o.idleTimeoutSeconds ?? 120 },
+    logLevel: 'warn',
+    ...(o.logSink ? { logSink: o.logSink } : {}),
   })
-  await host.boot()
-  return {
-    url: host.urls.router!,
-    host,
-    async stop() {
-      await host.shutdown('bench')
-      rmSync(dataDir, { recursive: true, force: true })
-    },
-  }
+  return { url: th.host.urls.router!, host: th.host, stop: th.stop }
 }
