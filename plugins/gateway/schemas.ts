@@ -235,4 +235,6 @@ export const MoveRecordSchema = t.Object({
 export const ProfileSourceSchema = t.Union([t.Literal('auto'), t.Literal('manual'), t.Literal('instance')])
 
 /** PresetSourceTypeSchema: `local` for paths starting with / or ., else `huggingface` (a model-hub path). */
-export const PresetSourceTypeSchema = t.Union([t.Literal('huggingface'), t.Literal('local')])
+export const PresetSourceTypeSchema = t.Union([t.Literal('huggingface'), t.Literal('local')], {
+  description: '`local` for paths starting with / or ., else `huggingface` (a model-hub path)',
+})

@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import { ControllerError } from '../../../src/http/schemas.ts'
 import { sseResponse } from '../../../src/http/sse.ts'
+import { PresetSourceTypeSchema } from '../schemas.ts'
 import type { PresetService } from './service.ts'
 
 /**
@@ -24,9 +25,7 @@ const Entry = t.Object({
   modelPath: t.String(),
   servedModelName: t.String(),
   maxTokens: t.Nullable(t.Number({ description: 'context length the model ran with' })),
-  sourceType: t.Union([t.Literal('huggingface'), t.Literal('local')], {
-    description: '`local` for paths starting with / or ., else `huggingface` (a model-hub path)',
-  }),
+  sourceType: PresetSourceTypeSchema,
   gpuIds: t.Array(t.Number()),
   tensorParallelSize: t.Number(),
   extraArgs: t.Array(t.String()),

@@ -7,7 +7,12 @@ import { ReplayHub } from '../../../src/host/hub.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import { badRequest, conflict, notFound } from '../../../src/http/errors.ts'
 import type { GatewayApi, InstanceRecord, LoadRequest } from '../api.ts'
-import { gatewayPresetEntries, gatewayPresets, type PresetEntryRow } from '../db/presets.ts'
+import {
+  gatewayPresetEntries,
+  gatewayPresets,
+  type PresetEntryRow,
+  type PresetSourceType,
+} from '../db/presets.ts'
 import type { InstanceState, WaitOptions } from '../lifecycle.ts'
 
 /**
@@ -22,7 +27,7 @@ export interface PresetEntry {
   modelPath: string
   servedModelName: string
   maxTokens: number | null
-  sourceType: 'huggingface' | 'local'
+  sourceType: PresetSourceType
   gpuIds: number[]
   tensorParallelSize: number
   extraArgs: string[]
@@ -78,7 +83,7 @@ type PresetGateway = Pick<GatewayApi, 'list' | 'get' | 'load' | 'unload' | 'move
 }
 
 /** sourceType: local paths start with / or .; anything else is a model-hub path. */
-export function sourceType(modelPath: string): 'huggingface' | 'local' {
+export function sourceType(modelPath: string): PresetSourceType {
   return modelPath.startsWith('/') || modelPath.startsWith('.') ? 'local' : 'huggingface'
 }
 

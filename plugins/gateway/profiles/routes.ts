@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import { badRequest, notFound } from '../../../src/http/errors.ts'
 import { ControllerError } from '../../../src/http/schemas.ts'
+import { ProfileSourceSchema } from '../schemas.ts'
 import { type CheckOptions, checkPreload, OK_FRACTION } from './check.ts'
 import {
   type InstanceSource,
@@ -38,7 +39,7 @@ export const ProfileSchema = t.Object({
   gpu_memory_utilization: t.Nullable(
     t.Number({ description: 'utilization the engine ran at; null for kvcached engines and unknown' }),
   ),
-  source: t.Union([t.Literal('auto'), t.Literal('manual'), t.Literal('instance')]),
+  source: ProfileSourceSchema,
   comments: t.Nullable(t.String()),
   created_at: t.String({ description: 'when the figures were measured or entered (ISO 8601)' }),
 })
