@@ -1,5 +1,6 @@
 import type { Static } from 'elysia'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
+import type { Change } from './lifecycle.ts'
 import type {
   InstanceDetailSchema,
   InstanceSchema,
@@ -112,9 +113,22 @@ export interface ProxyRequestEvent {
   path: string
 }
 
+/**
+ * InstanceLifecycleEvent: every change of an instance's lifecycle (plugins/gateway/lifecycle.ts):
+ * state changes (also sent as `gateway.instance.status`), operations beginning and ending, routing
+ * turned on or off; `at` is performance.now() when it happened (for durations).
+ */
+export interface InstanceLifecycleEvent {
+  instance_id: string
+  served_model_name: string
+  change: Change
+  at: number
+}
+
 declare module '../../src/host/bus.ts' {
   interface BusEvents {
     'gateway.instance.status': InstanceStatusEvent
+    'gateway.instance.lifecycle': InstanceLifecycleEvent
     'proxy.request': ProxyRequestEvent
   }
 }

@@ -1,6 +1,7 @@
+import type { Static } from 'elysia'
 import { abortable } from '../../src/host/abortable.ts'
 import { AppError, conflict } from '../../src/http/errors.ts'
-import type { InstanceStatus } from './api.ts'
+import type { InstanceStatusSchema } from './schemas.ts'
 
 /**
  * An instance's lifecycle as a transition table (as llama-swap's process states are): its state,
@@ -17,6 +18,7 @@ import type { InstanceStatus } from './api.ts'
  *   stopping ◀───────────┘                         ▼
  *      └──────────────────────────────────────▶ removed
  */
+type InstanceStatus = Static<typeof InstanceStatusSchema>
 export type InstanceState = InstanceStatus | 'removed'
 
 /** The control operations; one at a time per instance. A move marks both its source and its target. */

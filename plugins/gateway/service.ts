@@ -194,6 +194,12 @@ export class GatewayService implements GatewayApi {
 
   /** report: the one place a lifecycle change becomes a persisted row, events and a log line. */
   private report(inst: ManagedInstance, change: Change): void {
+    this.deps.bus.emit('gateway.instance.lifecycle', {
+      instance_id: inst.id,
+      served_model_name: inst.row.served_model_name,
+      change,
+      at: performance.now(),
+    })
     if (change.kind !== 'state') return
     const { current, message } = change
     const previousStatus = change.previous as InstanceStatus
