@@ -9,11 +9,12 @@ import {
   removeFlag,
 } from '../../src/engine/vllm-command.ts'
 import { shortModelName } from '../../src/gpu/colors.ts'
-import { sharedCacheSegmentName } from '../../src/gpu/kvcached.ts'
+import { instanceSegmentName } from '../../src/gpu/kvcached.ts'
 import { badRequest } from '../../src/http/errors.ts'
 import type { LoadRequest } from './api.ts'
 import { expandSelf, type GatewayConfig } from './config.ts'
 import type { InstanceRow } from './db/schema.ts'
+import { engineMarker } from './orphans/marker.ts'
 
 /**
  * What a load turns into before anything runs: the checked extra arguments, the engine's command
@@ -85,7 +86,8 @@ export interface Launch {
 /** launchPlan builds the engine's argv and environment and the new instance's row (status starting). */
 export function launchPlan(
   config: GatewayConfig,
-  where: { selfCommand: readonly string[]; dataDir: string },
+  /** engineEnv: what the settings add to a new engine's environment (HF_TOKEN); never on its command line. */
+  where: { selfCommand: readonly string[]; dataDir: string; engineEnv?: () => Record<string, string> },
   req: LoadRequest,
   c: LaunchChoice,
 ): Launch {
@@ -111,12 +113,15 @@ export function launchPlan(
   const env = {
     ...process.env,
     ...config.engine.env,
+    ...where.engineEnv?.(),
     ...buildEngineEnv({
       gpuIds: c.gpuIds,
       enableSleepMode: sleepMode,
       sharedCache: c.sharedCache,
-      sharedCacheName: sharedCacheSegmentName(c.gpuIds),
+      sharedCacheName: instanceSegmentName(id),
     }),
+    // The marker that recognises this engine as ours, even after a restart (orphans/).
+    ...engineMarker(id, where.dataDir),
   }
   const now = new Date().toISOString()
   const row: InstanceRow = {

@@ -36,4 +36,36 @@ export function registerGatewayMetrics(registry: Registry, service: GatewayServi
       }
     },
   })
+  registerKvPoolMetrics(registry, service)
+}
+
+/**
+ * KV pool gauges per GPU, from the kvcached segments of the shared-cache engines on it, summed at
+ * scrape (SharedCache.usageByGpu, the figures the memory views use). Labelled by GPU index only, so
+ * engines coming and going never add series. A GPU without shared-cache engines has no series.
+ */
+const KV_POOL_FIELDS = [
+  ['used', 'usedBytes', 'KV cache memory in use in the shared pool of each GPU (sum of its engines)'],
+  [
+    'prealloc',
+    'preallocBytes',
+    'KV cache memory preallocated (mapped, not yet used) in the shared pool of each GPU',
+  ],
+  ['limit', 'totalBytes', "Sum of the KV limits (kvcached's total) of the shared-cache engines on each GPU"],
+] as const
+
+function registerKvPoolMetrics(registry: Registry, service: GatewayService): void {
+  for (const [name, field, help] of KV_POOL_FIELDS) {
+    new Gauge({
+      name: `${METRIC_PREFIX}kv_pool_${name}_bytes`,
+      help,
+      labelNames: ['gpu'],
+      registers: [registry],
+      collect() {
+        this.reset()
+        for (const [gpu, u] of service.sharedCache.usageByGpu())
+          this.set({ gpu: String(gpu) }, Math.round(u[field]))
+      },
+    })
+  }
 }

@@ -1,17 +1,22 @@
 import {
+  addUsage,
+  instanceSegmentName,
   type KvcachedUsage,
-  readKvcachedSegment,
-  removeKvcachedSegment,
-  sharedCacheSegmentName,
-  writeKvcachedSegment,
+  readEngineUsage,
+  removeEngineSegments,
 } from '../../src/gpu/kvcached.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { ManagedInstance } from './instance.ts'
 
 /**
- * SharedCache keeps the shared KV cache pool's segment (kvcached: one segment per engine's GPU set)
- * right as engines come and go. An engine removes the segment on SIGTERM even when others on the
- * same GPUs still use it.
+ * SharedCache reads and cleans up the kvcached segments of shared-cache engines. kvcached keeps one
+ * segment per engine (its start writes `(its_total, 0, 0)`, its updates overwrite used and
+ * prealloc), so each instance is launched with its own name, derived from its id
+ * (instanceSegmentName, set as KVCACHED_IPC_NAME): no column, and a re-adopted engine keeps it.
+ * A GPU's pool is the sum of the segments of the engines on it (a TP engine's split evenly over its
+ * GPUs). An engine removes its own segment on a clean exit; a killed one leaves it stale, and the
+ * gateway removes it once the engine is gone. No engine ever touches another's segment, so nothing
+ * has to be restored.
  */
 export class SharedCache {
   constructor(
@@ -20,43 +25,48 @@ export class SharedCache {
     private readonly log: Logger,
   ) {}
 
-  private othersOnSegment(inst: ManagedInstance): ManagedInstance[] {
-    const name = sharedCacheSegmentName(inst.row.gpu_ids)
-    return [...this.instances()].filter(
-      (o) =>
-        o !== inst &&
-        o.row.sharedcache_enabled &&
-        o.status !== 'failed' &&
-        sharedCacheSegmentName(o.row.gpu_ids) === name,
-    )
-  }
-
-  /** snapshot: the segment as it is before an engine of it stops (null without shared cache). */
-  snapshot(inst: ManagedInstance): KvcachedUsage | null {
+  /** usage: an instance's own figures (its segments summed), null without shared cache or segment. */
+  usage(inst: ManagedInstance): KvcachedUsage | null {
     if (!inst.row.sharedcache_enabled) return null
-    return readKvcachedSegment(sharedCacheSegmentName(inst.row.gpu_ids), this.shmDir)
+    return readEngineUsage(instanceSegmentName(inst.id), this.shmDir)
   }
 
   /**
-   * restore after an engine stopped: if others remain on the segment, put it back as it was; if
-   * none remain, remove a stale one.
+   * usageByGpu: per GPU index, the sum of the segments of the shared-cache engines placed on it
+   * (failed ones hold nothing), each engine's split evenly over its GPUs.
    */
-  restore(inst: ManagedInstance, before: KvcachedUsage | null): void {
-    if (!inst.row.sharedcache_enabled) return
-    const name = sharedCacheSegmentName(inst.row.gpu_ids)
-    if (this.othersOnSegment(inst).length === 0) {
-      removeKvcachedSegment(name, this.shmDir)
-      return
+  usageByGpu(): Map<number, KvcachedUsage> {
+    const out = new Map<number, KvcachedUsage>()
+    for (const inst of this.instances()) {
+      if (inst.status === 'failed') continue
+      const seg = this.usage(inst)
+      if (!seg) continue
+      const share = inst.row.gpu_ids.length
+      for (const g of inst.row.gpu_ids) out.set(g, addUsage(out.get(g) ?? EMPTY, seg, share))
     }
-    if (before && !readKvcachedSegment(name, this.shmDir)) {
-      writeKvcachedSegment(name, before, this.shmDir)
-      this.log.info('restored the shared KV cache segment removed by a departing engine', { segment: name })
-    }
+    return out
   }
 
-  /** cleanup after an engine died: the segment goes when no other engine uses it. */
+  /** cleanup, once an instance's engine is gone: remove the segments it left (SIGKILL, crash). */
   cleanup(inst: ManagedInstance): void {
-    if (inst.row.sharedcache_enabled && this.othersOnSegment(inst).length === 0)
-      removeKvcachedSegment(sharedCacheSegmentName(inst.row.gpu_ids), this.shmDir)
+    if (!inst.row.sharedcache_enabled) return
+    const removed = removeEngineSegments(instanceSegmentName(inst.id), this.shmDir)
+    if (removed.length)
+      this.log.info('removed the stale kvcached segment of a stopped engine', {
+        instance: inst.id,
+        segments: removed.join(','),
+      })
+  }
+
+  /** @deprecated one segment per engine: nothing to save before a stop (returns null). */
+  snapshot(_inst: ManagedInstance): null {
+    return null
+  }
+
+  /** @deprecated use cleanup: with one segment per engine, restoring is only removing its own. */
+  restore(inst: ManagedInstance, _before: null): void {
+    this.cleanup(inst)
   }
 }
+
+const EMPTY: KvcachedUsage = { totalBytes: 0, usedBytes: 0, preallocBytes: 0 }

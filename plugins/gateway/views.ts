@@ -1,5 +1,4 @@
 import { groupPids } from '../../src/engine/process.ts'
-import { readKvcachedSegment, sharedCacheSegmentName } from '../../src/gpu/kvcached.ts'
 import {
   gpuAvailability,
   type KvUsage,
@@ -17,7 +16,8 @@ import type { GatewayService } from './service.ts'
 
 /**
  * GPU and memory views: live nvidia-smi data + the instances' recorded footprints + the shared
- * KV-cache segments (or, without them, each engine's own vllm:kv_cache_usage_perc), fed through the
+ * KV-cache pool of each GPU (the sum of its engines' kvcached segments, SharedCache.usageByGpu; for
+ * other engines their own vllm:kv_cache_usage_perc), fed through the
  * spec's formulas in src/gpu/memory.ts. A host without a GPU probe answers 503 GPU_PROBE_UNAVAILABLE
  * naming the reason, never a 500.
  */
@@ -54,19 +54,6 @@ async function kvUsagePerc(i: ManagedInstance): Promise<number | null> {
   return i.client.metric(['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc']).catch(() => null)
 }
 
-function segmentsByGpu(service: GatewayService, shmDir: string): Map<number, KvUsage> {
-  const out = new Map<number, KvUsage>()
-  for (const i of placed(service)) {
-    if (!i.row.sharedcache_enabled) continue
-    const seg = readKvcachedSegment(sharedCacheSegmentName(i.row.gpu_ids), shmDir)
-    if (!seg) continue
-    const share = i.row.gpu_ids.length
-    for (const g of i.row.gpu_ids)
-      out.set(g, { usedBytes: seg.usedBytes / share, preallocBytes: seg.preallocBytes / share })
-  }
-  return out
-}
-
 export async function gpuAvailableView(service: GatewayService) {
   const snap = requireGpus(await service.gpuSnapshot())
   const perGpu = new Map<number, number>()
@@ -74,10 +61,11 @@ export async function gpuAvailableView(service: GatewayService) {
   return gpuAvailability(snap.gpus, perGpu)
 }
 
-export async function memoryUsageView(service: GatewayService, shmDir: string) {
+/** The shm directory is the shared cache's own (plugins.gateway.sharedcache.shm_dir); `_shmDir` is unused. */
+export async function memoryUsageView(service: GatewayService, _shmDir?: string) {
   const snap = requireGpus(await service.gpuSnapshot())
   const instances = placed(service)
-  const segments = segmentsByGpu(service, shmDir)
+  const segments = service.sharedCache.usageByGpu()
   let kv: KvUsage | null = null
   if (instances.length) {
     const derived = await Promise.all(
@@ -94,7 +82,7 @@ export async function memoryUsageView(service: GatewayService, shmDir: string) {
   return singleMemoryView({ gpus: snap.gpus, models: instances.map(modelInput), kv })
 }
 
-export async function multiGpuView(service: GatewayService, shmDir: string) {
+export async function multiGpuView(service: GatewayService, _shmDir?: string) {
   const snap = requireGpus(await service.gpuSnapshot())
   const instances = placed(service)
   const inputs: MultiGpuInstanceInput[] = await Promise.all(
@@ -111,7 +99,7 @@ export async function multiGpuView(service: GatewayService, shmDir: string) {
     gpus: snap.gpus,
     instances: inputs,
     otherProcessesMibByGpu: otherProcessMibByGpu(snap.gpus, snap.apps, enginePids),
-    kvSegmentsByGpu: segmentsByGpu(service, shmDir),
+    kvSegmentsByGpu: service.sharedCache.usageByGpu(),
   })
 }
 

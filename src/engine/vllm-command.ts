@@ -2,9 +2,8 @@
  * vllm-command builds the argv and environment of a `vllm serve` launch, and reads flags back out of
  * operator-supplied extra args. It exists so the launch rules of ENGINE-NOTES live in one place:
  * integer CUDA_VISIBLE_DEVICES in PCI order, sleep mode needing both a flag and an env var, and a
- * shared-cache engine getting a per-GPU-set segment name and no `--gpu-memory-utilization`.
+ * shared-cache engine getting its own kvcached segment name and no `--gpu-memory-utilization`.
  */
-import { sharedCacheSegmentName } from '../gpu/kvcached.ts'
 
 export interface VllmArgsOptions {
   modelPath: string
@@ -41,7 +40,11 @@ export interface EngineEnvOptions {
   gpuIds: number[]
   enableSleepMode?: boolean
   sharedCache?: boolean
-  /** sharedCacheName overrides the segment name derived from the GPU set. */
+  /**
+   * sharedCacheName: this engine's own kvcached segment (KVCACHED_IPC_NAME). kvcached keeps one
+   * segment per engine, so it must never be shared with another engine; without it kvcached names
+   * the segment itself (`kvcached_<engine>_<pgid>`, also per engine, but unknown to the gateway).
+   */
   sharedCacheName?: string
 }
 
@@ -55,7 +58,7 @@ export function buildEngineEnv(opts: EngineEnvOptions): Record<string, string> {
   if (opts.sharedCache) {
     env.ENABLE_KVCACHED = 'true'
     env.KVCACHED_AUTOPATCH = '1'
-    env.KVCACHED_IPC_NAME = opts.sharedCacheName ?? sharedCacheSegmentName(opts.gpuIds)
+    if (opts.sharedCacheName) env.KVCACHED_IPC_NAME = opts.sharedCacheName
   }
   return env
 }

@@ -1,11 +1,23 @@
 /**
- * kvcached reads and writes the shared-KV-cache usage segment (`/dev/shm/<name>`: three little-endian
- * int64 — total, used, prealloc bytes). It is where the memory views get the pool's used and
- * preallocated figures, and the gateway rewrites it when an exiting engine removed a segment other
- * engines still use. Reads take a shared flock through bun:ffi when libc is at hand, without ever
- * blocking; elsewhere they read plainly (a torn read of three aligned words is harmless here).
+ * kvcached reads and writes kvcached's usage segments (`/dev/shm/<name>`: three little-endian int64 —
+ * total, used, prealloc bytes, under flock). kvcached keeps **one segment per engine instance**
+ * (`kvcached_<engine>_<pgid>` by default, exactly `KVCACHED_IPC_NAME` when set; an engine with
+ * several KV cache groups adds `<name>_g<N>` for group N > 0): its start overwrites the segment with
+ * `(its_total, 0, 0)` and its updates overwrite used and prealloc. Engines on one GPU share the
+ * pool physically, each with its own segment, so a GPU's pool is the sum of its engines' segments.
+ * Reads take a shared flock through bun:ffi when libc is at hand, without ever blocking; elsewhere
+ * they read plainly (a torn read of three aligned words is harmless here).
  */
-import { closeSync, constants, fstatSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs'
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  openSync,
+  readdirSync,
+  readSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import { LOCK_EX, LOCK_SH, withLock } from './flock.ts'
 
@@ -17,11 +29,26 @@ export interface KvcachedUsage {
 
 export const KVCACHED_SEGMENT_BYTES = 24
 const SEGMENT_PREFIX = 'modelgate'
+const MAX_NAME_LENGTH = 64
 
-/** sharedCacheSegmentName names a pool after its GPU set, so engines on the same GPUs share it. */
-export function sharedCacheSegmentName(gpuIds: readonly number[]): string {
-  const ids = [...new Set(gpuIds)].sort((a, b) => a - b)
-  return `${SEGMENT_PREFIX}_GPU${ids.join('_')}`
+/**
+ * KVCACHED_GPU_UTILIZATION is kvcached's default `KVCACHED_GPU_UTILIZATION`: it never maps KV pages
+ * into the last (1 − 0.95) of a device, whatever the engines' budgets say.
+ */
+export const KVCACHED_GPU_UTILIZATION = 0.95
+
+/**
+ * sanitizeSegmentName applies kvcached's `_sanitize_segment` to an explicit KVCACHED_IPC_NAME
+ * (characters other than letters, digits, `_` and `-` become `-`, at most 64 characters), so the
+ * name read here is the name the engine writes.
+ */
+export function sanitizeSegmentName(name: string): string {
+  return name.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, MAX_NAME_LENGTH)
+}
+
+/** instanceSegmentName: an instance's own segment, derived from its id (set as KVCACHED_IPC_NAME). */
+export function instanceSegmentName(instanceId: string): string {
+  return sanitizeSegmentName(`${SEGMENT_PREFIX}_${instanceId}`)
 }
 
 export function defaultShmDir(): string {
@@ -95,6 +122,47 @@ export function writeKvcachedSegment(name: string, usage: KvcachedUsage, shmDir 
   } finally {
     closeSync(fd)
   }
+}
+
+/**
+ * engineSegmentNames lists the segments one engine writes: `name` and its KV-cache-group segments
+ * `name_g<N>` (older kvcached gives each group N > 0 its own), those that exist.
+ */
+export function engineSegmentNames(name: string, shmDir = defaultShmDir()): string[] {
+  if (!segmentPath(name, shmDir)) return []
+  let files: string[]
+  try {
+    files = readdirSync(shmDir)
+  } catch {
+    return []
+  }
+  return files.filter(
+    (f) => f === name || (f.startsWith(`${name}_g`) && /^\d+$/.test(f.slice(name.length + 2))),
+  )
+}
+
+/** readEngineUsage sums an engine's segments (null when it has none, e.g. not started yet). */
+export function readEngineUsage(name: string, shmDir = defaultShmDir()): KvcachedUsage | null {
+  let sum: KvcachedUsage | null = null
+  for (const f of engineSegmentNames(name, shmDir)) {
+    const u = readKvcachedSegment(f, shmDir)
+    if (!u) continue
+    sum = addUsage(sum ?? { totalBytes: 0, usedBytes: 0, preallocBytes: 0 }, u)
+  }
+  return sum
+}
+
+export function addUsage(a: KvcachedUsage, b: KvcachedUsage, share = 1): KvcachedUsage {
+  return {
+    totalBytes: a.totalBytes + b.totalBytes / share,
+    usedBytes: a.usedBytes + b.usedBytes / share,
+    preallocBytes: a.preallocBytes + b.preallocBytes / share,
+  }
+}
+
+/** removeEngineSegments deletes an engine's (stale) segments; returns the names removed. */
+export function removeEngineSegments(name: string, shmDir = defaultShmDir()): string[] {
+  return engineSegmentNames(name, shmDir).filter((f) => removeKvcachedSegment(f, shmDir))
 }
 
 /** removeKvcachedSegment deletes a (stale) segment; true when a file was removed. */

@@ -1,14 +1,14 @@
-import { closeSync, openSync, readFileSync, rmSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { LOCK_EX, withLock } from '../gpu/flock.ts'
-import { type KvcachedUsage, readSegmentFd, writeSegmentFd } from '../gpu/kvcached.ts'
+import { type KvcachedUsage, readSegmentFd, sanitizeSegmentName, writeSegmentFd } from '../gpu/kvcached.ts'
 
 /**
- * KvcachedSegment imitates how kvcached's engines publish the shared pool's usage in
- * `/dev/shm/<name>` (the format and locking are the gateway's own, in src/gpu/kvcached.ts). Engines
- * sharing a GPU share one segment; the first creates it with the GPU budget as total, each adds its
- * prealloc and in-flight KV. A clean exit removes the file even if other engines still use it: the
- * documented kvcached hazard the gateway has to cope with.
+ * KvcachedSegment imitates kvcached's MemInfoTracker (kvcached/mem_info_tracker.py,
+ * csrc/inc/mem_info_tracker.hpp): every engine instance owns one segment `/dev/shm/<name>`. Its start
+ * overwrites the segment with `(its_total, 0, 0)` (`init_kv_cache_limit`), whatever another engine
+ * left there; its updates overwrite used and prealloc with its own figures and leave the total (an
+ * operator's `kvctl limit` may have changed it). A clean exit removes the file; a SIGKILL leaves it.
  */
 
 /** Bytes each kvcached engine preallocates in the shared pool (a fixed 2 GiB). */
@@ -18,7 +18,8 @@ const EMPTY: KvcachedUsage = { totalBytes: 0, usedBytes: 0, preallocBytes: 0 }
 
 export class KvcachedSegment {
   private fd: number | undefined
-  private myUsed = 0
+  private used = 0
+  private prealloc = 0
 
   private constructor(
     readonly path: string,
@@ -27,31 +28,35 @@ export class KvcachedSegment {
     this.fd = fd
   }
 
-  /** open joins (or creates with `totalBytes`) the segment and adds this engine's prealloc. */
+  /**
+   * open starts this engine's segment: `(totalBytes, 0, 0)`, then the prealloc thread's first
+   * update `(…, 0, preallocBytes)`. The name is sanitized as kvcached does with KVCACHED_IPC_NAME.
+   */
   static open(shmDir: string, name: string, totalBytes: number, preallocBytes: number): KvcachedSegment {
-    const path = join(shmDir, name)
+    const path = join(shmDir, sanitizeSegmentName(name))
     closeSync(openSync(path, 'a+'))
     const seg = new KvcachedSegment(path, openSync(path, 'r+'))
-    seg.update((u) => ({
-      totalBytes: u.totalBytes > 0 ? u.totalBytes : totalBytes,
-      usedBytes: u.usedBytes,
-      preallocBytes: u.preallocBytes + preallocBytes,
-    }))
+    seg.write(() => ({ totalBytes, usedBytes: 0, preallocBytes: 0 }))
+    seg.update(0, preallocBytes)
     return seg
   }
 
-  private update(fn: (u: KvcachedUsage) => KvcachedUsage): void {
+  private write(fn: (u: KvcachedUsage) => KvcachedUsage): void {
     const fd = this.fd
     if (fd === undefined) return
     withLock(fd, LOCK_EX, () => writeSegmentFd(fd, fn(readSegmentFd(fd) ?? EMPTY)))
   }
 
-  /** setUsed records this engine's in-flight KV bytes (the segment holds the sum over engines). */
+  /** update overwrites used and prealloc with this engine's figures, as update_memory_usage does. */
+  private update(used: number, prealloc: number): void {
+    this.used = used
+    this.prealloc = prealloc
+    this.write((u) => ({ totalBytes: u.totalBytes, usedBytes: used, preallocBytes: prealloc }))
+  }
+
+  /** setUsed records this engine's in-flight KV bytes (written only when they change). */
   setUsed(bytes: number): void {
-    const delta = bytes - this.myUsed
-    if (delta === 0) return
-    this.myUsed = bytes
-    this.update((u) => ({ ...u, usedBytes: u.usedBytes + delta }))
+    if (bytes !== this.used) this.update(bytes, this.prealloc)
   }
 
   /** remove deletes the segment, as a real engine's exit handler does. */
@@ -64,6 +69,18 @@ export class KvcachedSegment {
     if (this.fd !== undefined) closeSync(this.fd)
     this.fd = undefined
   }
+}
+
+/**
+ * defaultIpcName is kvcached's name when KVCACHED_IPC_NAME is set (exact, sanitized) or not
+ * (`kvcached_vLLM_<pgid>`, with `_1`, `_2`, … when a segment of that name already exists).
+ */
+export function defaultIpcName(explicit: string | undefined, shmDir: string): string {
+  if (explicit) return sanitizeSegmentName(explicit)
+  const base = `kvcached_vLLM_${processGroupId()}`
+  if (!existsSync(join(shmDir, base))) return base
+  for (let i = 1; i < 100; i++) if (!existsSync(join(shmDir, `${base}_${i}`))) return `${base}_${i}`
+  return `${base}_${process.pid}`
 }
 
 /** processGroupId reads our pgid from /proc (Bun has no getpgid); falls back to the pid. */

@@ -3,9 +3,13 @@ import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
+  engineSegmentNames,
+  instanceSegmentName,
+  readEngineUsage,
   readKvcachedSegment,
+  removeEngineSegments,
   removeKvcachedSegment,
-  sharedCacheSegmentName,
+  sanitizeSegmentName,
   writeKvcachedSegment,
 } from '../../src/gpu/kvcached.ts'
 
@@ -29,10 +33,10 @@ describe('kvcached usage segment', () => {
   })
 
   it('round-trips what the gateway writes and updates in place', () => {
-    writeKvcachedSegment('modelgate_GPU0', { totalBytes: 1000, usedBytes: 200, preallocBytes: 30 }, dir)
-    writeKvcachedSegment('modelgate_GPU0', { totalBytes: 999, usedBytes: 1, preallocBytes: 2 }, dir)
-    expect(statSync(join(dir, 'modelgate_GPU0')).size).toBe(24)
-    expect(readKvcachedSegment('modelgate_GPU0', dir)).toEqual({
+    writeKvcachedSegment('modelgate_one', { totalBytes: 1000, usedBytes: 200, preallocBytes: 30 }, dir)
+    writeKvcachedSegment('modelgate_one', { totalBytes: 999, usedBytes: 1, preallocBytes: 2 }, dir)
+    expect(statSync(join(dir, 'modelgate_one')).size).toBe(24)
+    expect(readKvcachedSegment('modelgate_one', dir)).toEqual({
       totalBytes: 999,
       usedBytes: 1,
       preallocBytes: 2,
@@ -79,10 +83,37 @@ describe('kvcached usage segment', () => {
   })
 })
 
-describe('sharedCacheSegmentName', () => {
-  it('names the pool after the sorted GPU set', () => {
-    expect(sharedCacheSegmentName([0])).toBe('modelgate_GPU0')
-    expect(sharedCacheSegmentName([1, 0])).toBe('modelgate_GPU0_1')
-    expect(sharedCacheSegmentName([3, 2, 3])).toBe('modelgate_GPU2_3')
+// Was: 'sharedCacheSegmentName names the pool after the sorted GPU set' — the per-GPU-set segment
+// model, which is wrong: kvcached keeps one segment per engine instance.
+describe('per-engine segment names', () => {
+  it("names an instance's segment after its id, as kvcached will spell it", () => {
+    expect(instanceSegmentName('opt-125m-a1b2c3')).toBe('modelgate_opt-125m-a1b2c3')
+    expect(instanceSegmentName('opt-125m-a1b2c3')).not.toBe(instanceSegmentName('opt-125m-d4e5f6'))
+    const longId = `${'x'.repeat(40)}-abcdef`
+    expect(sanitizeSegmentName(instanceSegmentName(longId))).toBe(instanceSegmentName(longId))
+  })
+
+  it("sanitizes like kvcached's _sanitize_segment (other characters → '-', at most 64)", () => {
+    expect(sanitizeSegmentName('my pool/v1.2')).toBe('my-pool-v1-2')
+    expect(sanitizeSegmentName('a'.repeat(80))).toHaveLength(64)
+  })
+
+  it("sums an engine's segment and its KV-cache-group segments, and removes them all", () => {
+    const u = (t: number, used: number, pre: number) => ({
+      totalBytes: t,
+      usedBytes: used,
+      preallocBytes: pre,
+    })
+    writeKvcachedSegment('eng', u(100, 10, 1), dir)
+    writeKvcachedSegment('eng_g1', u(50, 5, 2), dir)
+    writeKvcachedSegment('eng_gpu', u(7, 7, 7), dir) // another engine's name, not a group
+    writeKvcachedSegment('eng2', u(7, 7, 7), dir)
+    expect(engineSegmentNames('eng', dir).sort()).toEqual(['eng', 'eng_g1'])
+    expect(readEngineUsage('eng', dir)).toEqual(u(150, 15, 3))
+    expect(readEngineUsage('nothing', dir)).toBeNull()
+    expect(removeEngineSegments('eng', dir).sort()).toEqual(['eng', 'eng_g1'])
+    expect(readEngineUsage('eng', dir)).toBeNull()
+    expect(readKvcachedSegment('eng_gpu', dir)).toEqual(u(7, 7, 7))
+    expect(readKvcachedSegment('eng2', dir)).toEqual(u(7, 7, 7))
   })
 })
