@@ -5,6 +5,8 @@ import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import { registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
+import { orphanRoutes } from './orphans/routes.ts'
+import { OrphanService } from './orphans/service.ts'
 import { presetRoutes } from './presets/routes.ts'
 import { PresetService } from './presets/service.ts'
 import { makePreloadCheck } from './profiles/check.ts'
@@ -13,7 +15,9 @@ import { ProfileRecorder, ProfileStore } from './profiles/service.ts'
 import { createInference } from './proxy/routes.ts'
 import { InstanceRepo } from './repo.ts'
 import { gatewayRoutes } from './routes.ts'
-import { GatewayService } from './service.ts'
+import { type GatewayDeps, GatewayService } from './service.ts'
+import { settingsRoutes } from './settings/routes.ts'
+import { SettingsStore } from './settings/service.ts'
 
 /**
  * The gateway plugin: engine lifecycle, GPU and memory views, sleep and wake, inference proxy.
@@ -28,13 +32,25 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
     { id: '0002_presets_profiles', sql: presetsProfilesSql },
   ],
   setup(ctx, cfg) {
-    const service = new GatewayService({
+    const settings = new SettingsStore(ctx.dataDir, ctx.log.child('settings'))
+    const repo = new InstanceRepo(ctx.store.db)
+    // engineEnv reaches launchPlan through the deps (its `where`): HF_TOKEN from the settings.
+    const deps: GatewayDeps & { engineEnv: () => Record<string, string> } = {
       config: cfg,
-      repo: new InstanceRepo(ctx.store.db),
+      repo,
       bus: ctx.bus,
       log: ctx.log,
       dataDir: ctx.dataDir,
       selfCommand: ctx.selfCommand,
+      engineEnv: () => settings.engineEnv(),
+    }
+    const service = new GatewayService(deps)
+    const orphans = new OrphanService({
+      probe: service.probe,
+      managed: () => [...[...service.instances.values()].map((i) => i.row), ...repo.all()],
+      dataDir: ctx.dataDir,
+      graceMs: cfg.engine.stop_grace_seconds * 1000,
+      log: ctx.log.child('orphans'),
     })
     registerGatewayMetrics(ctx.metrics, service)
     const profiles = new ProfileStore(ctx.store.db)
@@ -62,7 +78,9 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
         .use(inference.routes)
         .use(moveRoutes(service.moves))
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
-        .use(presetRoutes(presets)),
+        .use(presetRoutes(presets))
+        .use(settingsRoutes(settings))
+        .use(orphanRoutes(orphans)),
       api: service,
       start: () => service.recover(),
       stop: async (deadline) => {
