@@ -10,6 +10,7 @@ import type {
   MoveEventSchema,
   MovePhaseSchema,
   MoveRecordSchema,
+  SleepCheckSchema,
   SleepLevelSchema,
   SleepResultSchema,
   SleepStatusSchema,
@@ -49,6 +50,19 @@ export type WakeResult = Static<typeof WakeResultSchema>
 
 export type SleepStatus = Static<typeof SleepStatusSchema>
 
+/** SleepCheck: what a sleep freed per GPU against what its level should free (sleep_verified). */
+export type SleepCheck = Static<typeof SleepCheckSchema>
+
+/**
+ * SleepOptions: how long the sleep may wait for in-flight requests (default
+ * plugins.gateway.sleep.drain_timeout_ms), and a signal that cancels it while it still waits (409
+ * SLEEP_CANCELLED; once the engine is asked to sleep the sleep runs to its end).
+ */
+export interface SleepOptions {
+  drainTimeoutMs?: number
+  signal?: AbortSignal
+}
+
 /** MovePhase: a blue-green move's phases, in order; it ends in `completed` or `failed`. */
 export type MovePhase = Static<typeof MovePhaseSchema>
 
@@ -76,7 +90,12 @@ export interface GatewayApi {
   get(id: string): InstanceRecord | undefined
   load(req: LoadRequest): Promise<LoadResponse>
   unload(id: string): Promise<void>
-  sleep(id: string, level: SleepLevel): Promise<SleepResult>
+  /**
+   * sleep stops routing to the instance, waits for its in-flight requests (never cutting one: past
+   * the drain deadline it is refused with 409 SLEEP_DRAIN_TIMEOUT and the instance serves again),
+   * puts the engine to sleep and checks with nvidia-smi what it freed.
+   */
+  sleep(id: string, level: SleepLevel, opts?: SleepOptions): Promise<SleepResult>
   wake(id: string, tags?: string[]): Promise<WakeResult>
   /** engineBaseUrl is where an instance's engine listens. */
   engineBaseUrl(instance: InstanceRecord): string
@@ -125,8 +144,22 @@ export interface InstanceLifecycleEvent {
   at: number
 }
 
+/**
+ * InstanceSleepEvent: a sleep finished (`gateway.instance.sleep`), with its memory check; what the
+ * metric of sleeps that freed too little counts (`verified === false`).
+ */
+export interface InstanceSleepEvent {
+  instance_id: string
+  served_model_name: string
+  level: SleepLevel
+  verified: boolean | null
+  memory_check: SleepCheck
+  fallback: 'warn' | 'unload' | null
+}
+
 declare module '../../src/host/bus.ts' {
   interface BusEvents {
+    'gateway.instance.sleep': InstanceSleepEvent
     'gateway.instance.status': InstanceStatusEvent
     'gateway.instance.lifecycle': InstanceLifecycleEvent
     'proxy.request': ProxyRequestEvent

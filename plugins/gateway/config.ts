@@ -55,6 +55,24 @@ export const GatewayConfig = T.Object(
       { additionalProperties: false, default: {} },
     ),
     proxy: ProxyConfig,
+    sleep: T.Object(
+      {
+        drain_timeout_ms: T.Integer({
+          default: 60_000,
+          minimum: 0,
+          description:
+            'a sleep first stops routing to the instance and lets its in-flight requests finish for up to ' +
+            'this long; past it the sleep is refused (409 SLEEP_DRAIN_TIMEOUT) and the instance keeps serving',
+        }),
+        verify_fallback: T.Union([T.Literal('warn'), T.Literal('unload')], {
+          default: 'warn',
+          description:
+            'when a sleep freed less GPU memory than its level should (sleep_verified false): ' +
+            'warn keeps the instance asleep and reports it, unload stops the engine',
+        }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
     sharedcache: T.Object(
       {
         enabled: T.Boolean({ default: false, description: 'launch engines with kvcached (TP=1 only)' }),

@@ -202,12 +202,26 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
     })
     .post(
       '/api/models/instances/:instance_id/sleep',
-      ({ params, query }) => service.sleep(params.instance_id, (query.level ?? 1) as 1 | 2),
+      ({ params, query }) =>
+        service.sleep(
+          params.instance_id,
+          (query.level ?? 1) as 1 | 2,
+          query.drain_timeout_ms === undefined ? {} : { drainTimeoutMs: query.drain_timeout_ms },
+        ),
       {
         params: t.Object({ instance_id: t.String() }),
         query: t.Object({
           level: t.Optional(
             t.Numeric({ minimum: 1, maximum: 2, multipleOf: 1, error: 'query.level: must be 1 or 2' }),
+          ),
+          drain_timeout_ms: t.Optional(
+            t.Numeric({
+              minimum: 0,
+              maximum: 86_400_000,
+              multipleOf: 1,
+              error: 'query.drain_timeout_ms: must be an integer from 0 to 86400000',
+              description: 'default plugins.gateway.sleep.drain_timeout_ms; 0: refuse at once when busy',
+            }),
           ),
         }),
         response: { 200: SleepResultSchema, ...Errors },
@@ -216,7 +230,14 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
           summary: 'Put a running instance to sleep',
           description:
             'Level 1 offloads weights to CPU and discards the KV cache (~90% freed); level 2 discards both (~95%). ' +
-            '400 SLEEP_MODE_NOT_ENABLED when loaded without enable_sleep_mode; 404; 409 when not running; 502 when the engine fails.',
+            'No request is cut: new requests stop being routed to the instance (503 model_sleeping, or another ' +
+            'instance of the model), the sleep waits for the requests in flight (up to drain_timeout_ms), then ' +
+            "calls the engine's /sleep with mode=wait. Past the deadline: 409 SLEEP_DRAIN_TIMEOUT and the instance " +
+            'keeps serving. Then nvidia-smi measures what the engine still holds per GPU: sleep_verified and ' +
+            'memory_check say whether the level freed its share; when it did not, an error event, and ' +
+            'plugins.gateway.sleep.verify_fallback (warn: stays asleep; unload: status stopping). ' +
+            '400 SLEEP_MODE_NOT_ENABLED when loaded without enable_sleep_mode; 404; 409 when not running or busy ' +
+            'with another operation; 502 when the engine fails.',
         },
       },
     )
@@ -247,7 +268,13 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
           tags,
           summary: 'Wake a sleeping instance',
           description:
-            'Optional body {tags: "weights" | "kv_cache" | [...]} wakes part of the engine; no tags wakes all. 409 when not sleeping.',
+            'Optional body {tags: "weights" | "kv_cache" | [...]} wakes part of the engine; no tags wakes all. ' +
+            "After level 2 the engine's weights are gone, so the wake runs vLLM's sequence: wake the weights, " +
+            'POST /collective_rpc reload_weights, wake the KV cache, then POST /reset_prefix_cache once fully awake; ' +
+            '`phases` lists what ran. The instance serves again only when every phase finished: a failure half-way ' +
+            'answers 502 ENGINE_ERROR naming the phase, the instance stays sleeping (not routed) with an error ' +
+            'event, sleep-status shows `wake.failed_phase`, and the next wake resumes after the phases that ' +
+            'finished. 409 when not sleeping.',
         },
       },
     )
@@ -257,7 +284,15 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
       {
         params: t.Object({ instance_id: t.String() }),
         response: { 200: SleepStatusSchema, 404: ControllerError },
-        detail: { tags, summary: 'Sleep status of an instance' },
+        detail: {
+          tags,
+          summary: 'Sleep status of an instance',
+          description:
+            "The instance's state and the engine's own /is_sleeping; `operation` and `in_flight` (a sleep that " +
+            'drains shows operation `sleep`); the memory check of the last sleep (`sleep_verified`: true, false, ' +
+            'or null when it could not be measured); `wake`: the phases woken since the last sleep and where the ' +
+            'last wake failed.',
+        },
       },
     )
 }

@@ -105,12 +105,82 @@ export const LoadResponseSchema = t.Object({
   instance_id: t.String(),
 })
 
+/** WakePhaseSchema: one step of a wake (src/engine/vllm-client.ts WakePhase). */
+export const WakePhaseSchema = t.Union(
+  [
+    t.Literal('wake_up'),
+    t.Literal('weights'),
+    t.Literal('reload_weights'),
+    t.Literal('kv_cache'),
+    t.Literal('reset_prefix_cache'),
+  ],
+  {
+    description:
+      'after level 1: `wake_up` (every part at once) or the tag woken; after level 2, in order: `weights`, ' +
+      '`reload_weights` (POST /collective_rpc), `kv_cache`, then `reset_prefix_cache` once fully awake',
+  },
+)
+
+/** SleepCheckSchema: what a sleep freed per GPU, measured with nvidia-smi against the figure awake. */
+export const SleepCheckSchema = t.Object(
+  {
+    verified: t.Nullable(
+      t.Boolean({
+        description:
+          'true: every GPU freed at least its required share; false: one did not; null: not measurable ' +
+          '(no GPU probe, or nvidia-smi shows no process of the engine: another PID namespace)',
+      }),
+    ),
+    expected_share: t.Number({
+      description:
+        'share of the weights + KV cache a sleep of this level frees: 0.9 (level 1), 0.95 (level 2)',
+    }),
+    tolerance_share: t.Number({ description: 'allowed shortfall, a share of the weights + KV cache (0.05)' }),
+    tolerance_gib: t.Number({ description: 'allowed shortfall in GiB per GPU besides the share (0.25)' }),
+    gpus: t.Record(
+      t.String(),
+      t.Object({
+        awake_gib: t.Number({ description: "the engine's process group right before the sleep" }),
+        asleep_gib: t.Number({ description: 'the same right after it' }),
+        freed_gib: t.Number(),
+        releasable_gib: t.Number({
+          description: 'weights + KV cache from the engine log (capped at awake_gib); awake_gib without them',
+        }),
+        required_gib: t.Number({ description: 'releasable × (expected − tolerance share) − tolerance_gib' }),
+      }),
+      { description: 'by GPU index' },
+    ),
+    reason: t.Nullable(t.String({ description: 'why the sleep is not verified, or could not be measured' })),
+    checked_at: t.String(),
+  },
+  { description: 'the memory check of a sleep (see README, "Sleep and wake")' },
+)
+
 export const SleepResultSchema = t.Object({
-  status: t.Literal('sleeping'),
+  status: t.Union([t.Literal('sleeping'), t.Literal('stopping')], {
+    description:
+      '`stopping` when the sleep freed too little and plugins.gateway.sleep.verify_fallback is `unload`',
+  }),
   instance_id: t.String(),
   model_path: t.String(),
   sleep_level: SleepLevelSchema,
   slept_at: t.String(),
+  drained_requests: t.Number({
+    description: 'requests that were in flight when the sleep was asked and finished before it',
+  }),
+  drain_ms: t.Number({ description: 'time spent waiting for them' }),
+  mode: t.Nullable(
+    t.Literal('wait', {
+      description: "the engine's /sleep mode sent (null: the engine refused the parameter)",
+    }),
+  ),
+  sleep_verified: t.Nullable(t.Boolean({ description: 'memory_check.verified' })),
+  memory_check: SleepCheckSchema,
+  fallback: t.Nullable(
+    t.Union([t.Literal('warn'), t.Literal('unload')], {
+      description: 'what was done because sleep_verified is false (null otherwise)',
+    }),
+  ),
 })
 
 export const WakeResultSchema = t.Object({
@@ -121,6 +191,21 @@ export const WakeResultSchema = t.Object({
   model_path: t.String(),
   woke_at: t.String(),
   tags: t.Optional(t.Array(t.String())),
+  sleep_level: t.Nullable(SleepLevelSchema),
+  phases: t.Array(WakePhaseSchema, { description: 'the phases this wake ran, in order' }),
+})
+
+/** WakeProgressSchema: the wakes since the last sleep: what finished, and where the last one failed. */
+export const WakeProgressSchema = t.Object({
+  phases_done: t.Array(WakePhaseSchema),
+  failed_phase: t.Nullable(
+    t.Union([WakePhaseSchema, t.Literal('is_sleeping')], {
+      description:
+        'the phase the last wake failed at; the instance stays sleeping (not routed) until a wake finishes',
+    }),
+  ),
+  error: t.Nullable(t.String()),
+  at: t.String(),
 })
 
 export const SleepStatusSchema = t.Object({
@@ -133,6 +218,15 @@ export const SleepStatusSchema = t.Object({
   engine_is_sleeping: t.Nullable(
     t.Boolean({ description: "the engine's own /is_sleeping (null: not asked)" }),
   ),
+  operation: t.Nullable(
+    t.Union([t.Literal('sleep'), t.Literal('wake'), t.Literal('move')], {
+      description: 'the operation under way (`sleep` while it drains: no new requests are routed)',
+    }),
+  ),
+  in_flight: t.Number({ description: 'requests open on the instance' }),
+  sleep_verified: t.Nullable(t.Boolean({ description: 'of the last sleep (null: unknown or none)' })),
+  memory_check: t.Nullable(SleepCheckSchema),
+  wake: t.Nullable(WakeProgressSchema),
 })
 
 const KvCache = t.Object({

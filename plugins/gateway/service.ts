@@ -1,6 +1,7 @@
 import { PortAllocator, portIsFree } from '../../src/engine/ports.ts'
 import { groupPids, sameProcess, stopGroup } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
+import type { SleepTag } from '../../src/engine/vllm-client.ts'
 import { GpuProbe, type GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
@@ -12,6 +13,7 @@ import type {
   Lease,
   LoadRequest,
   LoadResponse,
+  SleepOptions,
   SleepResult,
   WakeResult,
 } from './api.ts'
@@ -81,7 +83,14 @@ export class GatewayService implements GatewayApi {
     )
     this.sharedCache = new SharedCache(config.sharedcache.shm_dir, () => this.instances.values(), deps.log)
     this.supervision = new Supervision(config, this.probe, this.sharedCache)
-    this.sleepWake = new SleepWake(this.supervision)
+    this.sleepWake = new SleepWake({
+      config: config.sleep,
+      supervision: this.supervision,
+      probe: this.probe,
+      bus: deps.bus,
+      log: deps.log,
+      unload: (id) => this.unload(id),
+    })
     this.moves = new MoveManager(this, deps.bus, deps.log.child('move'))
   }
 
@@ -405,12 +414,12 @@ export class GatewayService implements GatewayApi {
 
   // ---- sleep and wake ----
 
-  sleep(id: string, level: 1 | 2): Promise<SleepResult> {
-    return this.sleepWake.sleep(this.require(id), level)
+  sleep(id: string, level: 1 | 2, opts: SleepOptions = {}): Promise<SleepResult> {
+    return this.sleepWake.sleep(this.require(id), level, opts)
   }
 
   wake(id: string, tags: string[] = []): Promise<WakeResult> {
-    return this.sleepWake.wake(this.require(id), tags)
+    return this.sleepWake.wake(this.require(id), tags as SleepTag[])
   }
 
   sleepStatus(id: string) {

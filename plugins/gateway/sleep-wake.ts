@@ -1,47 +1,211 @@
-import { EngineCallError } from '../../src/engine/vllm-client.ts'
+import { groupPids } from '../../src/engine/process.ts'
+import { EngineCallError, type SleepTag, WakeError, type WakePhase } from '../../src/engine/vllm-client.ts'
+import type { GpuProbe } from '../../src/gpu/smi.ts'
+import { WaitError } from '../../src/host/abortable.ts'
+import type { EventBus } from '../../src/host/bus.ts'
+import type { Logger } from '../../src/host/logger.ts'
 import { AppError, badRequest, conflict } from '../../src/http/errors.ts'
-import type { InstanceStatus, SleepResult, WakeResult } from './api.ts'
+import type { InstanceStatus, SleepCheck, SleepOptions, SleepResult, SleepStatus, WakeResult } from './api.ts'
+import type { GatewayConfig } from './config.ts'
 import type { ManagedInstance } from './instance.ts'
+import { usedMibByGpuForPids } from './placement.ts'
 import type { Supervision } from './supervision.ts'
 
 /**
  * Sleep and wake of one instance through the engine's dev-mode endpoints. Each runs as the
- * instance's one operation (lifecycle.ts): a second sleep, wake or move meanwhile gets 409. While
- * an instance goes to sleep it takes no new requests; it becomes sleeping only once the engine
- * said so, and active again only when `/is_sleeping` says it is awake (a wake of some tags only
- * leaves it sleeping).
+ * instance's one operation (lifecycle.ts): a second sleep, wake or move meanwhile gets 409.
+ *
+ * A sleep never cuts a request: vLLM's `/sleep` aborts what runs on the engine (its `mode`
+ * defaults to `abort`). So the sleep first stops routing to the instance (`begin('sleep')`), waits
+ * for its in-flight requests (`drained`, up to plugins.gateway.sleep.drain_timeout_ms), and only
+ * then asks the engine to sleep, with `mode=wait` as well for whatever reached the engine by
+ * another way. Past the deadline the sleep is refused (409 SLEEP_DRAIN_TIMEOUT) and the instance
+ * takes requests again. After the engine sleeps, nvidia-smi says what its process group still
+ * holds per GPU (the memory check, `sleep_verified`).
+ *
+ * A wake runs vLLM's sequence for the level slept at (VllmClient.wakeUp): after level 2 the
+ * weights are reloaded before the instance serves again. The instance becomes active only when
+ * `/is_sleeping` says the engine is awake and every phase finished; a wake that fails half-way
+ * leaves it sleeping (not routed) with an `error` event, and the next wake resumes after the
+ * phases that finished.
  */
-export class SleepWake {
-  constructor(private readonly supervision: Supervision) {}
+export interface SleepWakeDeps {
+  config: GatewayConfig['sleep']
+  supervision: Supervision
+  probe: GpuProbe
+  bus: EventBus
+  log: Logger
+  /** unload stops an instance (plugins.gateway.sleep.verify_fallback: unload). */
+  unload: (id: string) => Promise<void>
+}
 
-  async sleep(inst: ManagedInstance, level: 1 | 2): Promise<SleepResult> {
+/**
+ * What a sleep of each level frees: vLLM's figures (level 1 offloads the weights and drops the KV
+ * cache, "about 90 %"; level 2 drops both, "about 95 %"), taken as shares of what sleep mode can
+ * release, the weights and the KV cache.
+ */
+const EXPECTED_SHARE = { 1: 0.9, 2: 0.95 } as const
+/**
+ * The shortfall a verified sleep may have. The two readings come from different sources: the
+ * releasable figure from log lines rounded to 0.01 GiB, what is held from nvidia-smi per process
+ * in MiB, including a CUDA context that grows lazily (cuBLAS and NCCL workspaces, allocated outside
+ * sleep mode's pool) and the PyTorch caching allocator's blocks (sampler, activations) that a
+ * sleep does not return. 5 points of the share plus 0.25 GiB per GPU absorb those. The failure
+ * looked for (vllm#32714: the weights stay on the GPU) leaves the weights' whole share, 15–60 % of
+ * weights + KV cache for real models, far beyond it.
+ */
+const TOLERANCE_SHARE = 0.05
+const TOLERANCE_GIB = 0.25
+
+/** What a sleep and the wakes after it leave for the sleep status (kept while the instance lives). */
+interface SleepRecord {
+  check: SleepCheck | null
+  wake: SleepStatus['wake']
+}
+
+type Measured = { mibByGpu: Map<number, number> } | { reason: string }
+
+export class SleepWake {
+  private readonly records = new WeakMap<ManagedInstance, SleepRecord>()
+
+  constructor(private readonly deps: SleepWakeDeps) {}
+
+  private record(inst: ManagedInstance): SleepRecord {
+    let r = this.records.get(inst)
+    if (!r) {
+      r = { check: null, wake: null }
+      this.records.set(inst, r)
+    }
+    return r
+  }
+
+  async sleep(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions = {}): Promise<SleepResult> {
     const id = inst.id
     if (inst.status !== 'active')
       throw conflict(`Instance ${id} is ${inst.status}; only a running instance can sleep`, 'INVALID_STATE')
     if (!inst.row.enable_sleep_mode)
       throw badRequest(`Instance ${id} was loaded without enable_sleep_mode`, 'SLEEP_MODE_NOT_ENABLED')
     inst.lifecycle.begin('sleep')
+    let result: SleepResult
     try {
-      await engineCall(() => inst.client.sleep(level))
+      const t0 = performance.now()
+      const drained = await this.drain(inst, opts)
+      const drainMs = Math.round(performance.now() - t0)
+      stillThere(inst, 'active')
+      const awake = await this.measure(inst)
+      stillThere(inst, 'active')
+      const mode = await engineCall(() => inst.client.sleep(level, { mode: 'wait' }))
       stillThere(inst, 'active')
       const now = new Date().toISOString()
       inst.row.sleep_level = level
       inst.row.slept_at = now
       inst.lifecycle.to('sleeping', `sleep level ${level}`)
-      this.supervision.emitMemory(inst, await this.supervision.measureFootprint(inst))
-      return {
+      const record = this.record(inst)
+      record.wake = null
+      const asleep = await this.measure(inst)
+      const check = checkSleep(inst, level, awake, asleep)
+      record.check = check
+      const measured = 'mibByGpu' in asleep && check.verified !== null
+      this.deps.supervision.emitMemory(
+        inst,
+        measured
+          ? toGib(asleep.mibByGpu, inst.row.gpu_ids)
+          : await this.deps.supervision.measureFootprint(inst),
+      )
+      const fallback = check.verified === false ? this.deps.config.verify_fallback : null
+      this.report(inst, level, check, fallback)
+      result = {
         status: 'sleeping',
         instance_id: id,
         model_path: inst.row.model_path,
         sleep_level: level,
         slept_at: now,
+        drained_requests: drained,
+        drain_ms: drainMs,
+        mode: mode === 'wait' ? 'wait' : null,
+        sleep_verified: check.verified,
+        memory_check: check,
+        fallback,
       }
     } finally {
       inst.lifecycle.end('sleep')
     }
+    if (result.fallback === 'unload' && inst.lifecycle.state === 'sleeping') {
+      await this.deps.unload(id)
+      result.status = 'stopping'
+    }
+    return result
   }
 
-  async wake(inst: ManagedInstance, tags: string[] = []): Promise<WakeResult> {
+  /**
+   * drain waits until no request is in flight on the instance (routing to it is already off) and
+   * returns how many there were. Past the deadline (0: no waiting at all) it refuses the sleep
+   * with 409 SLEEP_DRAIN_TIMEOUT; the caller's signal cancels it with 409 SLEEP_CANCELLED.
+   */
+  private async drain(inst: ManagedInstance, opts: SleepOptions): Promise<number> {
+    const open = inst.inFlight
+    if (open === 0) return 0
+    const timeoutMs = opts.drainTimeoutMs ?? this.deps.config.drain_timeout_ms
+    const refused = () =>
+      conflict(
+        `Instance ${inst.id} still has ${inst.inFlight} request(s) in flight after ${timeoutMs} ms; ` +
+          'it was not put to sleep and keeps serving',
+        'SLEEP_DRAIN_TIMEOUT',
+      )
+    if (timeoutMs <= 0) throw refused()
+    inst.events.emit('progress', {
+      phase: 'draining',
+      percent: 0,
+      message: `waiting for ${open} request(s) in flight before sleeping (up to ${timeoutMs} ms)`,
+    })
+    try {
+      await inst.lifecycle.drained({ timeoutMs, ...(opts.signal ? { signal: opts.signal } : {}) })
+    } catch (err) {
+      if (!(err instanceof WaitError)) throw err
+      if (err.kind === 'timeout') throw refused()
+      throw conflict(
+        `The sleep of instance ${inst.id} was cancelled while it waited for ${inst.inFlight} request(s)`,
+        'SLEEP_CANCELLED',
+      )
+    }
+    return open
+  }
+
+  /** measure: MiB per GPU that nvidia-smi shows for the engine's process group (a GPU not listed: 0). */
+  private async measure(inst: ManagedInstance): Promise<Measured> {
+    const { probe } = this.deps
+    probe.invalidate()
+    const snap = await probe.snapshot()
+    if (!snap.available) return { reason: `no GPU probe (${snap.reason})` }
+    const pgid = inst.row.pgid
+    if (!pgid) return { reason: "the engine's process group is not known" }
+    return { mibByGpu: usedMibByGpuForPids(snap.gpus, snap.apps, new Set(groupPids(pgid))) }
+  }
+
+  /** report: a sleep that freed too little is an `error` event, a log line and a bus event (the metric). */
+  private report(
+    inst: ManagedInstance,
+    level: 1 | 2,
+    check: SleepCheck,
+    fallback: 'warn' | 'unload' | null,
+  ): void {
+    if (check.verified === false) {
+      const then = fallback === 'unload' ? 'unloading it (verify_fallback: unload)' : 'it stays asleep'
+      const message = `sleep level ${level} freed less GPU memory than expected: ${check.reason}; ${then}`
+      inst.events.emit('error', { message, source: 'sleep_check', memory_check: check })
+      this.deps.log.warn(`instance ${inst.id}: ${message}`, { gpus: check.gpus })
+    }
+    this.deps.bus.emit('gateway.instance.sleep', {
+      instance_id: inst.id,
+      served_model_name: inst.row.served_model_name,
+      level,
+      verified: check.verified,
+      memory_check: check,
+      fallback,
+    })
+  }
+
+  async wake(inst: ManagedInstance, tags: SleepTag[] = []): Promise<WakeResult> {
     const id = inst.id
     if (inst.status !== 'sleeping')
       throw conflict(
@@ -50,36 +214,73 @@ export class SleepWake {
       )
     inst.lifecycle.begin('wake')
     try {
-      await engineCall(() => inst.client.wake(tags))
-      const stillSleeping = await engineCall(() => inst.client.isSleeping())
+      const level = await this.sleptAt(inst)
+      const record = this.record(inst)
+      const prior = record.wake?.phases_done ?? []
+      const done: WakePhase[] = [...prior]
+      let outcome: Awaited<ReturnType<typeof inst.client.wakeUp>>
+      try {
+        outcome = await inst.client.wakeUp(level, tags, {
+          done: prior,
+          onPhase: (phase) => {
+            done.push(phase)
+            const percent = Math.min(99, Math.round((done.length / (level === 2 ? 4 : 1)) * 100))
+            inst.events.emit('progress', { phase: 'waking', percent, message: `wake: ${phase} done` })
+          },
+        })
+      } catch (err) {
+        if (!(err instanceof WakeError)) throw err
+        record.wake = { phases_done: done, failed_phase: err.phase, error: err.message, at: now() }
+        const message = `${err.message}; the instance stays sleeping (not routed) until a wake finishes`
+        inst.events.emit('error', { message, source: 'wake', phase: err.phase })
+        this.deps.log.warn(`instance ${id}: ${message}`)
+        throw new AppError(502, 'ENGINE_ERROR', message, 'server_error')
+      }
+      record.wake = { phases_done: done, failed_phase: null, error: null, at: now() }
       stillThere(inst, 'sleeping')
-      const now = new Date().toISOString()
-      if (!stillSleeping) {
+      const at = now()
+      if (!outcome.sleeping) {
         inst.row.sleep_level = null
         inst.row.slept_at = null
         inst.lifecycle.to('active', tags.length ? `woke (${tags.join(', ')})` : 'woke')
       } else {
         inst.events.emit('progress', { phase: 'waking', percent: 50, message: `woke ${tags.join(', ')}` })
       }
-      this.supervision.emitMemory(inst, await this.supervision.measureFootprint(inst))
+      this.deps.supervision.emitMemory(inst, await this.deps.supervision.measureFootprint(inst))
       return {
-        status: stillSleeping ? 'sleeping' : 'running',
+        status: outcome.sleeping ? 'sleeping' : 'running',
         instance_id: id,
         model_path: inst.row.model_path,
-        woke_at: now,
+        woke_at: at,
         ...(tags.length ? { tags } : {}),
+        sleep_level: level,
+        phases: outcome.phases,
       }
     } finally {
       inst.lifecycle.end('wake')
     }
   }
 
+  /**
+   * sleptAt: the level the engine sleeps at. Ours when we put it to sleep; else (found asleep
+   * after a restart) what the engine's `vllm:engine_sleep_state` says; else 2, whose wake is
+   * correct after either level (a needless reload from disk after level 1 costs time, a level-1
+   * wake after level 2 would serve garbage).
+   */
+  private async sleptAt(inst: ManagedInstance): Promise<1 | 2> {
+    const known = inst.row.sleep_level
+    if (known === 1 || known === 2) return known
+    const reported = await inst.client.sleepLevel().catch(() => null)
+    return reported === 1 ? 1 : 2
+  }
+
   /** status is the sleep-status body (spec: not shown; documented in the README). */
-  async status(inst: ManagedInstance) {
+  async status(inst: ManagedInstance): Promise<SleepStatus> {
     let engineSleeping: boolean | null = null
     if (inst.status === 'active' || inst.status === 'sleeping') {
       engineSleeping = inst.row.enable_sleep_mode ? await inst.client.isSleeping().catch(() => null) : false
     }
+    const record = this.records.get(inst)
     return {
       instance_id: inst.id,
       status: inst.status,
@@ -88,9 +289,76 @@ export class SleepWake {
       slept_at: inst.row.slept_at,
       enable_sleep_mode: inst.row.enable_sleep_mode,
       engine_is_sleeping: engineSleeping,
+      operation: inst.lifecycle.operation,
+      in_flight: inst.inFlight,
+      sleep_verified: record?.check?.verified ?? null,
+      memory_check: record?.check ?? null,
+      wake: record?.wake ?? null,
     }
   }
 }
+
+/**
+ * checkSleep compares, per GPU, what the engine's process group held right before the sleep with
+ * what it holds right after, against the share its level should free (EXPECTED_SHARE, less the
+ * tolerance). Unknown (null) when either reading is missing or the group held nothing on one of
+ * its GPUs awake (nvidia-smi sees other PIDs: a container without the host's PID namespace).
+ */
+export function checkSleep(
+  inst: Pick<ManagedInstance, 'row'>,
+  level: 1 | 2,
+  awake: Measured,
+  asleep: Measured,
+): SleepCheck {
+  const share = EXPECTED_SHARE[level]
+  const base = {
+    expected_share: share,
+    tolerance_share: TOLERANCE_SHARE,
+    tolerance_gib: TOLERANCE_GIB,
+    checked_at: now(),
+  }
+  const unknown = (reason: string): SleepCheck => ({ ...base, verified: null, gpus: {}, reason })
+  if ('reason' in awake) return unknown(awake.reason)
+  if ('reason' in asleep) return unknown(asleep.reason)
+  const { gpu_ids, memory_metrics: mm } = inst.row
+  const unseen = gpu_ids.filter((g) => !awake.mibByGpu.get(g))
+  if (unseen.length)
+    return unknown(
+      `nvidia-smi shows no process of the engine's group on GPU ${unseen.join(', ')} (another PID namespace?)`,
+    )
+  const gpus: SleepCheck['gpus'] = {}
+  const short: string[] = []
+  for (const g of gpu_ids) {
+    const awakeGib = awake.mibByGpu.get(g)! / 1024
+    const asleepGib = (asleep.mibByGpu.get(g) ?? 0) / 1024
+    const freed = awakeGib - asleepGib
+    const releasable = mm ? Math.min(awakeGib, mm.weights_memory_gib + mm.kv_cache_available_gib) : awakeGib
+    const required = Math.max(0, releasable * (share - TOLERANCE_SHARE) - TOLERANCE_GIB)
+    gpus[String(g)] = {
+      awake_gib: round2(awakeGib),
+      asleep_gib: round2(asleepGib),
+      freed_gib: round2(freed),
+      releasable_gib: round2(releasable),
+      required_gib: round2(required),
+    }
+    if (freed < required)
+      short.push(
+        `GPU ${g} freed ${round2(freed)} of ${round2(awakeGib)} GiB (${pct(freed, releasable)} of ` +
+          `${round2(releasable)} GiB weights + KV cache; at least ${round2(required)} GiB expected)`,
+      )
+  }
+  return { ...base, verified: short.length === 0, gpus, reason: short.length ? short.join('; ') : null }
+}
+
+function toGib(mibByGpu: Map<number, number>, gpuIds: number[]): Record<string, number> {
+  const out: Record<string, number> = {}
+  for (const g of gpuIds) out[String(g)] = round2((mibByGpu.get(g) ?? 0) / 1024)
+  return out
+}
+
+const round2 = (x: number) => Math.round(x * 100) / 100
+const pct = (part: number, whole: number) => (whole > 0 ? `${Math.round((part / whole) * 100)} %` : 'n/a')
+const now = () => new Date().toISOString()
 
 /** stillThere: after an engine call, the instance was not unloaded (or failed) meanwhile. */
 function stillThere(inst: ManagedInstance, status: InstanceStatus): void {

@@ -1,4 +1,10 @@
-import { EngineCallError, engineOrigin, type HealthProbe, VllmClient } from '../../src/engine/vllm-client.ts'
+import {
+  EngineCallError,
+  engineOrigin,
+  type HealthProbe,
+  VllmClient,
+  type WakePhase,
+} from '../../src/engine/vllm-client.ts'
 import { AppError } from '../../src/http/errors.ts'
 import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
 import { ActionRefused } from './errors.ts'
@@ -14,13 +20,27 @@ export interface Endpoint {
   port: number
 }
 
+/**
+ * SleepCall: what a sleep is given. `signal` ends engine calls (the router stops); `cancel` ends a
+ * sleep that still waits for requests in flight (a request arrived: the model is in use), and is
+ * ignored once the engine was asked to sleep.
+ */
+export interface SleepCall {
+  signal: AbortSignal
+  cancel: AbortSignal
+}
+
 export interface Backend {
   readonly kind: 'endpoint' | 'gateway'
   endpoint(): Endpoint
   /** sleepable: whether the engine has sleep mode (null: not known yet). */
   sleepable(): boolean | null
-  sleep(level: 1 | 2, signal: AbortSignal): Promise<void>
-  wake(signal: AbortSignal): Promise<void>
+  sleep(level: 1 | 2, call: SleepCall): Promise<void>
+  /**
+   * wake wakes the engine from the level it sleeps at (`level`; null: not known, e.g. found asleep;
+   * then `fallback` unless the engine says). After level 2 that is vLLM's reload sequence.
+   */
+  wake(level: 1 | 2 | null, fallback: 1 | 2, signal: AbortSignal): Promise<void>
   health(timeoutMs: number, signal: AbortSignal): Promise<HealthProbe>
 }
 
@@ -31,6 +51,8 @@ const STOPPING = { abortedAs: 'the router is stopping' }
 export class EndpointBackend implements Backend {
   readonly kind = 'endpoint'
   readonly client: VllmClient
+  /** the wake phases finished since the engine last fell asleep (a failed wake resumes after them). */
+  private woken: WakePhase[] = []
 
   constructor(
     private readonly ep: Endpoint,
@@ -52,12 +74,28 @@ export class EndpointBackend implements Backend {
     return this.client.sleepMode
   }
 
-  sleep(level: 1 | 2, signal: AbortSignal): Promise<void> {
-    return this.client.sleep(level, { timeoutMs: this.controlTimeoutMs, signal })
+  /**
+   * sleep: the router has drained the model already (sleep.ts); `mode=wait` also spares a request
+   * that reached the engine another way (an engine older than the parameter ignores it).
+   */
+  async sleep(level: 1 | 2, call: SleepCall): Promise<void> {
+    await this.client.sleep(level, { timeoutMs: this.controlTimeoutMs, signal: call.signal, mode: 'wait' })
+    this.woken = []
   }
 
-  wake(signal: AbortSignal): Promise<void> {
-    return this.client.wake([], { timeoutMs: this.controlTimeoutMs, signal })
+  /**
+   * wake: vLLM's wake for the level (VllmClient.wakeUp). A wake that failed half-way is resumed
+   * after the phases it finished (waking a part that is awake again would fail in the engine).
+   */
+  async wake(level: 1 | 2 | null, fallback: 1 | 2, signal: AbortSignal): Promise<void> {
+    const o = { timeoutMs: this.controlTimeoutMs, signal }
+    let slept = level
+    if (slept === null) {
+      const reported = await this.client.sleepLevel(o).catch(() => null)
+      slept = reported === 1 || reported === 2 ? reported : fallback
+    }
+    await this.client.wakeUp(slept, [], { ...o, done: this.woken, onPhase: (p) => this.woken.push(p) })
+    this.woken = []
   }
 
   /** isSleeping reads the engine's own view; null when the engine has no sleep endpoints. */
@@ -107,12 +145,14 @@ export class GatewayBackend implements Backend {
     return n
   }
 
-  async sleep(level: 1 | 2): Promise<void> {
+  /** sleep: the gateway drains each instance (its leases count the router's requests too). */
+  async sleep(level: 1 | 2, call: SleepCall): Promise<void> {
     const targets = this.instances.filter((i) => i.status === 'active' && i.enable_sleep_mode)
     if (targets.length === 0) throw new ActionRefused('Model does not support sleep mode')
-    await settleAll(targets.map((i) => this.api.sleep(i.id, level)))
+    await settleAll(targets.map((i) => this.api.sleep(i.id, level, { signal: call.cancel })))
   }
 
+  /** wake: the gateway knows the level each instance sleeps at and runs its wake sequence. */
   async wake(): Promise<void> {
     const targets = this.instances.filter((i) => i.status === 'sleeping')
     await settleAll(targets.map((i) => this.api.wake(i.id)))

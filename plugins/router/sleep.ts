@@ -16,6 +16,8 @@ import type { ModelEntry, ModelTable } from './model-table.ts'
  *   falling asleep runs right after the sleep.
  * - Manual actions are refused (ActionRefused → 409) when the state does not allow them; the
  *   minimum sleep duration only limits the manual wakeup, a request may always wake a model.
+ * - A sleep never cuts a request: it drains the model first (see `sleep`), and a request arriving
+ *   while it drains cancels it. A wake after level 2 runs vLLM's reload sequence (backends.ts).
  * - Auto-sleep (every check_interval): a model idle past idle_threshold, active, with nothing in
  *   flight and no operation under way is put to sleep. A model never used counts as idle since
  *   the router started.
@@ -33,6 +35,8 @@ export interface SleepControllerDeps {
   now: () => number
 }
 
+/** DRAIN_POLL_MS: how often a drain re-reads a configured model's in-flight count. */
+const DRAIN_POLL_MS = 25
 /** STOP_WAIT_MS caps how long stop waits for sleep or wake operations under way. */
 const STOP_WAIT_MS = 5000
 /** WAKE_RETRY_MS: after a failed wake, requests are refused (502 wake_failed) this long before a new try. */
@@ -41,6 +45,8 @@ export const WAKE_RETRY_MS = 10_000
 export class SleepController {
   private timer: ReturnType<typeof setInterval> | undefined
   private readonly running = new Set<Promise<unknown>>()
+  /** the sleeps under way, each cancellable while it drains. */
+  private readonly draining = new Map<ModelEntry, AbortController>()
 
   constructor(private readonly deps: SleepControllerDeps) {}
 
@@ -131,26 +137,34 @@ export class SleepController {
   }
 
   /**
-   * sleep puts an active model to sleep (manual or automatic). Refusals throw ActionRefused at
-   * once; the returned promise rejects with EngineCallError when the engine does not answer.
+   * sleep puts an active model to sleep (manual or automatic) without cutting a request: new
+   * requests stop going to the engine at once (`op = 'sleep'` sends them to the wake path), the
+   * requests in flight finish (drain), then the engine sleeps. A configured endpoint is drained on
+   * the router's own count of what it forwards there, up to control_timeout; a gateway model by
+   * the gateway (whose leases count the router's requests too), up to its
+   * plugins.gateway.sleep.drain_timeout_ms. A request that arrives while the sleep drains cancels
+   * it: the model is in use. Refusals throw ActionRefused at once; the returned promise rejects
+   * with ActionRefused (drain deadline passed, cancelled) or EngineCallError (no answer).
    */
   sleep(e: ModelEntry, level: 1 | 2): Promise<void> {
     if (e.state === 'sleeping') throw new ActionRefused('Model is already sleeping')
     if (e.op === 'sleep') throw new ActionRefused('Model is already going to sleep')
     if (e.state === 'waking' || e.wakePromise) throw new ActionRefused('Model is waking up')
     if (e.backend.sleepable() === false) throw new ActionRefused('Model does not support sleep mode')
-    const busy = e.busy()
-    if (busy > 0) throw new ActionRefused(`Model has ${busy} request(s) in flight`)
     e.op = 'sleep'
     e.generation++
+    const cancel = new AbortController()
+    this.draining.set(e, cancel)
     const p = (async () => {
       try {
-        await e.backend.sleep(level, this.deps.lifetime)
+        if (!e.gateway) await this.drain(e, cancel.signal)
+        await e.backend.sleep(level, { signal: this.deps.lifetime, cancel: cancel.signal })
         e.state = 'sleeping'
         e.sleepTime = this.deps.now()
         e.sleepLevel = level
         this.deps.log.info('model asleep', { model: e.name, level })
       } finally {
+        this.draining.delete(e)
         e.op = null
         e.opPromise = null
       }
@@ -160,11 +174,43 @@ export class SleepController {
   }
 
   /**
+   * drain waits until the requests the router forwards to a configured endpoint have ended.
+   * ModelEntry's count has no change notification (model-table.ts), so it is re-read every
+   * DRAIN_POLL_MS; the wait ends at control_timeout (ActionRefused: the model keeps serving), when
+   * a request arrives (`cancel`) or when the router stops.
+   */
+  private async drain(e: ModelEntry, cancel: AbortSignal): Promise<void> {
+    const open = e.inFlight
+    if (open === 0) return
+    const { cfg, log, lifetime } = this.deps
+    const timeoutMs = cfg.control_timeout * 1000
+    const until = performance.now() + timeoutMs
+    log.info('waiting for requests in flight before sleeping', { model: e.name, in_flight: open })
+    const stop = AbortSignal.any([cancel, lifetime])
+    while (e.inFlight > 0) {
+      if (cancel.aborted)
+        throw new ActionRefused(
+          `A request arrived while the sleep waited for ${e.inFlight} request(s) in flight; the model keeps serving`,
+        )
+      if (lifetime.aborted) throw new EngineCallError('the router is stopping', null)
+      const left = until - performance.now()
+      if (left <= 0)
+        throw new ActionRefused(
+          `Model still has ${e.inFlight} request(s) in flight after ${cfg.control_timeout} s; ` +
+            'it was not put to sleep and keeps serving',
+        )
+      await abortable(Bun.sleep(Math.min(DRAIN_POLL_MS, left)), { signal: stop }).catch(() => {})
+    }
+  }
+
+  /**
    * wake starts (or joins) the one wake of a model. Resolves when the engine is awake and answers
    * /health; rejects with EngineCallError when it does not. A model that is active and not
    * falling asleep resolves at once.
    */
   wake(e: ModelEntry): Promise<void> {
+    // A sleep still draining is cancelled: someone wants the model (it then stays active).
+    this.draining.get(e)?.abort()
     if (e.wakePromise) return e.wakePromise
     const failure = this.recentWakeFailure(e)
     if (failure) return Promise.reject(new EngineCallError(failure, null))
@@ -192,7 +238,7 @@ export class SleepController {
     e.wakeStartedAt = t0
     const p = (async () => {
       try {
-        await e.backend.wake(lifetime)
+        await e.backend.wake(e.sleepLevel, cfg.auto_sleep.level as 1 | 2, lifetime)
         const health = await this.awaitHealthy(e, t0 + cfg.control_timeout * 1000)
         if (!health) throw new EngineCallError('engine did not answer /health after waking up', null)
         e.state = 'active'
