@@ -69,7 +69,7 @@ export function sharedCacheStartMib(est: SharedCacheEstimate | null | undefined)
 
 /** sharedCacheNeed: the free memory a shared-cache engine needs on a GPU, and why (for the 400). */
 export function sharedCacheNeed(totalMib: number, est: SharedCacheEstimate | null | undefined) {
-  const reserveMib = (1 - KVCACHED_GPU_UTILIZATION) * totalMib
+  const reserveMib = Math.round((1 - KVCACHED_GPU_UTILIZATION) * totalMib)
   const kvMib = sharedCacheStartMib(est) - (est?.nonKvMib ?? 0)
   const nonKv = est ? `${gib(est.nonKvMib)} GiB for weights, CUDA graphs and overhead (measured), ` : ''
   const why =
