@@ -83,6 +83,20 @@ export function defaultIpcName(explicit: string | undefined, shmDir: string): st
   return `${base}_${process.pid}`
 }
 
+/**
+ * startupGuardWarning is the line kvcached logs (stderr, its own logger format) when it lets an
+ * engine start although vLLM's start-up check would refuse it: free memory below utilization ×
+ * device. kvcached does not stop the engine there; only the gateway's placement check does.
+ */
+export function startupGuardWarning(freeBytes: number, requestedBytes: number, now = new Date()): string {
+  const p = (n: number) => String(n).padStart(2, '0')
+  const at = `${now.getFullYear()}-${p(now.getMonth() + 1)}-${p(now.getDate())} ${p(now.getHours())}:${p(now.getMinutes())}:${p(now.getSeconds())}`
+  return (
+    `[kvcached][WARNING][${at}][patches.py:1936] Ignoring vLLM's whole-device startup memory guard because ` +
+    `kvcached provides virtual KV capacity: free=${Math.trunc(freeBytes)} bytes, requested=${Math.trunc(requestedBytes)} bytes`
+  )
+}
+
 /** processGroupId reads our pgid from /proc (Bun has no getpgid); falls back to the pid. */
 export function processGroupId(): number {
   try {

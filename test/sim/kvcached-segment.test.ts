@@ -3,7 +3,12 @@ import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { readKvcachedSegment, writeKvcachedSegment } from '../../src/gpu/kvcached.ts'
-import { defaultIpcName, KvcachedSegment, processGroupId } from '../../src/sim/kvcached.ts'
+import {
+  defaultIpcName,
+  KvcachedSegment,
+  processGroupId,
+  startupGuardWarning,
+} from '../../src/sim/kvcached.ts'
 
 /**
  * The simulator's kvcached side behaves as kvcached's MemInfoTracker: one segment per engine, the
@@ -63,5 +68,12 @@ describe('sim kvcached segment', () => {
     const seg = KvcachedSegment.open(dir, 'my pool.1', 1, 0)
     expect(existsSync(join(dir, 'my-pool-1'))).toBe(true)
     seg.remove()
+  })
+
+  it("words the start-up guard warning as kvcached's vLLM patch does", () => {
+    expect(startupGuardWarning(4 * 2 ** 30, 72 * 2 ** 30, new Date(2026, 7, 21, 9, 5, 3))).toBe(
+      "[kvcached][WARNING][2026-08-21 09:05:03][patches.py:1936] Ignoring vLLM's whole-device startup memory " +
+        'guard because kvcached provides virtual KV capacity: free=4294967296 bytes, requested=77309411328 bytes',
+    )
   })
 })
