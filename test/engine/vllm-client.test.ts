@@ -1,6 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { Server } from 'bun'
-import { EngineCallError, engineOrigin, VllmClient, waitHealthy } from '../../src/engine/vllm-client.ts'
+import {
+  EngineCallError,
+  engineOrigin,
+  VllmClient,
+  WakeError,
+  waitHealthy,
+} from '../../src/engine/vllm-client.ts'
 import { freePort } from '../sim/helpers.ts'
 
 /**
@@ -218,5 +224,202 @@ describe('waitHealthy', () => {
     onHealth = () => {}
     expect(await waitHealthy(new VllmClient(url), { ...opts, stop: () => true })).toBe('stopped')
     healthStatus = 200
+  })
+})
+
+/**
+ * The sleep and wake calls against a stub shaped as vLLM's dev-mode routers
+ * (entrypoints/serve/sleep, rpc and cache): what each call sends, in which order, and what a
+ * refusal or a failure half-way leaves.
+ */
+describe('VllmClient sleep and wake sequence', () => {
+  let stub: Server<undefined>
+  let base = ''
+  const calls: string[] = []
+  /** how the stub answers: the mode parameter refused (422 as FastAPI does), reload_weights failing, … */
+  const knobs = {
+    refuseMode: false,
+    failReload: false,
+    resetSuccess: true as boolean | null,
+    asleep: new Set<string>(),
+    metrics: '',
+  }
+
+  beforeAll(() => {
+    stub = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      async fetch(req) {
+        const u = new URL(req.url)
+        const body = req.method === 'POST' ? await req.text() : ''
+        calls.push(`${req.method} ${u.pathname}${u.search}${body ? ` ${body}` : ''}`)
+        switch (u.pathname) {
+          case '/sleep':
+            if (knobs.refuseMode && u.searchParams.has('mode'))
+              return Response.json(
+                { detail: [{ loc: ['query', 'mode'], msg: 'unexpected', type: 'extra_forbidden' }] },
+                { status: 422 },
+              )
+            knobs.asleep = new Set(['weights', 'kv_cache'])
+            return new Response(null, { status: 200 })
+          case '/wake_up': {
+            const tags = u.searchParams.getAll('tags')
+            for (const t of tags.length ? tags : ['weights', 'kv_cache']) knobs.asleep.delete(t)
+            return new Response(null, { status: 200 })
+          }
+          case '/is_sleeping':
+            return Response.json({ is_sleeping: knobs.asleep.size > 0 })
+          case '/collective_rpc':
+            if (knobs.failReload) return Response.json({ error: 'disk gone' }, { status: 500 })
+            return Response.json({ results: [null, null] })
+          case '/reset_prefix_cache':
+            return knobs.resetSuccess === null
+              ? new Response(null, { status: 200 })
+              : Response.json({ success: knobs.resetSuccess })
+          case '/metrics':
+            return new Response(knobs.metrics)
+        }
+        return new Response('no route', { status: 404 })
+      },
+    })
+    base = `http://127.0.0.1:${stub.port}`
+  })
+  afterAll(() => {
+    stub.stop(true)
+  })
+  const fresh = () => {
+    calls.length = 0
+    knobs.refuseMode = false
+    knobs.failReload = false
+    knobs.resetSuccess = true
+    knobs.asleep = new Set()
+    return new VllmClient(base)
+  }
+
+  it('asks for mode=wait, and leaves the parameter out once the engine refused it', async () => {
+    const client = fresh()
+    expect(await client.sleep(1, { mode: 'wait' })).toBe('wait')
+    expect(client.sleepModeParam).toBe(true)
+    expect(calls).toEqual(['POST /sleep?level=1&mode=wait'])
+
+    const old = fresh()
+    knobs.refuseMode = true
+    expect(await old.sleep(2, { mode: 'wait' })).toBeNull()
+    expect(old.sleepModeParam).toBe(false)
+    expect(await old.sleep(1, { mode: 'wait' })).toBeNull()
+    expect(calls).toEqual(['POST /sleep?level=2&mode=wait', 'POST /sleep?level=2', 'POST /sleep?level=1'])
+  })
+
+  it('calls collective_rpc and reset_prefix_cache with their shapes', async () => {
+    const client = fresh()
+    expect(await client.collectiveRpc('reload_weights')).toEqual([null, null])
+    expect(calls).toEqual(['POST /collective_rpc {"method":"reload_weights"}'])
+    expect(await client.resetPrefixCache()).toBe(true)
+    knobs.resetSuccess = false
+    expect(await client.resetPrefixCache()).toBe(false)
+    knobs.resetSuccess = null // older builds: 200 with no body
+    expect(await client.resetPrefixCache()).toBe(true)
+  })
+
+  it('wakes from level 1 with one wake_up, and from level 2 with the reload sequence in order', async () => {
+    const one = fresh()
+    await one.sleep(1)
+    expect(await one.wakeUp(1)).toEqual({ phases: ['wake_up'], sleeping: false })
+    expect(calls).toEqual(['POST /sleep?level=1', 'POST /wake_up', 'GET /is_sleeping'])
+
+    const two = fresh()
+    await two.sleep(2)
+    const heard: string[] = []
+    const woke = await two.wakeUp(2, [], { onPhase: (p) => heard.push(p) })
+    expect(woke).toEqual({
+      phases: ['weights', 'reload_weights', 'kv_cache', 'reset_prefix_cache'],
+      sleeping: false,
+    })
+    expect(heard).toEqual(woke.phases)
+    expect(calls).toEqual([
+      'POST /sleep?level=2',
+      'POST /wake_up?tags=weights',
+      'POST /collective_rpc {"method":"reload_weights"}',
+      'POST /wake_up?tags=kv_cache',
+      'GET /is_sleeping',
+      'POST /reset_prefix_cache',
+    ])
+  })
+
+  it('wakes level 2 by tags: the weights are reloaded with them, the cache reset once all is awake', async () => {
+    const client = fresh()
+    await client.sleep(2)
+    calls.length = 0
+    expect(await client.wakeUp(2, ['weights'])).toEqual({
+      phases: ['weights', 'reload_weights'],
+      sleeping: true,
+    })
+    expect(await client.wakeUp(2, ['kv_cache'], { done: ['weights', 'reload_weights'] })).toEqual({
+      phases: ['kv_cache', 'reset_prefix_cache'],
+      sleeping: false,
+    })
+    expect(calls).toEqual([
+      'POST /wake_up?tags=weights',
+      'POST /collective_rpc {"method":"reload_weights"}',
+      'GET /is_sleeping',
+      'POST /wake_up?tags=kv_cache',
+      'GET /is_sleeping',
+      'POST /reset_prefix_cache',
+    ])
+  })
+
+  it('stops at a failing phase, naming it, and resumes after the phases that finished', async () => {
+    const client = fresh()
+    await client.sleep(2)
+    calls.length = 0
+    knobs.failReload = true
+    const err = await client.wakeUp(2).then(
+      () => null,
+      (e: unknown) => e,
+    )
+    expect(err).toBeInstanceOf(WakeError)
+    const w = err as WakeError
+    expect(w.phase).toBe('reload_weights')
+    expect(w.done).toEqual(['weights'])
+    expect(w.status).toBe(500)
+    expect(w.message).toStartWith(
+      'wake failed at reload_weights after weights: engine POST /collective_rpc answered 500',
+    )
+    expect(calls).toEqual(['POST /wake_up?tags=weights', 'POST /collective_rpc {"method":"reload_weights"}'])
+
+    // The weights are awake already: the next wake does not wake them again, it reloads and goes on.
+    knobs.failReload = false
+    calls.length = 0
+    expect(await client.wakeUp(2, [], { done: w.done })).toEqual({
+      phases: ['reload_weights', 'kv_cache', 'reset_prefix_cache'],
+      sleeping: false,
+    })
+    expect(calls[0]).toBe('POST /collective_rpc {"method":"reload_weights"}')
+
+    // A prefix cache that will not reset fails the last phase: the engine is awake but not served.
+    await client.sleep(2)
+    knobs.resetSuccess = false
+    const reset = (await client.wakeUp(2).catch((e: unknown) => e)) as WakeError
+    expect(reset.phase).toBe('reset_prefix_cache')
+    expect(reset.done).toEqual(['weights', 'reload_weights', 'kv_cache'])
+  })
+
+  it('reads the level an engine sleeps at from vllm:engine_sleep_state, null when it has none', async () => {
+    const client = fresh()
+    const gauge = (state: string) =>
+      ['awake', 'weights_offloaded', 'discard_all']
+        .map(
+          (s) =>
+            `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="${s}"} ${s === state ? 1 : 0}`,
+        )
+        .join('\n')
+    knobs.metrics = gauge('discard_all')
+    expect(await client.sleepLevel()).toBe(2)
+    knobs.metrics = gauge('weights_offloaded')
+    expect(await client.sleepLevel()).toBe(1)
+    knobs.metrics = gauge('awake')
+    expect(await client.sleepLevel()).toBe(0)
+    knobs.metrics = 'vllm:num_requests_running{engine="0"} 0\n'
+    expect(await client.sleepLevel()).toBeNull()
   })
 })
