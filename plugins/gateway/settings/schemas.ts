@@ -23,15 +23,17 @@ export const SettingsSchema = t.Object({
   updated_at: t.Nullable(t.String({ description: 'when the settings last changed (ISO 8601)' })),
 })
 
+const BODY_TOKEN_ERROR = `body.hf_token: must be null or a string of at most ${HF_TOKEN_MAX_LENGTH} printable ASCII characters without spaces`
+
 export const SettingsBody = t.Object({
   hf_token: t.Nullable(
     t.String({
       maxLength: HF_TOKEN_MAX_LENGTH,
       // Printable ASCII without spaces: it becomes an environment variable's value.
       pattern: '^[\\x21-\\x7E]*$',
-      // The message never echoes the value (a token must not reach a response or the log).
-      error: `body.hf_token: must be null or at most ${HF_TOKEN_MAX_LENGTH} printable ASCII characters without spaces`,
       description: 'the new model-hub token; null or "" removes it',
     }),
+    // The message never echoes the value (a token must not reach a response or the log).
+    { error: BODY_TOKEN_ERROR },
   ),
 })
