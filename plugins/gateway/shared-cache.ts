@@ -8,6 +8,8 @@ import {
 import type { Logger } from '../../src/host/logger.ts'
 import type { ManagedInstance } from './instance.ts'
 
+const EMPTY: KvcachedUsage = { totalBytes: 0, usedBytes: 0, preallocBytes: 0 }
+
 /**
  * SharedCache reads and cleans up the kvcached segments of shared-cache engines. kvcached keeps one
  * segment per engine (its start writes `(its_total, 0, 0)`, its updates overwrite used and
@@ -68,5 +70,3 @@ export class SharedCache {
     this.cleanup(inst)
   }
 }
-
-const EMPTY: KvcachedUsage = { totalBytes: 0, usedBytes: 0, preallocBytes: 0 }

@@ -152,6 +152,7 @@ export function readEngineUsage(name: string, shmDir = defaultShmDir()): Kvcache
   return sum
 }
 
+/** addUsage adds `b ÷ share` to `a` (share: the GPUs an engine's figures are split over). */
 export function addUsage(a: KvcachedUsage, b: KvcachedUsage, share = 1): KvcachedUsage {
   return {
     totalBytes: a.totalBytes + b.totalBytes / share,
