@@ -70,6 +70,8 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
         firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
         connectTimeoutMs: cfg.proxy.connect_timeout_ms,
         idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
+        wakeOnRequest: cfg.proxy.wake_on_request,
+        holdTimeoutSeconds: cfg.proxy.hold_timeout,
       },
     })
     return {

@@ -1,4 +1,5 @@
 import { type Static, Type as T } from '@sinclair/typebox'
+import { WakeOnRequestKeys } from '../../src/wire/wake-on-request.ts'
 
 /**
  * RouterConfig is `plugins.router` in the YAML: the controller's own listener, the engines it
@@ -86,17 +87,7 @@ export const RouterConfig = T.Object(
         'move and unload (nothing to follow when the gateway plugin is off)',
     }),
     auto_sleep: AutoSleep,
-    wake_on_request: T.Union([T.Literal('reject'), T.Literal('hold')], {
-      default: 'reject',
-      description:
-        'a request for a sleeping model starts a wake, then: reject → 503 model_waking with Retry-After; ' +
-        'hold → the request waits until the engine is awake (up to hold_timeout)',
-    }),
-    hold_timeout: T.Integer({
-      default: 120,
-      minimum: 1,
-      description: 'seconds a held request waits for a wake before 503 model_waking',
-    }),
+    ...WakeOnRequestKeys,
     health_timeout_ms: T.Integer({
       default: 2_000,
       minimum: 1,

@@ -1,9 +1,9 @@
-import { abortable, WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError } from '../../src/http/errors.ts'
 import type { ForwardEnd, WireAction, WireRequest } from '../../src/wire/route.ts'
+import { WakeOnRequest } from '../../src/wire/wake-on-request.ts'
 import type { Lease } from '../gateway/api.ts'
 import type { GatewayKeyGate } from './access.ts'
 import type { EndpointBackend } from './backends.ts'
@@ -18,7 +18,8 @@ import type { TrafficCounter } from './stats.ts'
  * RouterInference is the router's hot path: `POST /v1/chat/completions` and `/v1/completions`,
  * served as raw routes on the router listener (the same per-request cost as the gateway's /v1).
  * It resolves the model in the table, wakes a sleeping model (reject, or hold: a decision the
- * front defers until the model is awake), then forwards socket to socket on the front. Every request naming a known model is counted in
+ * front defers until the model is awake; src/wire/wake-on-request.ts, shared with the gateway's
+ * /v1), then forwards socket to socket on the front. Every request naming a known model is counted in
  * the traffic statistics when its response has fully ended; 2xx is a success. A request refused
  * for the gateway's inference key (GatewayKeyGate, checked right after the model lookup on both
  * paths) is not: it neither counts nor touches the model, so a caller without the key can neither
@@ -47,7 +48,19 @@ export interface InferenceDeps {
 const paths = new Set(INFERENCE_PATHS)
 
 export class RouterInference {
-  constructor(private readonly deps: InferenceDeps) {}
+  /** wakes: wake on request, the mechanism the gateway's /v1 shares. */
+  private readonly wakes: WakeOnRequest
+
+  constructor(private readonly deps: InferenceDeps) {
+    this.wakes = new WakeOnRequest({
+      policy: deps.cfg.wake_on_request,
+      holdTimeoutMs: deps.cfg.hold_timeout * 1000,
+      answers: { waking: modelWaking, failed: wakeFailed },
+      log: deps.log,
+      bus: deps.bus,
+      stopping: { signal: deps.lifetime, message: 'The router is stopping' },
+    })
+  }
 
   rawRoutes(): RawRoute[] {
     return [
@@ -77,41 +90,29 @@ export class RouterInference {
     return this.send(entry, req, false)
   }
 
-  /** wakeFirst: the model sleeps (or is waking): start the one wake, then reject or hold. */
+  /**
+   * wakeFirst: the model sleeps (or is waking): the shared wake on request (src/wire/wake-on-request.ts)
+   * with the router's own books: a held request counts as in flight (the model is not put back to
+   * sleep under it), refusals and a client that leaves (499) are counted in the statistics.
+   */
   private wakeFirst(entry: ModelEntry, req: WireRequest): WireAction {
-    const { sleep, cfg, log } = this.deps
-    const failure = sleep.recentWakeFailure(entry)
-    if (failure) return { error: this.refusal(entry, wakeFailed(entry.name, failure), req.startedAt) }
-    const wake = sleep.wake(entry)
-    wake.catch((err: Error) => log.warn('wake on request failed', { model: entry.name, error: err.message }))
-    if (cfg.wake_on_request === 'reject')
-      return {
-        error: this.refusal(entry, modelWaking(entry.name, sleep.retryAfterSeconds(entry)), req.startedAt),
-      }
-    return {
-      defer: async (signal) => {
-        // A held request counts as in flight: the model is not put back to sleep under it.
-        entry.inFlight++
-        const outcome = await settleWithin(wake, cfg.hold_timeout * 1000, signal, this.deps.lifetime)
-        entry.inFlight--
-        if (outcome === 'done') return this.send(entry, req, true)
-        if (outcome === 'aborted') {
-          this.record(entry, 499, req.startedAt)
-          return { error: modelWaking(entry.name, 0, 'The client went away') }
-        }
-        const err =
-          outcome === 'timeout'
-            ? modelWaking(
-                entry.name,
-                sleep.retryAfterSeconds(entry),
-                `Model '${entry.name}' did not wake up within ${cfg.hold_timeout} s; retry later`,
-              )
-            : outcome === 'stopped'
-              ? modelWaking(entry.name, 5, 'The router is stopping')
-              : wakeFailed(entry.name, outcome.error)
-        return { error: this.refusal(entry, err, req.startedAt) }
+    const { sleep } = this.deps
+    return this.wakes.answer(
+      {
+        name: entry.name,
+        recentFailure: () => sleep.recentWakeFailure(entry),
+        wake: () => sleep.wake(entry),
+        retryAfterSeconds: () => sleep.retryAfterSeconds(entry),
       },
-    }
+      {
+        ready: () => this.send(entry, req, true),
+        refused: (err) => this.refusal(entry, err, req.startedAt),
+        holding: (on) => {
+          entry.inFlight += on ? 1 : -1
+        },
+        gone: () => this.record(entry, 499, req.startedAt),
+      },
+    )
   }
 
   /**
@@ -196,24 +197,5 @@ export class RouterInference {
     entry.traffic.record(now, ok, durationMs)
     this.deps.overall.record(now, ok, durationMs)
     entry.touch(now)
-  }
-}
-
-type Outcome = 'done' | 'timeout' | 'aborted' | 'stopped' | { error: string }
-
-/** settleWithin waits for `p` up to `ms`, or until the client goes away or the router stops. */
-async function settleWithin(
-  p: Promise<void>,
-  ms: number,
-  client: AbortSignal,
-  lifetime: AbortSignal,
-): Promise<Outcome> {
-  try {
-    await abortable(p, { signal: AbortSignal.any([client, lifetime]), timeoutMs: ms, what: 'the wake' })
-    return 'done'
-  } catch (err) {
-    if (!(err instanceof WaitError)) return { error: (err as Error).message }
-    if (err.kind === 'timeout') return 'timeout'
-    return client.aborted ? 'aborted' : 'stopped'
   }
 }

@@ -1,8 +1,11 @@
 import { type Static, Type as T } from '@sinclair/typebox'
+import { WakeOnRequestKeys } from '../../../src/wire/wake-on-request.ts'
 
 /**
- * ProxyConfig is `plugins.gateway.proxy` in the YAML: the inference proxy's upstream deadlines.
- * Once the first byte has arrived there is no deadline, so a long generation is never cut.
+ * ProxyConfig is `plugins.gateway.proxy` in the YAML: the inference proxy's upstream deadlines
+ * (once the first byte has arrived there is no deadline, so a long generation is never cut) and
+ * what a request for a sleeping model does (`wake_on_request`, `hold_timeout`: the router's keys,
+ * one shape in src/wire/wake-on-request.ts).
  */
 export const ProxyConfig = T.Object(
   {
@@ -20,6 +23,7 @@ export const ProxyConfig = T.Object(
         'deadline for reaching the engine: with no response headers by then, the engine address is ' +
         'probed and an unreachable one fails with 504 upstream_connect_timeout; 0 disables the probe',
     }),
+    ...WakeOnRequestKeys,
   },
   { additionalProperties: false, default: {} },
 )

@@ -7,8 +7,10 @@ import type { BodyRange } from '../../../src/wire/body-range.ts'
 import { readModelField, replaceModel } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
 import type { ForwardEnd, WireAction } from '../../../src/wire/route.ts'
+import { WakeOnRequest, type WakePolicy } from '../../../src/wire/wake-on-request.ts'
 import type { GatewayApi, Lease } from '../api.ts'
 import { ProxyMetrics } from './metrics.ts'
+import { GATEWAY_WAKE_ANSWERS, GatewayWakes } from './wake.ts'
 
 /**
  * createInference builds the gateway's inference proxy: the OpenAI-compatible routes (`/v1/...`,
@@ -19,7 +21,8 @@ import { ProxyMetrics } from './metrics.ts'
  * that one JSON string). Model resolution and load balancing are the gateway's
  * (`api.acquire`); moving bytes is the front's (WireExchange). Each proxied request holds a lease on its instance
  * until its response has fully ended, then is counted in the metrics and announced on the bus as
- * `proxy.request`.
+ * `proxy.request`. A model that sleeps is woken by the request (`wake_on_request`: reject with
+ * Retry-After, or hold until it is awake; src/wire/wake-on-request.ts, the router's mechanism too).
  */
 export interface InferenceDeps {
   api: GatewayApi
@@ -31,6 +34,10 @@ export interface InferenceDeps {
     connectTimeoutMs: number
     /** The main listener's keep-alive idle timeout (server.idle_timeout_seconds), restored after a request. */
     idleTimeoutSeconds?: number
+    /** proxy.wake_on_request: a sleeping model's request is refused with Retry-After, or held (default reject). */
+    wakeOnRequest?: WakePolicy
+    /** proxy.hold_timeout: seconds a held request waits (default 120). */
+    holdTimeoutSeconds?: number
   }
 }
 
@@ -79,9 +86,20 @@ export function createInference(deps: InferenceDeps): {
  */
 export class GatewayInference {
   private readonly metrics: ProxyMetrics
+  private readonly sleepers: GatewayWakes
+  private readonly wakes: WakeOnRequest
 
   constructor(private readonly deps: InferenceDeps) {
     this.metrics = new ProxyMetrics(deps.metrics)
+    this.sleepers = new GatewayWakes(deps.api, deps.bus)
+    this.wakes = new WakeOnRequest({
+      policy: deps.config.wakeOnRequest ?? 'reject',
+      holdTimeoutMs: (deps.config.holdTimeoutSeconds ?? 120) * 1000,
+      answers: GATEWAY_WAKE_ANSWERS,
+      log: deps.log,
+      bus: deps.bus,
+      metrics: deps.metrics,
+    })
     // Every request that reached an instance is counted, whoever proxied it (the router emits too).
     deps.bus.on('proxy.request', (e) => {
       if (e.instance_id) this.metrics.observe(e.instance_id, e.status, e.duration_ms)
@@ -93,16 +111,35 @@ export class GatewayInference {
     if (enginePath === undefined) return { error: notFound('POST', path) }
     const model = readModelField(body)
     if (typeof model !== 'string') return { error: model }
+    return this.serve(model, enginePath + query, body, path, false)
+  }
+
+  /**
+   * serve forwards to an instance of `model`, or wakes it when it sleeps (`afterWake`: the request
+   * was held for a wake; a model asleep again is refused, not woken again).
+   */
+  private serve(
+    model: string,
+    target: string,
+    body: BodyRange,
+    path: string,
+    afterWake: boolean,
+  ): WireAction {
     let lease: Lease
     try {
       lease = this.deps.api.acquire(model)
     } catch (err) {
+      if (!afterWake && err instanceof AppError && err.code === 'model_sleeping') {
+        const sleeping = this.sleepers.sleeping(model, err)
+        if (sleeping)
+          return this.wakes.answer(sleeping, { ready: () => this.serve(model, target, body, path, true) })
+      }
       return { error: this.refusal(err, path) }
     }
     // The engine answers only to its served name: an instance id or model path is swapped for it.
     const served = lease.servedModelName
     const bytes = served && model !== served ? replaceModel(body, served) : body
-    return this.forwardTo(lease, enginePath + query, bytes, model, path)
+    return this.forwardTo(lease, target, bytes, model, path)
   }
 
   /** modelList: `GET /v1/models`, every active instance once by served name and once by id. */
