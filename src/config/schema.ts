@@ -11,6 +11,27 @@ const Oauth = T.Object(
     client_secret: T.Optional(T.String({ description: 'OAUTH_CLIENT_SECRET' })),
     k8s_api_url: T.Optional(T.String({ description: 'platform API for user info (K8S_API_URL)' })),
     api_base_url: T.Optional(T.String({ description: 'backend address for callbacks (API_BASE_URL)' })),
+    // The keys below are optional with their defaults applied by src/http/oauth.ts (oauthSettings).
+    frontend_url: T.Optional(
+      T.String({ description: 'where the browser lands with #token=<JWT> (default API_BASE_URL + "/")' }),
+    ),
+    scope: T.Optional(T.String({ description: 'scope asked of the provider (default "user:info")' })),
+    admin_groups: T.Optional(
+      T.Array(T.String({ minLength: 1 }), {
+        description: 'groups granting admin (default [service-admins])',
+      }),
+    ),
+    readonly_groups: T.Optional(
+      T.Array(T.String({ minLength: 1 }), {
+        description: 'groups granting admin-readonly (default [service-admins-readonly])',
+      }),
+    ),
+    request_timeout_ms: T.Optional(
+      T.Integer({
+        minimum: 100,
+        description: 'deadline of each call to the provider and the platform API (default 10000)',
+      }),
+    ),
   },
   { additionalProperties: false, default: {} },
 )

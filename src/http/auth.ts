@@ -1,7 +1,9 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto'
 import { jwt } from '@elysiajs/jwt'
 import type { RootConfig } from '../config/schema.ts'
+import type { Logger } from '../host/logger.ts'
 import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
+import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth.ts'
 
 /**
  * AuthService is the one guard for every route. It authorises the route the framework matched (its
@@ -9,9 +11,10 @@ import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
  * requires is read from the mounted routes themselves (declareRoutes), so the path that is
  * authorised is the path that is routed. A route's category (public, admin, inference, internal)
  * follows the spec's prefixes applied to its pattern unless its `detail` declares `x-auth`; a
- * state-free POST declares `x-read-only: true`. Routes never check auth themselves. Roles ride on
- * every admin request (`admin` for writes, `admin-readonly` may read), the seam OAuth group
- * mapping plugs into.
+ * state-free POST declares `x-read-only: true`, and a read that only `admin` may make declares
+ * `x-required-role: 'admin'`. Routes never check auth themselves. Roles ride on every admin request
+ * (`admin` for writes, `admin-readonly` may read): simple mode gives `admin`, OAuth mode maps the
+ * platform's groups to roles (src/http/oauth.ts).
  */
 export type Role = 'admin' | 'admin-readonly'
 export type RouteCategory = 'public' | 'admin' | 'inference' | 'internal'
@@ -64,7 +67,10 @@ export function categorize(pathname: string): RouteCategory {
 /** What a route requires, as declared by the route (see AuthService). */
 export interface RouteAccess {
   category: RouteCategory
-  /** The route changes nothing (a GET, or a POST that only carries a query body): admin-readonly may call it. */
+  /**
+   * admin-readonly may call it: a GET (or HEAD), or a route declaring `x-read-only: true` (a POST
+   * that changes nothing), unless it declares `x-required-role: 'admin'`.
+   */
   readOnly: boolean
 }
 
@@ -77,17 +83,32 @@ export interface RouteDeclaration {
 
 const CATEGORIES: ReadonlySet<string> = new Set(['public', 'admin', 'inference', 'internal'])
 
-/** accessOf reads a route's declaration: `detail['x-auth']` and `detail['x-read-only']`, else the defaults. */
+/**
+ * accessOf reads a route's declaration: `detail['x-auth']` (its category), `detail['x-read-only']`
+ * (a POST that changes nothing) and `detail['x-required-role']` (`'admin'` keeps a read for admins
+ * only; `'admin-readonly'` is the same as `x-read-only: true`), else the defaults. A contradictory
+ * declaration throws when the routes are declared (at boot), not at the first request.
+ */
 export function accessOf(r: RouteDeclaration): RouteAccess {
   const detail = (r.hooks?.detail ?? {}) as Record<string, unknown>
+  const where = `route ${r.method} ${r.path}`
   const declared = detail['x-auth']
   if (declared !== undefined && (typeof declared !== 'string' || !CATEGORIES.has(declared)))
-    throw new Error(`route ${r.method} ${r.path}: x-auth must be one of ${[...CATEGORIES].join(', ')}`)
+    throw new Error(`${where}: x-auth must be one of ${[...CATEGORIES].join(', ')}`)
+  const readOnlyFlag = detail['x-read-only']
+  if (readOnlyFlag !== undefined && typeof readOnlyFlag !== 'boolean')
+    throw new Error(`${where}: x-read-only must be a boolean`)
+  const role = detail['x-required-role']
+  if (role !== undefined && role !== 'admin' && role !== 'admin-readonly')
+    throw new Error(`${where}: x-required-role must be 'admin' or 'admin-readonly'`)
+  if (role === 'admin' && readOnlyFlag === true)
+    throw new Error(`${where}: x-read-only and x-required-role 'admin' contradict each other`)
   const method = r.method.toUpperCase()
-  return {
-    category: (declared as RouteCategory | undefined) ?? categorize(r.path),
-    readOnly: method === 'GET' || method === 'HEAD' || detail['x-read-only'] === true,
-  }
+  const category = (declared as RouteCategory | undefined) ?? categorize(r.path)
+  if (role !== undefined && category !== 'admin')
+    throw new Error(`${where}: x-required-role applies to admin routes only (this one is ${category})`)
+  const read = method === 'GET' || method === 'HEAD' || readOnlyFlag === true || role === 'admin-readonly'
+  return { category, readOnly: read && role !== 'admin' }
 }
 
 /** requiredRole: reads may be done by admin-readonly, everything that changes state needs admin. */
@@ -122,8 +143,21 @@ export interface LoginResult {
   user: { username: string; roles: Role[] }
 }
 
+/** The issued-token options: the subject when it is not the username, a shorter lifetime. */
+export interface IssueOptions {
+  sub?: string
+  /** At most `jwt_ttl_seconds`; shorter when the identity provider vouches for less. */
+  ttlSeconds?: number
+}
+
 export class AuthService {
   readonly mode: AuthConfig['mode']
+  /** The OAuth client (OAuth mode with a complete `auth.oauth`), else null. */
+  readonly oauth: OAuthFlow | null = null
+  /** What is missing from `auth.oauth` in OAuth mode (the login routes answer 503 naming it). */
+  readonly oauthProblems: readonly string[] = []
+  /** Where auth events go (OAuth failures, once each); set by the host with useLog. */
+  private log: Logger | null = null
   private readonly signer: {
     sign(p: Record<string, unknown>): Promise<string>
     verify(t: string, o: unknown): Promise<unknown>
@@ -135,19 +169,51 @@ export class AuthService {
   /** What each mounted route requires, by `METHOD pattern` (declareRoutes). */
   private readonly routes = new Map<string, RouteAccess>()
 
-  constructor(private readonly cfg: AuthConfig) {
+  constructor(
+    private readonly cfg: AuthConfig,
+    log?: Logger,
+  ) {
     this.mode = cfg.mode
+    this.log = log ?? null
     this.signer = cfg.jwt_secret
       ? (jwt({ name: 'jwt', secret: cfg.jwt_secret, alg: 'HS256' }).decorator
           .jwt as unknown as AuthService['signer'])
       : null
+    if (cfg.mode === 'oauth') {
+      this.oauthProblems = oauthProblems(cfg.oauth)
+      const settings = oauthSettings(cfg.oauth)
+      if (settings && cfg.jwt_secret)
+        this.oauth = new OAuthFlow(settings, { secret: cfg.jwt_secret }, (msg, fields) =>
+          this.log?.warn(msg, fields),
+        )
+    }
+  }
+
+  /** useLog sets where auth events are logged (the host's logger, scoped `auth`). */
+  useLog(log: Logger): void {
+    this.log = log
+    if (this.mode === 'oauth' && !this.oauth)
+      log.error('AUTH_MODE=oauth is not configured: OAuth logins will fail', {
+        problems: this.oauthProblems.join('; ') || 'auth.jwt_secret: required',
+      })
+  }
+
+  /** logger: the auth log, or null before the host has set one. */
+  get logger(): Logger | null {
+    return this.log
   }
 
   get inferenceKeyRequired(): boolean {
     return !!this.cfg.inference_api_key
   }
 
+  /**
+   * info tells a frontend how to log in. OAuth mode adds where the browser is sent
+   * (`login_url`, a GET navigation), where it comes back (`frontend_url`, with
+   * `#<token_fragment_parameter>=<JWT>&expires_in=<s>` in the fragment) and which groups grant which role.
+   */
   info() {
+    const o = this.oauth?.settings
     return {
       mode: this.mode,
       auth_enabled: this.mode !== 'none',
@@ -157,15 +223,25 @@ export class AuthService {
       inference_api_key_required: this.inferenceKeyRequired,
       token_lifetime_seconds: this.mode === 'none' ? null : this.cfg.jwt_ttl_seconds,
       roles: ['admin', 'admin-readonly'],
+      oauth: o
+        ? {
+            issuer_url: o.issuerUrl,
+            callback_url: o.callbackUrl,
+            frontend_url: o.frontendUrl,
+            token_fragment_parameter: 'token',
+            groups: { admin: o.adminGroups, 'admin-readonly': o.readonlyGroups },
+          }
+        : null,
     }
   }
 
-  async issueToken(username: string, roles: Role[]): Promise<LoginResult> {
+  async issueToken(username: string, roles: Role[], opts: IssueOptions = {}): Promise<LoginResult> {
     if (!this.signer) throw new AppError(400, 'AUTH_DISABLED', 'Authentication is disabled (AUTH_MODE=none)')
     const now = Math.floor(Date.now() / 1000)
-    const exp = now + this.cfg.jwt_ttl_seconds
+    const ttl = Math.max(1, Math.min(this.cfg.jwt_ttl_seconds, opts.ttlSeconds ?? Number.POSITIVE_INFINITY))
+    const exp = now + ttl
     const token = await this.signer.sign({
-      sub: username,
+      sub: opts.sub ?? username,
       username,
       roles,
       authMode: this.mode,
@@ -177,9 +253,20 @@ export class AuthService {
       token,
       token_type: 'Bearer',
       expires_at: new Date(exp * 1000).toISOString(),
-      expires_in: this.cfg.jwt_ttl_seconds,
+      expires_in: ttl,
       user: { username, roles },
     }
+  }
+
+  /**
+   * issueOAuthToken: modelgate's JWT for a user the platform vouched for (claims sub, username,
+   * roles, authMode "oauth", iat, exp, jti). It never outlives the provider's access token.
+   */
+  issueOAuthToken(user: OAuthUser): Promise<LoginResult> {
+    return this.issueToken(user.username, user.roles, {
+      sub: user.sub,
+      ...(user.providerExpiresIn ? { ttlSeconds: user.providerExpiresIn } : {}),
+    })
   }
 
   /**

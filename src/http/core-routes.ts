@@ -1,13 +1,10 @@
 import { Elysia, t } from 'elysia'
 import type { Registry } from 'prom-client'
-import { PEER_HEADER } from '../wire/headers.ts'
-import { principalOf } from './app.ts'
 import type { AuthService } from './auth.ts'
-import { unauthorized } from './errors.ts'
-import { ControllerError } from './schemas.ts'
+import { authRoutes } from './auth-routes.ts'
 
 /**
- * coreRoutes are the host's own routes on the gateway listener: health, auth and metrics.
+ * coreRoutes are the host's own routes on the gateway listener: health, auth (auth-routes.ts) and metrics.
  */
 export interface CoreRoutesOptions {
   auth: AuthService
@@ -21,14 +18,6 @@ export interface CoreRoutesOptions {
 
 const Timestamped = (status: string) =>
   t.Object({ status: t.Literal(status), timestamp: t.String({ format: 'date-time' }) })
-
-const UserInfo = t.Object({
-  sub: t.String(),
-  username: t.String(),
-  roles: t.Array(t.String()),
-  authMode: t.String(),
-  exp: t.Optional(t.Number()),
-})
 
 export function coreRoutes(o: CoreRoutesOptions) {
   const metricsText = async () =>
@@ -83,87 +72,7 @@ export function coreRoutes(o: CoreRoutesOptions) {
           response: Timestamped('alive'),
         }),
     )
-    .group('/api/auth', (g) =>
-      g
-        .get('/info', () => o.auth.info(), {
-          detail: { tags: ['auth'], summary: 'Auth mode and how to log in' },
-          response: t.Object({
-            mode: t.String(),
-            auth_enabled: t.Boolean(),
-            login_url: t.Nullable(t.String()),
-            login_method: t.Nullable(t.String()),
-            inference_api_key_required: t.Boolean(),
-            token_lifetime_seconds: t.Nullable(t.Number()),
-            roles: t.Array(t.String()),
-          }),
-        })
-        .post(
-          '/login',
-          ({ body, request }) =>
-            o.auth.login(body.username, body.password, request.headers.get(PEER_HEADER) ?? 'unknown'),
-          {
-            body: t.Object({ username: t.String({ minLength: 1 }), password: t.String({ minLength: 1 }) }),
-            detail: {
-              tags: ['auth'],
-              summary: 'Simple-mode login',
-              description:
-                'Returns an HS256 JWT (claims sub, username, roles, authMode, iat, exp, jti). Each client ' +
-                'address may try `server.login_attempts_per_minute` times a minute; beyond, 429 with Retry-After.',
-            },
-            response: {
-              200: t.Object({
-                token: t.String(),
-                token_type: t.Literal('Bearer'),
-                expires_at: t.String(),
-                expires_in: t.Number(),
-                user: t.Object({ username: t.String(), roles: t.Array(t.String()) }),
-              }),
-              400: ControllerError,
-              401: ControllerError,
-              429: ControllerError,
-            },
-          },
-        )
-        .get(
-          '/me',
-          async ({ request }) => {
-            if (o.auth.mode === 'none')
-              return { sub: 'anonymous', username: 'anonymous', roles: ['admin'], authMode: 'none' }
-            return principalOf(request) ?? (await o.auth.adminPrincipal(request, '/api/auth/me'))
-          },
-          {
-            detail: {
-              tags: ['auth'],
-              summary: 'Current user',
-              description: 'With AUTH_MODE=none everyone is an anonymous admin.',
-              security: [{ adminJwt: [] }],
-            },
-            response: { 200: UserInfo, 401: ControllerError },
-          },
-        )
-        .post(
-          '/logout',
-          async ({ request }) => {
-            if (o.auth.mode !== 'none') {
-              const principal = await o.auth.adminPrincipal(request, '/api/auth/logout').catch(() => {
-                throw unauthorized()
-              })
-              o.auth.revoke(principal)
-            }
-            return { success: true, message: 'Logged out; the token is revoked until it expires' }
-          },
-          {
-            detail: {
-              tags: ['auth'],
-              summary: 'Log out',
-              description:
-                'Revokes the presented token (in memory, until its exp) and tells the client to discard it.',
-              security: [{ adminJwt: [] }],
-            },
-            response: { 200: t.Object({ success: t.Boolean(), message: t.String() }), 401: ControllerError },
-          },
-        ),
-    )
+    .use(authRoutes(o.auth))
     .get('/metrics', metricsText, {
       detail: { tags: ['metrics'], summary: 'Prometheus metrics (public)' },
     })
