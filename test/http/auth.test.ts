@@ -239,4 +239,64 @@ describe('required roles', () => {
     expect(role('POST', '/api/memory/profiles')).toBe('admin')
     expect(role('DELETE', '/api/memory/profiles/:id')).toBe('admin')
   })
+
+  it("takes x-required-role: 'admin' keeps a read for admins, 'admin-readonly' opens a POST", async () => {
+    const { accessOf, requiredRole } = await import('../../src/http/auth.ts')
+    const role = (method: string, path: string, detail?: object) =>
+      requiredRole(accessOf({ method, path, hooks: { detail } }))
+    expect(role('GET', '/api/orphans', { 'x-required-role': 'admin' })).toBe('admin')
+    expect(role('HEAD', '/api/orphans', { 'x-required-role': 'admin' })).toBe('admin')
+    expect(role('POST', '/api/memory/profiles', { 'x-required-role': 'admin-readonly' })).toBe(
+      'admin-readonly',
+    )
+    expect(role('DELETE', '/api/x/:id', { 'x-required-role': 'admin' })).toBe('admin')
+  })
+
+  it.each([
+    ['an unknown role', { 'x-required-role': 'root' }, "x-required-role must be 'admin' or 'admin-readonly'"],
+    ['a contradiction', { 'x-read-only': true, 'x-required-role': 'admin' }, 'contradict'],
+    ['a non-boolean x-read-only', { 'x-read-only': 'yes' }, 'x-read-only must be a boolean'],
+    ['a role on a public route', { 'x-auth': 'public', 'x-required-role': 'admin' }, 'admin routes only'],
+  ])('refuses %s when the routes are declared', async (_name, detail, message) => {
+    const { accessOf } = await import('../../src/http/auth.ts')
+    expect(() => accessOf({ method: 'GET', path: '/api/things', hooks: { detail } })).toThrow(message)
+  })
+})
+
+describe('an admin-only read, end to end', () => {
+  const detail = { summary: 'An admin-only read', 'x-required-role': 'admin' }
+  const secret = definePlugin({
+    id: 'probe',
+    description: 'test routes',
+    config: T.Object({}, { additionalProperties: false }),
+    setup: () => ({
+      routes: new Elysia().get('/api/models/secrets', () => ({ ok: true }), {
+        detail,
+      }),
+    }),
+  }) as unknown as PluginDefinition
+  let th: TestHost
+  beforeAll(async () => {
+    th = await startHost('plugins:\n  probe: {}\n', [secret], {
+      AUTH_MODE: 'simple',
+      ADMIN_PASSWORD: 'hunter2',
+      JWT_SECRET: SECRET,
+    })
+  })
+  afterAll(() => th.stop())
+
+  it('refuses admin-readonly (403 naming admin), lets admin in, and says so in /docs/json', async () => {
+    const as = async (roles: ('admin' | 'admin-readonly')[]) =>
+      fetch(`${th.url}/api/models/secrets`, {
+        headers: { authorization: `Bearer ${(await th.host.auth.issueToken('u', roles)).token}` },
+      })
+    const ro = await as(['admin-readonly'])
+    expect(ro.status).toBe(403)
+    expect((await errorOf(ro)).message).toContain("'admin'")
+    expect((await as(['admin'])).status).toBe(200)
+    const doc = (await (await fetch(`${th.url}/docs/json`)).json()) as {
+      paths: Record<string, Record<string, Record<string, unknown>>>
+    }
+    expect(doc.paths['/api/models/secrets']?.get?.['x-required-role']).toBe('admin')
+  })
 })
