@@ -1,3 +1,4 @@
+import type { Registry } from 'prom-client'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
@@ -43,6 +44,11 @@ export interface InferenceDeps {
   gate: GatewayKeyGate
   /** the router's clock (epoch ms): activity and statistics. */
   now: () => number
+  /**
+   * metrics: where held requests are counted (modelgate_request_hold_seconds). Without it they are
+   * still announced on the bus (`proxy.held`), which the gateway's proxy counts when it runs.
+   */
+  metrics?: Registry
 }
 
 const paths = new Set(INFERENCE_PATHS)
@@ -59,6 +65,7 @@ export class RouterInference {
       log: deps.log,
       bus: deps.bus,
       stopping: { signal: deps.lifetime, message: 'The router is stopping' },
+      ...(deps.metrics ? { metrics: deps.metrics } : {}),
     })
   }
 

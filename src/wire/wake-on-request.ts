@@ -113,10 +113,6 @@ export class WakeOnRequest {
     if (o.metrics) registerHoldMetrics(o.metrics, o.bus)
   }
 
-  get policy(): WakePolicy {
-    return this.o.policy
-  }
-
   /** answer decides a request whose model sleeps: a refusal, or a hold deferred until it is awake. */
   answer(model: SleepingModel, req: HeldRequest): WireAction {
     const { answers, log, policy } = this.o
