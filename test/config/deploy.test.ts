@@ -8,6 +8,7 @@ import {
   mkdtempSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -451,6 +452,42 @@ describe('config/Containerfile', () => {
       .find((w) => w[0] === '--from=build')!
     expect(fromBuild[1]).toBe(posix.join(workdir, 'build/dist/modelgate'))
   })
+
+  it("the build stage's files are enough to compile a binary that accepts the image's YAML", () => {
+    // The build stage replayed in a scratch directory: its COPYs from this checkout, the repository's
+    // node_modules standing in for `npm ci` (no registry here), then build/compile.ts.
+    const build = all.find((s) => s.name === 'build')!
+    const workdir = build.instructions.find((i) => i.name === 'WORKDIR')!.args
+    const dir = mkdtempSync(join(tmpdir(), 'modelgate-image-'))
+    try {
+      for (const ins of build.instructions.filter((i) => i.name === 'COPY')) {
+        const paths = words(ins.args).filter((w) => !w.startsWith('--'))
+        const dest = paths.at(-1)!
+        for (const src of paths.slice(0, -1)) {
+          const target = dest.endsWith('/') || paths.length > 2 ? posix.join(dest, posix.basename(src)) : dest
+          cpSync(join(ROOT, src), join(dir, posix.relative(workdir, posix.resolve(workdir, target))), {
+            recursive: true,
+          })
+        }
+      }
+      symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'))
+      const compiled = Bun.spawnSync([process.execPath, 'build/compile.ts'], { cwd: dir })
+      expect({ code: compiled.exitCode, stderr: compiled.stderr.toString() }).toEqual({ code: 0, stderr: '' })
+      const yamlCopy = finalOf('COPY')
+        .map((i) => words(i.args))
+        .find((w) => w[0] === 'config/gpu-host.yaml')!
+      const check = Bun.spawnSync(
+        [join(dir, 'build/dist/modelgate'), 'check-config', '--config', join(ROOT, yamlCopy[0]!)],
+        { env: { PATH: process.env.PATH ?? '', ...finalEnv, ...SECRETS } as Record<string, string> },
+      )
+      expect({ code: check.exitCode, out: check.stdout.toString() + check.stderr.toString() }).toEqual({
+        code: 0,
+        out: `${join(ROOT, yamlCopy[0]!)}: ok\n`,
+      })
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60_000)
 
   it('copies only what exists in the documented build context (the repository root) and is not ignored', () => {
     const stageNames = new Set(all.map((s) => s.name).filter(Boolean))
