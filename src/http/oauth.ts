@@ -155,7 +155,8 @@ function isTimeout(err: unknown): boolean {
   return false
 }
 
-function describe(err: unknown): string {
+/** explain: an error's message and its cause's, for the log. */
+function explain(err: unknown): string {
   if (!(err instanceof Error)) return String(err)
   const cause = err.cause instanceof Error ? `: ${err.cause.message}` : ''
   return `${err.message}${cause}`
@@ -166,9 +167,9 @@ export class OAuthFlow {
   private readonly now: () => number
   /** States already presented to the callback, until their cookie would have expired (single use). */
   private readonly used = new Map<string, number>()
-  private metadata: { as: oauth.AuthorizationServer; until: number; source: string } | null = null
+  private metadata: { as: oauth.AuthorizationServer; until: number } | null = null
   private discovering: Promise<oauth.AuthorizationServer> | null = null
-  /** discovered says where the endpoints came from, once known (for the log and /api/auth/info). */
+  /** Where the endpoints came from: the metadata document's URL, or `fallback`; null before the first login. */
   discoverySource: string | null = null
 
   constructor(
@@ -218,7 +219,7 @@ export class OAuthFlow {
       } catch (err) {
         // The issuer itself unreachable: nothing else will work either.
         if (base === issuerUrl) throw this.unreachable('the identity provider', issuerUrl, err)
-        tried.push(`${base}: ${describe(err)}`)
+        tried.push(`${base}: ${explain(err)}`)
         continue
       }
       if (res.status !== 200) {
@@ -234,7 +235,7 @@ export class OAuthFlow {
           502,
           'OAUTH_DISCOVERY_INVALID',
           'The identity provider published metadata modelgate cannot use; see the server log',
-          `discovery at ${base}: ${describe(err)} (expected issuer ${issuerUrl})`,
+          `discovery at ${base}: ${explain(err)} (expected issuer ${issuerUrl})`,
         )
       }
     }
@@ -254,7 +255,7 @@ export class OAuthFlow {
   }
 
   private keep(as: oauth.AuthorizationServer, source: string): oauth.AuthorizationServer {
-    this.metadata = { as, until: this.now() + 3600_000, source }
+    this.metadata = { as, until: this.now() + 3600_000 }
     this.discoverySource = source
     return as
   }
@@ -271,7 +272,7 @@ export class OAuthFlow {
           502,
           'OAUTH_PROVIDER_UNAVAILABLE',
           `${cap(what)} cannot be reached; try again later`,
-          `${url}: ${describe(err)}`,
+          `${url}: ${explain(err)}`,
         )
   }
 
@@ -371,7 +372,7 @@ export class OAuthFlow {
           `The identity provider did not log you in: ${err.error}${err.error_description ? ` (${err.error_description})` : ''}`,
           `provider error ${err.error}: ${err.error_description ?? ''}`,
         )
-      throw new OAuthError(400, 'OAUTH_CALLBACK_INVALID', 'The login answer is not valid', describe(err))
+      throw new OAuthError(400, 'OAUTH_CALLBACK_INVALID', 'The login answer is not valid', explain(err))
     }
     const tokens = await this.exchange(as, params, sealed.v)
     const user = await this.fetchUser(tokens.access_token)
@@ -418,7 +419,7 @@ export class OAuthFlow {
         502,
         'OAUTH_PROVIDER_FAILED',
         'The identity provider failed to complete the login; try again later',
-        `token endpoint (HTTP ${res.status}): ${describe(err)}`,
+        `token endpoint (HTTP ${res.status}): ${explain(err)}`,
       )
     }
   }
@@ -454,7 +455,7 @@ export class OAuthFlow {
           `The platform did not say who you are within ${this.settings.requestTimeoutMs} ms; try again later`,
           `${url}: no answer within ${this.settings.requestTimeoutMs} ms`,
         )
-      throw failed(describe(err))
+      throw failed(explain(err))
     }
     const u = body as { metadata?: { name?: unknown; uid?: unknown }; groups?: unknown }
     const name = u?.metadata?.name
