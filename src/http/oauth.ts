@@ -374,6 +374,13 @@ export class OAuthFlow {
         )
       throw new OAuthError(400, 'OAUTH_CALLBACK_INVALID', 'The login answer is not valid', explain(err))
     }
+    if (!params.get('code'))
+      throw new OAuthError(
+        400,
+        'OAUTH_CALLBACK_INVALID',
+        'The login answer carries no code',
+        'callback without code',
+      )
     const tokens = await this.exchange(as, params, sealed.v)
     const user = await this.fetchUser(tokens.access_token)
     return tokens.expires_in ? { ...user, providerExpiresIn: tokens.expires_in } : user
@@ -402,6 +409,13 @@ export class OAuthFlow {
         this.http(endpoint),
       )
     } catch (err) {
+      if (err instanceof oauth.OperationProcessingError)
+        throw new OAuthError(
+          502,
+          'OAUTH_PROVIDER_FAILED',
+          'The identity provider cannot complete the login; see the server log',
+          `token request to ${endpoint}: ${explain(err)}`,
+        )
       throw this.unreachable('the identity provider', endpoint, err)
     }
     try {

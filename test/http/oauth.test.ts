@@ -274,6 +274,15 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     expect(th.logs.some((l) => l.split('\n').some((x) => x.startsWith('FAKE')))).toBe(false)
   })
 
+  it('refuses a callback with a valid state but no code (400, not a provider failure)', async () => {
+    const b = new Browser(map)
+    const start = await b.get(`${PUBLIC}/api/auth/login`)
+    const state = new URL(start.headers.get('location')!).searchParams.get('state')!
+    const res = await b.get(`${PUBLIC}/api/auth/callback?state=${state}`, 'application/json')
+    expect(res.status).toBe(400)
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('OAUTH_CALLBACK_INVALID')
+  })
+
   it('refuses the login when the provider refuses the code exchange', async () => {
     provider.server.service.once(Events.BeforeResponse, (response) => {
       response.statusCode = 400
