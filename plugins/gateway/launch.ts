@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
+import { ENV_OVERRIDES } from '../../src/config/schema.ts'
 import {
   buildEngineEnv,
   buildVllmArgs,
@@ -68,6 +69,17 @@ export function checkArgs(req: LoadRequest): { extra: string[]; port: number | n
   return { extra, port }
 }
 
+/**
+ * inheritedEnv: modelgate's environment minus its own settings (ENV_OVERRIDES: the admin password,
+ * JWT and cluster secrets, the inference key, OAuth client secret): an engine never needs them, and
+ * anything that can read an engine's /proc/<pid>/environ or its crash dump would get them.
+ */
+function inheritedEnv(): Record<string, string | undefined> {
+  const env: Record<string, string | undefined> = { ...process.env }
+  for (const name of Object.keys(ENV_OVERRIDES)) delete env[name]
+  return env
+}
+
 export interface LaunchChoice {
   port: number
   gpuIds: number[]
@@ -111,7 +123,7 @@ export function launchPlan(
     }),
   ]
   const env = {
-    ...process.env,
+    ...inheritedEnv(),
     ...config.engine.env,
     ...where.engineEnv?.(),
     ...buildEngineEnv({

@@ -158,8 +158,20 @@ describe('settings: the model-hub token', () => {
 
   let first: Model
   it('gives a newly started engine the token as HF_TOKEN, in its environment only', async () => {
-    first = await loadEngine(0)
-    expect(engineEnv(first.process_id).HF_TOKEN).toBe(TOKEN)
+    // modelgate's own secrets in its environment never reach an engine's.
+    const secrets = {
+      JWT_SECRET: 'jwt-secret-that-must-stay-in-modelgate-0123',
+      INFERENCE_API_KEY: 'key-not-for-engines',
+    }
+    Object.assign(process.env, secrets)
+    try {
+      first = await loadEngine(0)
+    } finally {
+      for (const name of Object.keys(secrets)) delete process.env[name]
+    }
+    const env = engineEnv(first.process_id)
+    expect([env.JWT_SECRET, env.INFERENCE_API_KEY]).toEqual([undefined, undefined])
+    expect(env.HF_TOKEN).toBe(TOKEN)
     expect(first.launch_command).not.toContain(TOKEN)
     expect(readFileSync(`/proc/${first.process_id}/cmdline`, 'utf8')).not.toContain(TOKEN)
     const detail = await fetch(`${gw.url}/api/v1/models/${first.id}`, as(admin))
