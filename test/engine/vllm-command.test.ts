@@ -75,18 +75,19 @@ describe('buildEngineEnv', () => {
     expect(buildEngineEnv({ gpuIds: [0] }).VLLM_SERVER_DEV_MODE).toBeUndefined()
   })
 
-  it('names the shared-cache segment after the GPU set', () => {
-    expect(buildEngineEnv({ gpuIds: [0], sharedCache: true })).toEqual({
+  it("gives a shared-cache engine the segment name it is given, and kvcached's own default without one", () => {
+    expect(
+      buildEngineEnv({ gpuIds: [0], sharedCache: true, sharedCacheName: 'modelgate_opt-1a2b3c' }),
+    ).toEqual({
       CUDA_VISIBLE_DEVICES: '0',
       CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
       ENABLE_KVCACHED: 'true',
       KVCACHED_AUTOPATCH: '1',
-      KVCACHED_IPC_NAME: 'modelgate_GPU0',
+      KVCACHED_IPC_NAME: 'modelgate_opt-1a2b3c',
     })
-    expect(buildEngineEnv({ gpuIds: [1, 0], sharedCache: true }).KVCACHED_IPC_NAME).toBe('modelgate_GPU0_1')
-    expect(
-      buildEngineEnv({ gpuIds: [0], sharedCache: true, sharedCacheName: 'pool' }).KVCACHED_IPC_NAME,
-    ).toBe('pool')
+    // kvcached keeps one segment per engine: no name shared by a GPU set is ever made up.
+    expect(buildEngineEnv({ gpuIds: [1, 0], sharedCache: true }).KVCACHED_IPC_NAME).toBeUndefined()
+    expect(buildEngineEnv({ gpuIds: [0], sharedCacheName: 'x' }).KVCACHED_IPC_NAME).toBeUndefined()
   })
 })
 
