@@ -1,6 +1,7 @@
 import type { TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { parse as parseYaml } from 'yaml'
+import { oauthProblems } from '../http/oauth.ts'
 import { ENV_OVERRIDES, type RootConfig, RootConfigSchema } from './schema.ts'
 
 /**
@@ -221,11 +222,7 @@ function checkAuth(root: RootConfig, problems: string[]): void {
   }
   if (a.mode === 'simple' && !a.admin_password)
     problems.push('auth.admin_password: ADMIN_PASSWORD is required when AUTH_MODE=simple')
-  if (a.mode === 'oauth') {
-    for (const k of ['issuer_url', 'client_id', 'client_secret'] as const) {
-      if (!a.oauth?.[k]) problems.push(`auth.oauth.${k}: required when AUTH_MODE=oauth`)
-    }
-  }
+  if (a.mode === 'oauth') problems.push(...oauthProblems(a.oauth))
   for (const k of ['cluster_secret', 'cluster_secret_previous'] as const) {
     const s = a[k]
     if (s !== undefined && s.length < 16) problems.push(`auth.${k}: must be at least 16 characters`)

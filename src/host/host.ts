@@ -65,6 +65,7 @@ export class Host {
     this.log = opts.logger ?? new Logger(root.log.level, 'modelgate', root.log.format)
     this.metrics = createMetricsRegistry()
     this.auth = new AuthService({ ...root.auth, logins_per_minute: root.server.login_attempts_per_minute })
+    this.auth.useLog(this.log.child('auth'))
   }
 
   /** urls lists where each listener serves, for the start-up banner and tests. */
@@ -347,7 +348,10 @@ export function accessLevel(status: number): 'debug' | 'info' | 'warn' | 'error'
   return status >= 400 ? 'warn' : 'debug'
 }
 
-/** logRequest writes the access log line at accessLevel(status); a `token` query value is redacted. */
+/** Query parameters whose values never reach the log: a JWT for event streams, an OAuth callback's code and state. */
+const REDACTED_QUERY = ['token', 'code', 'state']
+
+/** logRequest writes the access log line at accessLevel(status); secret query values are redacted. */
 function logRequest(
   log: Logger,
   listener: string,
@@ -360,9 +364,9 @@ function logRequest(
   const level = accessLevel(status)
   if (!log.enabled(level)) return
   let search = query
-  if (search.includes('token=')) {
+  if (REDACTED_QUERY.some((name) => search.includes(`${name}=`))) {
     const params = new URLSearchParams(search)
-    if (params.has('token')) params.set('token', 'REDACTED')
+    for (const name of REDACTED_QUERY) if (params.has(name)) params.set(name, 'REDACTED')
     search = `?${params}`
   }
   log.write(level, `${method} ${path}${search} ${status}`, {

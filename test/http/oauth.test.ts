@@ -428,24 +428,24 @@ describe('OAuth mode outside OAuth mode, and its configuration', () => {
     ])
   })
 
-  it('answers 503 naming nothing secret when OAuth mode lacks its URLs', async () => {
-    const th = await startHost('plugins:\n  probe: {}\n', [probe], {
+  it('refuses to start, naming nothing secret, when OAuth mode lacks its URLs', async () => {
+    const err = await startHost('plugins:\n  probe: {}\n', [probe], {
       AUTH_MODE: 'oauth',
       JWT_SECRET: SECRET,
       OAUTH_ISSUER_URL: 'https://idp.test',
       OAUTH_CLIENT_ID: 'c',
       OAUTH_CLIENT_SECRET: 'client-secret',
-    })
-    th.host.auth.useLog(th.host.log.child('auth'))
-    try {
-      const res = await fetch(`${th.url}/api/auth/login`, { redirect: 'manual' })
-      expect(res.status).toBe(503)
-      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('OAUTH_NOT_CONFIGURED')
-      expect(th.logs.join('\n')).toContain('auth.oauth.k8s_api_url: required')
-      expect(th.logs.join('\n')).not.toContain('client-secret')
-    } finally {
-      await th.stop()
-    }
+    }).then(
+      async (th) => {
+        await th.stop()
+        return null
+      },
+      (e: unknown) => e as Error,
+    )
+    expect(err).not.toBeNull()
+    expect(String(err)).toContain('auth.oauth.k8s_api_url: required when AUTH_MODE=oauth (K8S_API_URL)')
+    expect(String(err)).toContain('auth.oauth.api_base_url: required when AUTH_MODE=oauth (API_BASE_URL)')
+    expect(String(err)).not.toContain('client-secret')
   })
 })
 
