@@ -187,6 +187,8 @@ export function profileRoutes(
           },
           detail: {
             tags,
+            // The spec: 'Memory profiles (admin; delete admin only)': both roles may create one.
+            'x-required-role': 'admin-readonly',
             summary: 'Create a memory profile (from a running instance or manually)',
             description:
               'From an instance: {instanceId, profileName, comments?}: its memory_metrics (per GPU) and its first ' +
