@@ -41,7 +41,7 @@ function page(title: string): string {
 <script>
 window.onload = () => {
   window.ui = SwaggerUIBundle({ url: '/docs/json', dom_id: '#swagger-ui', persistAuthorization: true,
-    deepLinking: true, displayRequestDuration: true, tryItOutEnabled: true });
+    deepLinking: true, displayRequestDuration: true, tryItOutEnabled: true, showExtensions: true });
 };
 </script>
 </body>
