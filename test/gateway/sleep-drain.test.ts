@@ -83,6 +83,21 @@ describe('gateway sleep drains in-flight requests first', () => {
   const sleepStatus = async () =>
     (await gw.json<SleepStatus>(`/api/models/instances/${id}/sleep-status`)).body
   const lifecycle = (notify: () => void) => gw.host.bus.on('gateway.instance.lifecycle', notify)
+  /**
+   * awake: the instance serving again. The request refused while the sleep drained started a wake
+   * on request (the gateway's /v1 wakes what it serves); without one, the test wakes it.
+   */
+  const awake = () =>
+    waitFor(
+      'the instance awake again',
+      async () => {
+        const s = await sleepStatus()
+        if (s.status === 'sleeping' && s.operation === null)
+          await gw.json(`/api/models/instances/${id}/wake`, { method: 'POST' })
+        return s.status === 'active' && s.operation === null
+      },
+      { wake: lifecycle },
+    )
   const engineLog = async () =>
     (await gw.json<{ logs: string }>(`/api/v1/models/instances/${id}/logs?lines=500`)).body.logs
 
@@ -121,16 +136,11 @@ describe('gateway sleep drains in-flight requests first', () => {
       mode: 'wait',
     })
     expect(slept.body.drain_ms as number).toBeGreaterThan(0)
-    expect(await engineLog()).toContain('"POST /sleep?level=1&mode=wait HTTP/1.1" 200')
-    expect(await sleepStatus()).toMatchObject({
-      status: 'sleeping',
-      engine_is_sleeping: true,
-      operation: null,
-    })
-
-    const woke = await gw.json(`/api/models/instances/${id}/wake`, { method: 'POST' })
-    expect(woke.status).toBe(200)
-    await gw.waitStatus(id, 'active')
+    // The engine's log reaches the gateway through a pipe: wait for the line rather than read at once.
+    await waitFor('the sleep with mode=wait in the engine log', async () =>
+      (await engineLog()).includes('"POST /sleep?level=1&mode=wait HTTP/1.1" 200'),
+    )
+    await awake()
   })
 
   it('refuses the sleep at the drain deadline and keeps serving; the stream is never cut', async () => {
