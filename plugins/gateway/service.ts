@@ -23,7 +23,7 @@ import { ManagedInstance } from './instance.ts'
 import { checkArgs, launchPlan } from './launch.ts'
 import type { Change, InstanceState, Operation, WaitOptions } from './lifecycle.ts'
 import { MoveManager } from './move/service.ts'
-import { placeOnGpus, usedMibByGpuForPids } from './placement.ts'
+import { placeOnGpus, sharedCacheEstimate, startingClaimMib, usedMibByGpuForPids } from './placement.ts'
 import { recover } from './recovery.ts'
 import type { InstanceRepo } from './repo.ts'
 import { SharedCache } from './shared-cache.ts'
@@ -47,6 +47,8 @@ export interface GatewayDeps {
   log: Logger
   dataDir: string
   selfCommand: readonly string[]
+  /** engineEnv: what the settings add to a new engine's environment (HF_TOKEN). */
+  engineEnv?: () => Record<string, string>
 }
 
 /** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
@@ -255,8 +257,13 @@ export class GatewayService implements GatewayApi {
   pendingMibByGpu(snapshot: GpuSnapshot): Map<number, number> {
     const pending = new Map<number, number>()
     if (!snapshot.available) return pending
+    const rows = [...this.instances.values()].map((i) => i.row)
     for (const inst of this.instances.values()) {
-      if (inst.status !== 'starting' || inst.row.sharedcache_enabled) continue
+      if (inst.status !== 'starting') continue
+      // A starting shared-cache engine claims its measured start allocation (kvcached checks nothing).
+      const estimate = inst.row.sharedcache_enabled
+        ? sharedCacheEstimate(rows, inst.row.model_path, inst.row.requested_max_tokens ?? undefined)
+        : null
       const seen = usedMibByGpuForPids(
         snapshot.gpus,
         snapshot.apps,
@@ -265,7 +272,7 @@ export class GatewayService implements GatewayApi {
       for (const idx of inst.row.gpu_ids) {
         const g = snapshot.gpus.find((x) => x.index === idx)
         if (!g?.memoryTotalMib) continue
-        const claim = Math.max(0, inst.row.gpu_memory_utilization * g.memoryTotalMib - (seen.get(idx) ?? 0))
+        const claim = startingClaimMib(inst.row, g.memoryTotalMib, seen.get(idx) ?? 0, estimate)
         pending.set(idx, (pending.get(idx) ?? 0) + claim)
       }
     }
@@ -302,6 +309,13 @@ export class GatewayService implements GatewayApi {
       gpuMemoryUtilization: util,
       sharedCache,
       pendingMibByGpu: this.pendingMibByGpu(snapshot),
+      sharedCacheEstimate: sharedCache
+        ? sharedCacheEstimate(
+            [...this.instances.values()].map((i) => i.row),
+            req.model_path,
+            req.max_tokens,
+          )
+        : null,
     })
     const total = snapshot.gpus.find((g) => g.index === gpuIds[0])?.memoryTotalMib
     return { gpuIds, deviceTotalGib: total ? total / 1024 : undefined }
@@ -391,11 +405,10 @@ export class GatewayService implements GatewayApi {
 
   private async finishUnload(inst: ManagedInstance): Promise<void> {
     const grace = this.deps.config.engine.stop_grace_seconds * 1000
-    const segment = this.sharedCache.snapshot(inst)
     if (inst.process) await inst.process.stop(grace)
     else if (inst.row.pgid && sameProcess(inst.row.pid ?? -1, inst.row.process_start_time))
       await stopGroup(inst.row.pgid, grace)
-    this.sharedCache.restore(inst, segment)
+    this.sharedCache.cleanup(inst)
     this.remove(inst, 'unloaded')
   }
 

@@ -59,14 +59,4 @@ export class SharedCache {
         segments: removed.join(','),
       })
   }
-
-  /** @deprecated one segment per engine: nothing to save before a stop (returns null). */
-  snapshot(_inst: ManagedInstance): null {
-    return null
-  }
-
-  /** @deprecated use cleanup: with one segment per engine, restoring is only removing its own. */
-  restore(inst: ManagedInstance, _before: null): void {
-    this.cleanup(inst)
-  }
 }
