@@ -1,14 +1,17 @@
-import { Gauge, type Registry } from 'prom-client'
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
+import type { EventBus } from '../../src/host/bus.ts'
 import { METRIC_PREFIX } from '../../src/host/metrics.ts'
+import type { InstanceLifecycleEvent, InstanceSleepEvent, InstanceStatusEvent } from './api.ts'
 import type { GatewayService } from './service.ts'
 
 /**
  * registerGatewayMetrics: the spec's model gauges, derived at scrape time from the live instances
- * (no state kept twice). The request counter and histogram belong to the proxy.
+ * (no state kept twice), the KV pool gauges per GPU, and, from the bus, the lifecycle histograms
+ * and counters (LifecycleMetrics). The request counter and histogram belong to the proxy.
  */
 const STATUSES = ['active', 'starting', 'sleeping', 'stopping', 'failed'] as const
 
-export function registerGatewayMetrics(registry: Registry, service: GatewayService): void {
+export function registerGatewayMetrics(registry: Registry, service: GatewayService, bus?: EventBus): void {
   new Gauge({
     name: `${METRIC_PREFIX}models_total`,
     help: 'Model instances by status',
@@ -37,6 +40,7 @@ export function registerGatewayMetrics(registry: Registry, service: GatewayServi
     },
   })
   registerKvPoolMetrics(registry, service)
+  if (bus) registerLifecycleMetrics(registry, bus, service)
 }
 
 /**
@@ -69,3 +73,144 @@ function registerKvPoolMetrics(registry: Registry, service: GatewayService): voi
     })
   }
 }
+
+/**
+ * Lifecycle metrics: how long loads, sleeps and wakes take and how often they go wrong, timed from
+ * the `gateway.instance.lifecycle` bus events (`at`, performance.now() of each change), so they
+ * measure what every caller sees (the API, the router, a move, a preset load) in one place.
+ *
+ * Series are labelled by served model name (`model`) and sleep `level`, never by instance id: a
+ * move or a preset load replaces instances of the same model, which must not add series.
+ *
+ * - `modelgate_model_load_duration_seconds{model}`: engine spawned → instance `active`.
+ * - `modelgate_model_load_failures_total{model}`: loads that ended `failed` (never active).
+ * - `modelgate_model_sleep_duration_seconds{model,level}`: sleep began (routing off, drain
+ *   included) → instance `sleeping`.
+ * - `modelgate_model_wake_duration_seconds{model,level}`: wake began → instance `active` (the
+ *   level it slept at; `unknown` for an engine found asleep after a restart).
+ * - `modelgate_model_sleep_verification_failures_total{model,level}`: sleeps that freed less GPU
+ *   memory than their level should (`gateway.instance.sleep` with `verified: false`).
+ *
+ * Other jobs' metrics follow the same names and labels: `modelgate_kv_pool_*_bytes{gpu}` (above)
+ * and the held requests' `modelgate_request_hold_duration_seconds{model,outcome}` (the proxy's).
+ */
+export const LOAD_DURATION = `${METRIC_PREFIX}model_load_duration_seconds`
+
+/** registerLifecycleMetrics: the lifecycle metrics of the gateway's instances, once per registry. */
+export function registerLifecycleMetrics(
+  registry: Registry,
+  bus: EventBus,
+  service: Pick<GatewayService, 'instances'>,
+): void {
+  if (registry.getSingleMetric(LOAD_DURATION)) return
+  new LifecycleMetrics(registry, bus, (id) => service.instances.get(id)?.row.sleep_level ?? null)
+}
+
+export const LOAD_BUCKETS_S = [0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 180, 300, 600, 1200]
+export const SLEEP_WAKE_BUCKETS_S = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300]
+
+type Level = 1 | 2 | null | undefined
+
+export class LifecycleMetrics {
+  private readonly loadDuration: Histogram<'model'>
+  private readonly loadFailures: Counter<'model'>
+  private readonly sleepDuration: Histogram<'model' | 'level'>
+  private readonly wakeDuration: Histogram<'model' | 'level'>
+  private readonly sleepVerifyFailures: Counter<'model' | 'level'>
+  /** When each instance still loading was spawned; removed once it is active, failed or stopping. */
+  private readonly spawnedAt = new Map<string, number>()
+  /** The sleep or wake under way on each instance: when it began and (wake) the level slept at. */
+  private readonly opBegan = new Map<string, { op: 'sleep' | 'wake'; at: number; level: Level }>()
+
+  constructor(
+    registry: Registry,
+    bus: EventBus,
+    /** sleepLevel: the level an instance sleeps at, as its row says now (null when not known). */
+    private readonly sleepLevel: (instanceId: string) => Level,
+  ) {
+    const registers = [registry]
+    this.loadDuration = new Histogram({
+      name: LOAD_DURATION,
+      help: 'Time from spawning an engine to its instance becoming active, by served model name',
+      labelNames: ['model'],
+      buckets: LOAD_BUCKETS_S,
+      registers,
+    })
+    this.loadFailures = new Counter({
+      name: `${METRIC_PREFIX}model_load_failures_total`,
+      help: 'Loads that failed before the instance became active, by served model name',
+      labelNames: ['model'],
+      registers,
+    })
+    this.sleepDuration = new Histogram({
+      name: `${METRIC_PREFIX}model_sleep_duration_seconds`,
+      help: 'Time from a sleep beginning (routing off, drain included) to the instance sleeping, by model and level',
+      labelNames: ['model', 'level'],
+      buckets: SLEEP_WAKE_BUCKETS_S,
+      registers,
+    })
+    this.wakeDuration = new Histogram({
+      name: `${METRIC_PREFIX}model_wake_duration_seconds`,
+      help: 'Time from a wake beginning to the instance being active again, by model and the level it slept at',
+      labelNames: ['model', 'level'],
+      buckets: SLEEP_WAKE_BUCKETS_S,
+      registers,
+    })
+    this.sleepVerifyFailures = new Counter({
+      name: `${METRIC_PREFIX}model_sleep_verification_failures_total`,
+      help: 'Sleeps after which the engine still held more GPU memory than its level allows, by model and level',
+      labelNames: ['model', 'level'],
+      registers,
+    })
+    bus.on('gateway.instance.status', (e) => this.onStatus(e))
+    bus.on('gateway.instance.lifecycle', (e) => this.onLifecycle(e))
+    bus.on('gateway.instance.sleep', (e) => this.onSleep(e))
+  }
+
+  /** onStatus: a load's spawn is announced as `null → starting` (a lifecycle starts in that state). */
+  private onStatus(e: InstanceStatusEvent): void {
+    if (e.previousStatus === null && e.currentStatus === 'starting')
+      this.spawnedAt.set(e.instance.id, performance.now())
+  }
+
+  private onLifecycle(e: InstanceLifecycleEvent): void {
+    const { change, instance_id: id } = e
+    const model = e.served_model_name
+    if (change.kind === 'operation') {
+      if (change.operation !== 'sleep' && change.operation !== 'wake') return
+      if (change.running) {
+        const level = change.operation === 'wake' ? this.sleepLevel(id) : null
+        this.opBegan.set(id, { op: change.operation, at: e.at, level })
+      } else this.opBegan.delete(id)
+      return
+    }
+    if (change.kind !== 'state') return
+    const { previous, current } = change
+    if (previous === 'starting') {
+      const spawned = this.spawnedAt.get(id)
+      this.spawnedAt.delete(id)
+      if (current === 'active' && spawned !== undefined)
+        this.loadDuration.observe({ model }, seconds(e.at - spawned))
+      if (current === 'failed') this.loadFailures.inc({ model })
+      return
+    }
+    const began = this.opBegan.get(id)
+    if (current === 'sleeping' && began?.op === 'sleep') {
+      this.sleepDuration.observe({ model, level: levelLabel(this.sleepLevel(id)) }, seconds(e.at - began.at))
+    } else if (previous === 'sleeping' && current === 'active' && began?.op === 'wake') {
+      this.wakeDuration.observe({ model, level: levelLabel(began.level) }, seconds(e.at - began.at))
+    }
+    if (current === 'removed') {
+      this.spawnedAt.delete(id)
+      this.opBegan.delete(id)
+    }
+  }
+
+  private onSleep(e: InstanceSleepEvent): void {
+    if (e.verified === false)
+      this.sleepVerifyFailures.inc({ model: e.served_model_name, level: levelLabel(e.level) })
+  }
+}
+
+const seconds = (ms: number): number => Math.max(0, ms) / 1000
+const levelLabel = (level: Level): string => (level === 1 || level === 2 ? String(level) : 'unknown')

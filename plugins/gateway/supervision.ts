@@ -1,19 +1,46 @@
+import { type FSWatcher, watch } from 'node:fs'
 import { groupPids } from '../../src/engine/process.ts'
 import type { LogStream } from '../../src/engine/supervisor.ts'
 import { waitHealthy } from '../../src/engine/vllm-client.ts'
+import { PHASE_PROGRESS } from '../../src/engine/vllm-log.ts'
 import type { GpuProbe } from '../../src/gpu/smi.ts'
+import { abortable } from '../../src/host/abortable.ts'
 import type { GatewayConfig } from './config.ts'
-import type { ManagedInstance } from './instance.ts'
+import { ManagedInstance } from './instance.ts'
 import { usedMibByGpuForPids } from './placement.ts'
 import type { SharedCache } from './shared-cache.ts'
 
 /**
  * Supervision follows an engine from spawn to exit: its log lines become progress events, /health
- * (polled with backoff: vLLM has no readiness push) makes it active, its GPU footprint is measured
- * when it gets ready, sleeps or wakes, and an exit nobody asked for fails it with its last error
- * lines and stops the rest of its process group.
+ * makes it active, its GPU footprint is measured when it gets ready, sleeps or wakes, and an exit
+ * nobody asked for fails it with its last error lines and stops the rest of its process group.
+ *
+ * Readiness: vLLM has no readiness push, but uvicorn prints `Application startup complete.` when
+ * the server is about to answer. That line (a hint) triggers a /health probe at once, and a few
+ * quick ones after it; a 200 makes the instance active. Polling /health with backoff
+ * (engine.health_poll_ms) stays the fallback for an engine whose line never comes or is missed.
+ * While an engine starts, its log files are watched (inotify) and read as soon as they grow, so
+ * the line is seen when it is written rather than at the log tail's next 100 ms read.
+ * The footprint is measured as soon as the log shows the API server starting (the GPU memory is
+ * all allocated by then), so nvidia-smi's run is not added to the time readiness is reported.
  */
+/** HINT_RETRY_MS: after the startup line, /health is probed at once, then after each of these delays. */
+const HINT_RETRY_MS = [5, 10, 20, 40, 80, 160, 320]
+
+/** Readiness: one per instance while it starts; whoever sees /health 200 first claims `ready`. */
+interface Readiness {
+  /** aborted once readiness is claimed (by the hint or the poll): stops the other path. */
+  readonly claimed: AbortController
+  /** the hint's own markReady, awaited by awaitReady when the hint claimed readiness. */
+  ready: Promise<void> | null
+  /** the footprint measured once the API server starts, used by markReady. */
+  footprint: Promise<Record<string, number> | null> | null
+  hinted: boolean
+}
+
 export class Supervision {
+  private readonly readiness = new WeakMap<ManagedInstance, Readiness>()
+
   constructor(
     private readonly config: GatewayConfig,
     private readonly probe: GpuProbe,
@@ -22,31 +49,57 @@ export class Supervision {
 
   onLogLine(inst: ManagedInstance, stream: LogStream, line: string): void {
     inst.events.emit('log', { stream, content: line })
-    inst.logs.feed(line)
+    const fact = inst.logs.feed(line)
     if (inst.status === 'starting') {
       const percent = inst.logs.progressPercent()
       if (percent !== inst.lastProgress) {
         inst.lastProgress = percent
         inst.events.emit('progress', { phase: inst.logs.phase(), percent, message: line.slice(0, 300) })
       }
+      const r = this.readiness.get(inst)
+      if (r && !r.footprint && percent >= PHASE_PROGRESS.api_server) r.footprint = this.measureFootprint(inst)
+      if (r && fact?.kind === 'app_startup_complete' && !r.hinted) {
+        r.hinted = true
+        void this.probeOnHint(inst, r)
+      }
     }
   }
 
-  /** awaitReady polls /health until 200 (active), the process exits (failed) or the deadline (failed). */
+  /**
+   * awaitReady waits until /health answers 200 (active), the process exits (failed) or the deadline
+   * (failed). Two paths may see the 200: the startup line's probes (probeOnHint) and the polling.
+   */
   async awaitReady(inst: ManagedInstance, deadlineAt: number): Promise<void> {
     const { engine } = this.config
     const proc = inst.process!
-    const outcome = await waitHealthy(inst.client, {
-      initialMs: engine.health_poll_ms.initial,
-      maxMs: engine.health_poll_ms.max,
-      deadlineMs: Math.max(0, deadlineAt - Date.now()),
-      stop: () => !proc.running || inst.lifecycle.state !== 'starting',
-    })
-    if (inst.lifecycle.state !== 'starting') return
-    if (outcome === 'healthy') {
-      await this.markReady(inst)
-      return
+    const r: Readiness = { claimed: new AbortController(), ready: null, footprint: null, hinted: false }
+    this.readiness.set(inst, r)
+    const unwatch = watchLogs(inst)
+    let outcome: Awaited<ReturnType<typeof waitHealthy>>
+    try {
+      try {
+        outcome = await waitHealthy(inst.client, {
+          initialMs: engine.health_poll_ms.initial,
+          maxMs: engine.health_poll_ms.max,
+          deadlineMs: Math.max(0, deadlineAt - Date.now()),
+          stop: () => !proc.running || inst.lifecycle.state !== 'starting',
+          signal: r.claimed.signal,
+        })
+      } catch (err) {
+        // The hint claimed readiness while a probe of the polling was under way (its call aborted).
+        if (!r.claimed.signal.aborted) throw err
+        outcome = 'stopped'
+      }
+      if (outcome === 'healthy' && !r.claimed.signal.aborted && inst.lifecycle.state === 'starting') {
+        r.claimed.abort()
+        r.ready = this.markReady(inst, r.footprint)
+      }
+      if (r.ready) return await r.ready
+    } finally {
+      unwatch()
+      this.readiness.delete(inst)
     }
+    if (inst.lifecycle.state !== 'starting') return
     if (outcome === 'timeout') {
       this.fail(inst, `engine did not become healthy within ${engine.startup_timeout_seconds} s`)
       await proc.stop(engine.stop_grace_seconds * 1000)
@@ -54,12 +107,39 @@ export class Supervision {
     // 'stopped': the process exited and the exit watcher records the failure
   }
 
-  private async markReady(inst: ManagedInstance): Promise<void> {
+  /**
+   * probeOnHint: the startup line came; probe /health at once and a few times shortly after (the
+   * line may precede the listening socket by a moment). A 200 claims readiness unless the polling
+   * claimed it first; without one the polling carries on.
+   */
+  private async probeOnHint(inst: ManagedInstance, r: Readiness): Promise<void> {
+    const { signal } = r.claimed
+    for (const delay of [0, ...HINT_RETRY_MS]) {
+      if (delay) await abortable(Bun.sleep(delay), { signal }).catch(() => {})
+      if (signal.aborted || inst.lifecycle.state !== 'starting') return
+      // An abort (the polling claimed readiness) may end the call with an error rather than false.
+      const healthy = await inst.client.health(2000, { signal }).catch(() => false)
+      if (signal.aborted || inst.lifecycle.state !== 'starting') return
+      if (healthy) {
+        r.claimed.abort()
+        r.ready = this.markReady(inst, r.footprint)
+        // awaitReady awaits it (its failure reaches the caller there); this only keeps a failure
+        // after awaitReady already returned from being an unhandled rejection.
+        r.ready.catch(() => {})
+        return
+      }
+    }
+  }
+
+  private async markReady(
+    inst: ManagedInstance,
+    footprint: Promise<Record<string, number> | null> | null,
+  ): Promise<void> {
     const row = inst.row
     row.ready_at = new Date().toISOString()
     row.memory_metrics = inst.logs.metrics()
     row.max_tokens = inst.logs.maxModelLen() ?? row.requested_max_tokens
-    row.memory_baseline_by_gpu = await this.measureFootprint(inst)
+    row.memory_baseline_by_gpu = await (footprint ?? this.measureFootprint(inst))
     if (inst.lifecycle.state !== 'starting') return
     inst.events.emit('progress', { phase: 'ready', percent: 100, message: 'engine is healthy' })
     inst.lifecycle.to('active', 'engine is healthy')
@@ -122,5 +202,27 @@ export class Supervision {
       await proc.stop(this.config.engine.stop_grace_seconds * 1000)
       this.sharedCache.cleanup(inst)
     })
+  }
+}
+
+/**
+ * watchLogs: while an engine starts, read its log files as soon as they grow (inotify through
+ * fs.watch) instead of at the tail's next poll. Returns the function that stops watching. Without
+ * a watch (the files are gone, no inotify) the tail's own polling still delivers every line.
+ */
+function watchLogs(inst: ManagedInstance): () => void {
+  const watchers: FSWatcher[] = []
+  const flush = () => inst.process?.flushLogs()
+  for (const file of Object.values(ManagedInstance.logFiles(inst.row.log_dir))) {
+    try {
+      const w = watch(file, { persistent: false }, flush)
+      w.on('error', () => w.close())
+      watchers.push(w)
+    } catch {
+      // no watch: the tail's polling reads the file
+    }
+  }
+  return () => {
+    for (const w of watchers) w.close()
   }
 }
