@@ -127,8 +127,15 @@ async function run(th: TestHost): Promise<void> {
     if (e.previousStatus === null && e.currentStatus === 'starting')
       spawned.set(e.instance.id, performance.now())
   })
+  /** The operation running on each instance (a sleep can only begin once the last wake ended). */
+  const operation = new Map<string, string>()
   bus.on('gateway.instance.lifecycle', (e: InstanceLifecycleEvent) => {
-    if (e.change.kind === 'state') reached.set(`${e.instance_id}:${e.change.current}`, e.at)
+    const c = e.change
+    if (c.kind === 'state') reached.set(`${e.instance_id}:${c.current}`, e.at)
+    if (c.kind === 'operation') {
+      if (c.running) operation.set(e.instance_id, c.operation)
+      else operation.delete(e.instance_id)
+    }
   })
   const api = async (method: string, path: string, body?: unknown) => {
     const res = await fetch(`${th.url}${path}`, {
@@ -140,6 +147,12 @@ async function run(th: TestHost): Promise<void> {
     if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${text}`)
     return text ? (JSON.parse(text) as Record<string, unknown>) : {}
   }
+  /** idle: no operation runs on the instance (a wake's footprint measurement ends after `active`). */
+  const idle = (id: string) =>
+    waitFor(`no operation on ${id}`, () => !operation.has(id), {
+      timeoutMs: 60_000,
+      wake: (notify) => bus.on('gateway.instance.lifecycle', notify),
+    })
   const stateAt = (id: string, state: string, what: string) =>
     waitFor(what, () => reached.get(`${id}:${state}`), {
       timeoutMs: 60_000,
@@ -182,6 +195,8 @@ async function run(th: TestHost): Promise<void> {
       [rows.held, th.url],
       [rows.routerHeld, routerUrl],
     ] as const) {
+      await idle(id)
+      reached.delete(`${id}:sleeping`)
       await api('POST', `/api/models/instances/${id}/sleep?level=1`)
       await stateAt(id, 'sleeping', `instance ${id} sleeping again`)
       reached.delete(`${id}:active`)
@@ -194,6 +209,7 @@ async function run(th: TestHost): Promise<void> {
       if (!warm) record(row, wakeMs + engineTtft, firstToken - t0)
     }
 
+    await idle(id)
     await api('POST', `/api/v1/models/${id}/unload`)
     await stateAt(id, 'removed', `instance ${id} removed`)
     process.stderr.write(warm ? 'warm-up done\n' : `rep ${rep + 1}/${REPS}\n`)
