@@ -159,6 +159,31 @@ describe('lifecycle metrics', () => {
   )
 })
 
+describe('sleep verification failures', () => {
+  let gw: TestGateway
+  beforeAll(async () => {
+    // An engine whose sleep keeps its weights on the GPU (vllm#32714): every sleep frees too little.
+    gw = await startGateway({
+      ports: [19740, 19749],
+      env: { SIM_WAKE_DELAY_MS: '60', SIM_SLEEP_KEEPS_WEIGHTS: '1' },
+    })
+    registerLifecycleMetrics(gw.host.metrics, gw.host.bus, gw.host.api<GatewayService>('gateway'))
+  })
+  afterAll(() => gw.stop())
+
+  it('are counted by served model name and level', async () => {
+    const id = await gw.load({ model_path: MODEL, gpu_ids: [0], enable_sleep_mode: true })
+    await gw.waitStatus(id, 'active')
+    const slept = await gw.json(`/api/models/instances/${id}/sleep?level=1`, { method: 'POST', body: '{}' })
+    expect(slept.body).toMatchObject({ status: 'sleeping', sleep_verified: false })
+    const { series } = await exposition(gw.url)
+    expect(series.get(`modelgate_model_sleep_verification_failures_total{model="${MODEL}",level="1"}`)).toBe(
+      1,
+    )
+    expect(series.get(`modelgate_model_sleep_duration_seconds_count{model="${MODEL}",level="1"}`)).toBe(1)
+  })
+})
+
 /**
  * Readiness from the start-up line: with the polling pushed past the start-up deadline, only the
  * line's probes can make an engine active; an engine that never prints it is found by the polling.
