@@ -91,8 +91,11 @@ function registerKvPoolMetrics(registry: Registry, service: GatewayService): voi
  * - `modelgate_model_sleep_verification_failures_total{model,level}`: sleeps that freed less GPU
  *   memory than their level should (`gateway.instance.sleep` with `verified: false`).
  *
- * Other jobs' metrics follow the same names and labels: `modelgate_kv_pool_*_bytes{gpu}` (above)
- * and the held requests' `modelgate_request_hold_duration_seconds{model,outcome}` (the proxy's).
+ * Beside them, with the same `model` label: the held requests' `modelgate_request_hold_seconds
+ * {model,outcome}` (src/wire/wake-on-request.ts, registered by the proxy); per GPU:
+ * `modelgate_kv_pool_*_bytes{gpu}` (above).
+ *
+ * The gateway's setup must pass its bus to registerGatewayMetrics for these to exist.
  */
 export const LOAD_DURATION = `${METRIC_PREFIX}model_load_duration_seconds`
 
