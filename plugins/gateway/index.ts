@@ -52,7 +52,7 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
       graceMs: cfg.engine.stop_grace_seconds * 1000,
       log: ctx.log.child('orphans'),
     })
-    registerGatewayMetrics(ctx.metrics, service)
+    registerGatewayMetrics(ctx.metrics, service, ctx.bus)
     const profiles = new ProfileStore(ctx.store.db)
     const recorder = new ProfileRecorder(profiles, service, ctx.bus, ctx.log)
     const checkOptions = { defaultUtilization: cfg.engine.gpu_memory_utilization }

@@ -11,7 +11,7 @@ import type { GatewayService } from './service.ts'
  */
 const STATUSES = ['active', 'starting', 'sleeping', 'stopping', 'failed'] as const
 
-export function registerGatewayMetrics(registry: Registry, service: GatewayService, bus?: EventBus): void {
+export function registerGatewayMetrics(registry: Registry, service: GatewayService, bus: EventBus): void {
   new Gauge({
     name: `${METRIC_PREFIX}models_total`,
     help: 'Model instances by status',
@@ -40,7 +40,7 @@ export function registerGatewayMetrics(registry: Registry, service: GatewayServi
     },
   })
   registerKvPoolMetrics(registry, service)
-  if (bus) registerLifecycleMetrics(registry, bus, service)
+  registerLifecycleMetrics(registry, bus, service)
 }
 
 /**
@@ -95,12 +95,11 @@ function registerKvPoolMetrics(registry: Registry, service: GatewayService): voi
  * {model,outcome}` (src/wire/wake-on-request.ts, registered by the proxy); per GPU:
  * `modelgate_kv_pool_*_bytes{gpu}` (above).
  *
- * The gateway's setup must pass its bus to registerGatewayMetrics for these to exist.
  */
 export const LOAD_DURATION = `${METRIC_PREFIX}model_load_duration_seconds`
 
 /** registerLifecycleMetrics: the lifecycle metrics of the gateway's instances, once per registry. */
-export function registerLifecycleMetrics(
+function registerLifecycleMetrics(
   registry: Registry,
   bus: EventBus,
   service: Pick<GatewayService, 'instances'>,

@@ -1,7 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { resolve } from 'node:path'
-import { registerLifecycleMetrics } from '../../plugins/gateway/metrics.ts'
-import type { GatewayService } from '../../plugins/gateway/service.ts'
 import { plugins } from '../../plugins/index.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
@@ -59,9 +57,6 @@ describe('lifecycle metrics', () => {
   beforeAll(async () => {
     // Wakes are not timed here: the simulator wakes in tens of milliseconds.
     gw = await startGateway({ ports: [19700, 19719], env: { SIM_WAKE_DELAY_MS: '60' } })
-    // The gateway plugin registers these when its setup passes the bus to registerGatewayMetrics;
-    // once per registry, so this is a no-op then.
-    registerLifecycleMetrics(gw.host.metrics, gw.host.bus, gw.host.api<GatewayService>('gateway'))
   })
   afterAll(() => gw.stop())
 
@@ -167,7 +162,6 @@ describe('sleep verification failures', () => {
       ports: [19740, 19749],
       env: { SIM_WAKE_DELAY_MS: '60', SIM_SLEEP_KEEPS_WEIGHTS: '1' },
     })
-    registerLifecycleMetrics(gw.host.metrics, gw.host.bus, gw.host.api<GatewayService>('gateway'))
   })
   afterAll(() => gw.stop())
 
