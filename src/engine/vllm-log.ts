@@ -2,7 +2,9 @@
  * vllm-log turns the start-up and sleep output of `vllm serve` into typed facts. The gateway cannot
  * ask a running engine how its memory splits into weights, CUDA graphs and KV cache, nor how far its
  * start-up has got; vLLM only says so in its logs. Every message variant listed in ENGINE-NOTES
- * (V0 and V1 engines, v0.8.5 → current main) is recognised; anything else yields null.
+ * (V0 and V1 engines, v0.8.5 → 2026 builds) is recognised; anything else yields null. The table of
+ * real lines per release is test/fixtures/vllm/ (one file per vLLM version, checked by
+ * test/engine/vllm-log.test.ts).
  */
 import { stripAnsi } from './ansi.ts'
 
@@ -53,6 +55,8 @@ type FactBody =
   | { kind: 'kv_available'; gib: number }
   | { kind: 'kv_tokens'; tokens: number }
   | { kind: 'concurrency'; tokensPerRequest: number; concurrency: number }
+  /** Newer builds' single line: `GPU KV cache size: N tokens, Maximum concurrency for M tokens per request: Xx`. */
+  | { kind: 'kv_capacity'; tokens: number; tokensPerRequest: number; concurrency: number }
   | { kind: 'cuda_graphs'; gib: number; seconds: number }
   | { kind: 'max_model_len'; tokens: number }
   | { kind: 'v0_budget'; deviceTotalGib: number; utilization: number; budgetGib: number }
@@ -68,11 +72,27 @@ type FactBody =
   | { kind: 'wake_took'; seconds: number }
   | {
       kind: 'free_memory_error'
+      /** The device named by newer builds (`cuda:1`); absent in older ones. */
+      device?: string
       freeGib: number
       deviceTotalGib: number
       utilization: number
       desiredGib: number
       message: string
+    }
+  /**
+   * Newer builds' informational start-up summary (not an error): `Free memory on device (X/Y GiB) on
+   * startup. Desired GPU memory utilization is (U, Z GiB). Actual usage is …`; the CUDA-graph and
+   * KV-cache figures when the line carries them (bytes in 0.10/0.11, GiB later).
+   */
+  | {
+      kind: 'startup_memory'
+      freeGib: number
+      deviceTotalGib: number
+      utilization: number
+      desiredGib: number
+      cudaGraphGib: number | null
+      kvCacheGib: number | null
     }
   | { kind: 'server_started'; pid: number }
   | { kind: 'app_startup_waiting' }
@@ -93,6 +113,7 @@ const EXCEPTION_LINE = /^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.
 
 const num = (s: string | undefined): number => Number((s ?? '').replace(/,/g, ''))
 const re = (source: string): RegExp => new RegExp(source)
+const round4 = (n: number): number => Math.round(n * 10_000) / 10_000
 
 type Rule = [RegExp, (m: RegExpMatchArray, message: string) => FactBody]
 
@@ -100,24 +121,50 @@ type Rule = [RegExp, (m: RegExpMatchArray, message: string) => FactBody]
 const RULES: Rule[] = [
   [
     re(
-      `Free memory on device \\(${N}/${N}${GIB}\\) on startup is less than desired GPU memory utilization \\(${N}, ${N}${GIB}\\)`,
+      `Free memory on device(?: ([\\w:.-]+))? \\(${N}/${N}${GIB}\\) on startup is less than desired GPU memory utilization \\(${N}, ${N}${GIB}\\)`,
     ),
     (m, message) => ({
       kind: 'free_memory_error',
-      freeGib: num(m[1]),
-      deviceTotalGib: num(m[2]),
-      utilization: num(m[3]),
-      desiredGib: num(m[4]),
+      device: m[1],
+      freeGib: num(m[2]),
+      deviceTotalGib: num(m[3]),
+      utilization: num(m[4]),
+      desiredGib: num(m[5]),
       message: message.slice(message.indexOf('Free memory on device')).trim(),
     }),
   ],
   [
-    re(`Model loading took ${N}${GIB}(?: memory)? and ${N}\\s?s`),
+    re(
+      `Free memory on device(?: [\\w:.-]+)? \\(${N}/${N}${GIB}\\) on startup\\. Desired GPU memory utilization is \\(${N}, ${N}${GIB}\\)`,
+    ),
+    (m, message) => {
+      const graphs = message.match(re(`${N}${GIB} for (?:CUDA ?|NPU |XPU )?[Gg]raph memory`))
+      const kv = message.match(
+        re(`(?:Current kv cache memory in use is|Current KV cache memory:) ${N}(\\s?GiB| bytes)`),
+      )
+      const kvGib = kv ? num(kv[1]) / (kv[2]?.includes('bytes') ? 2 ** 30 : 1) : null
+      return {
+        kind: 'startup_memory',
+        freeGib: num(m[1]),
+        deviceTotalGib: num(m[2]),
+        utilization: num(m[3]),
+        desiredGib: num(m[4]),
+        cudaGraphGib: graphs ? num(graphs[1]) : null,
+        kvCacheGib: kvGib === null ? null : round4(kvGib),
+      }
+    },
+  ],
+  [
+    re(`Model loading took ${N}\\s?Gi?B(?: memory)? and ${N}\\s?s`),
     (m) => ({ kind: 'weights', gib: num(m[1]), seconds: num(m[2]) }),
   ],
   [re(`Loading model weights took ${N}\\s?GB`), (m) => ({ kind: 'weights', gib: num(m[1]), seconds: null })],
   [re(`Available KV cache memory: ${N}${GIB}`), (m) => ({ kind: 'kv_available', gib: num(m[1]) })],
-  [re(`GPU KV cache size: ${N} tokens`), (m) => ({ kind: 'kv_tokens', tokens: num(m[1]) })],
+  [
+    re(`[A-Z]+ KV cache size: ${N} tokens, Maximum concurrency for ${N} tokens per request: ${N}x`),
+    (m) => ({ kind: 'kv_capacity', tokens: num(m[1]), tokensPerRequest: num(m[2]), concurrency: num(m[3]) }),
+  ],
+  [re(`[A-Z]+ KV cache size: ${N} tokens`), (m) => ({ kind: 'kv_tokens', tokens: num(m[1]) })],
   [
     re(`Maximum concurrency for ${N} tokens per request: ${N}x`),
     (m) => ({ kind: 'concurrency', tokensPerRequest: num(m[1]), concurrency: num(m[2]) }),
@@ -235,6 +282,24 @@ export interface WorkerMemory {
   cudaGraphGib: number | null
 }
 
+/** FreeMemoryFailure is vLLM's start-up refusal with its figures (GiB). */
+export interface FreeMemoryFailure {
+  device: string | null
+  freeGib: number
+  deviceTotalGib: number
+  utilization: number
+  desiredGib: number
+  message: string
+}
+
+/** StartupMemory is what a newer build's start-up summary said (per GPU, the tightest rank). */
+export interface StartupMemory {
+  freeGib: number
+  deviceTotalGib: number
+  utilization: number
+  desiredGib: number
+}
+
 export interface SleepFigures {
   freedGib: number
   stillInUseGib: number
@@ -253,6 +318,8 @@ const FACT_PHASE: Partial<Record<VllmLogFact['kind'], LoadPhase>> = {
   kv_available: 'kv_cache',
   kv_tokens: 'kv_cache',
   concurrency: 'kv_cache',
+  kv_capacity: 'kv_cache',
+  startup_memory: 'cuda_graphs',
   v0_breakdown: 'kv_cache',
   cuda_graphs: 'cuda_graphs',
   server_started: 'api_server',
@@ -260,7 +327,6 @@ const FACT_PHASE: Partial<Record<VllmLogFact['kind'], LoadPhase>> = {
   app_startup_complete: 'ready',
 }
 
-const round4 = (n: number): number => Math.round(n * 10_000) / 10_000
 const maxOf = (m: Map<string, number>): number | null => (m.size ? Math.max(...m.values()) : null)
 const minOf = (m: Map<string, number>): number | null => (m.size ? Math.min(...m.values()) : null)
 
@@ -272,7 +338,10 @@ const minOf = (m: Map<string, number>): number | null => (m.size ? Math.min(...m
  * Multiply by tensor_parallel_size for an engine-wide figure, or read `workers()` to sum.
  *
  * Total footprint = gpu_memory_utilization × device total when both hints are given, else the V0
- * budget line, else weights + CUDA graphs + KV cache (overhead 0). When the parts exceed the budget
+ * budget line, else the desired memory of newer builds' start-up summary, else weights + CUDA graphs
+ * + KV cache (overhead 0). Without `Using max model len` the context length comes from the engine
+ * config's `max_seq_len=` or the concurrency line's tokens per request; KV per request from the
+ * concurrency (separate or merged line) or from the tokens and the context length. When the parts exceed the budget
  * (V1 engines capture CUDA graphs outside it), the total is raised to their sum and overhead is 0.
  */
 export class VllmLogAccumulator {
@@ -282,13 +351,17 @@ export class VllmLogAccumulator {
   private readonly v0Weights = new Map<string, number>()
   private readonly v0Kv = new Map<string, number>()
   private readonly v0Budget = new Map<string, number>()
+  private readonly startupBudget = new Map<string, number>()
+  private readonly startupGraphs = new Map<string, number>()
+  private readonly startupKv = new Map<string, number>()
+  private startup: StartupMemory | null = null
   private kvTokens: number | null = null
   private concurrency: number | null = null
   private concurrencyTokens: number | null = null
   private maxLen: number | null = null
   private currentPhase: LoadPhase = 'starting'
   private readonly errors: string[] = []
-  private freeMemoryError: string | null = null
+  private freeMemoryError: FreeMemoryFailure | null = null
   private sleepFigures: SleepFigures | null = null
   private wakeSeconds: number | null = null
   private pid: number | null = null
@@ -318,6 +391,20 @@ export class VllmLogAccumulator {
         this.concurrency = fact.concurrency
         this.concurrencyTokens = fact.tokensPerRequest
         break
+      case 'kv_capacity':
+        this.kvTokens = fact.tokens
+        this.concurrency = fact.concurrency
+        this.concurrencyTokens = fact.tokensPerRequest
+        break
+      case 'startup_memory':
+        this.startupBudget.set(w, fact.desiredGib)
+        if (fact.cudaGraphGib !== null) this.startupGraphs.set(w, fact.cudaGraphGib)
+        if (fact.kvCacheGib !== null) this.startupKv.set(w, fact.kvCacheGib)
+        if (this.startup === null || fact.freeGib < this.startup.freeGib) {
+          const { freeGib, deviceTotalGib, utilization, desiredGib } = fact
+          this.startup = { freeGib, deviceTotalGib, utilization, desiredGib }
+        }
+        break
       case 'cuda_graphs':
         this.graphs.set(w, fact.gib)
         break
@@ -340,10 +427,19 @@ export class VllmLogAccumulator {
       case 'wake_took':
         this.wakeSeconds = fact.seconds
         break
-      case 'free_memory_error':
-        this.freeMemoryError = fact.message
-        this.pushError(fact.message)
+      case 'free_memory_error': {
+        const { device, freeGib, deviceTotalGib, utilization, desiredGib, message } = fact
+        this.freeMemoryError = {
+          device: device ?? null,
+          freeGib,
+          deviceTotalGib,
+          utilization,
+          desiredGib,
+          message,
+        }
+        this.pushError(message)
         break
+      }
       case 'server_started':
         this.pid = fact.pid
         break
@@ -374,12 +470,15 @@ export class VllmLogAccumulator {
   /** metrics is the memory split, or null until both weights and KV cache are known. */
   metrics(): MemoryMetrics | null {
     const weights = maxOf(this.weights) ?? maxOf(this.v0Weights)
-    const kv = minOf(this.kvAvailable) ?? minOf(this.v0Kv)
+    const kv = minOf(this.kvAvailable) ?? minOf(this.v0Kv) ?? minOf(this.startupKv)
     if (weights === null || kv === null) return null
-    const graphs = Math.max(0, maxOf(this.graphs) ?? 0)
+    const graphs = Math.max(0, maxOf(this.graphs) ?? maxOf(this.startupGraphs) ?? 0)
     const parts = weights + graphs + kv
     const { gpuMemoryUtilization: util, deviceTotalGib: device } = this.hints
-    const budget = util !== undefined && device !== undefined ? util * device : maxOf(this.v0Budget)
+    const budget =
+      util !== undefined && device !== undefined
+        ? util * device
+        : (maxOf(this.v0Budget) ?? maxOf(this.startupBudget))
     const total = Math.max(budget ?? parts, parts)
     const maxModelLen = this.maxLen ?? this.concurrencyTokens ?? 0
     let perRequestMib = 0
@@ -419,6 +518,21 @@ export class VllmLogAccumulator {
     return this.kvTokens
   }
 
+  /** maxConcurrency is `Maximum concurrency for … tokens per request: Xx`, when it said so. */
+  maxConcurrency(): number | null {
+    return this.concurrency
+  }
+
+  /** startupMemory is the newer builds' start-up summary (free and desired memory), when printed. */
+  startupMemory(): StartupMemory | null {
+    return this.startup
+  }
+
+  /** freeMemoryFailure is vLLM's start-up refusal with its figures, when it refused. */
+  freeMemoryFailure(): FreeMemoryFailure | null {
+    return this.freeMemoryError
+  }
+
   /** serverPid is the API server's pid from uvicorn's `Started server process [PID]`. */
   serverPid(): number | null {
     return this.pid
@@ -434,7 +548,7 @@ export class VllmLogAccumulator {
    * else the last error line that names a cause (not a generic wrapper), else the last error line.
    */
   startupFailure(): string | null {
-    if (this.freeMemoryError !== null) return this.freeMemoryError
+    if (this.freeMemoryError !== null) return this.freeMemoryError.message
     return this.errors.findLast((e) => !GENERIC_FAILURES.test(e)) ?? this.errors.at(-1) ?? null
   }
 

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'bun:test'
-import { parseVllmLine, splitVllmLine, stripAnsi, VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import {
+  type LoadPhase,
+  parseVllmLine,
+  splitVllmLine,
+  stripAnsi,
+  VllmLogAccumulator,
+} from '../../src/engine/vllm-log.ts'
 
 const ESC = '\u001b'
 const V1 = '(EngineCore_DP0 pid=441) INFO 10-08 12:34:56 [gpu_model_runner.py:2602] '
@@ -455,4 +463,269 @@ describe('VllmLogAccumulator', () => {
     expect(acc.feed('Using max model len 4,096')).toMatchObject({ kind: 'max_model_len', tokens: 4096 })
     expect(acc.maxModelLen()).toBe(4096)
   })
+})
+
+/**
+ * The table of real lines per vLLM release (test/fixtures/vllm/<version>.log, sources in its README):
+ * each `### engine: NAME` section is one engine's output, fed to its own accumulator; what it must
+ * yield is below. Every fixture file must be listed, and every engine in it.
+ */
+const FIXTURES = join(import.meta.dir, '..', 'fixtures', 'vllm')
+
+interface Expected {
+  metrics: ReturnType<VllmLogAccumulator['metrics']>
+  maxModelLen: number | null
+  kvTokens: number | null
+  concurrency: number | null
+  phase: string
+  failure?: ReturnType<VllmLogAccumulator['freeMemoryFailure']>
+  startup?: ReturnType<VllmLogAccumulator['startupMemory']>
+  sleep?: ReturnType<VllmLogAccumulator['lastSleep']>
+  wake?: number
+  workers?: number
+}
+
+const REFUSAL_TAIL =
+  'on startup is less than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.'
+
+const EXPECTED: Record<string, Record<string, Expected>> = {
+  '0.8.5.log': {
+    'qwen2.5-7b-v0': {
+      metrics: {
+        total_gpu_memory_gib: 71.27,
+        weights_memory_gib: 14.2487,
+        cuda_graph_memory_gib: 0.85,
+        overhead_memory_gib: 0.7013,
+        kv_cache_available_gib: 55.47,
+        kv_cache_per_request_mib: 1791.8385,
+        max_model_len: 32768,
+      },
+      maxModelLen: 32768,
+      kvTokens: null,
+      concurrency: 31.7,
+      phase: 'ready',
+      sleep: { freedGib: 69.98, stillInUseGib: 1.12, seconds: 0.912044 },
+      wake: 0.357211,
+    },
+  },
+  '0.9.1.log': {
+    'qwen2.5-7b': {
+      metrics: {
+        total_gpu_memory_gib: 69.1387,
+        weights_memory_gib: 14.2487,
+        cuda_graph_memory_gib: 0.51,
+        overhead_memory_gib: 0,
+        kv_cache_available_gib: 54.38,
+        kv_cache_per_request_mib: 1792.2472,
+        max_model_len: 32768,
+      },
+      maxModelLen: 32768,
+      kvTokens: 1_018_240,
+      concurrency: 31.07,
+      phase: 'ready',
+    },
+    'tp2-refused': {
+      metrics: null,
+      maxModelLen: 32768,
+      kvTokens: null,
+      concurrency: null,
+      phase: 'starting',
+      failure: {
+        device: null,
+        freeGib: 9.6,
+        deviceTotalGib: 47.38,
+        utilization: 0.9,
+        desiredGib: 42.64,
+        message:
+          'Free memory on device (9.6/47.38 GiB) on startup is less than desired GPU memory utilization (0.9, 42.64 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.',
+      },
+    },
+  },
+  '0.10.2.log': {
+    'qwen2.5-14b-tp2': {
+      metrics: {
+        total_gpu_memory_gib: 71.27,
+        weights_memory_gib: 13.9281,
+        cuda_graph_memory_gib: 1.13,
+        overhead_memory_gib: 1.7919,
+        kv_cache_available_gib: 54.42,
+        kv_cache_per_request_mib: 3072,
+        max_model_len: 32768,
+      },
+      maxModelLen: 32768,
+      kvTokens: 594_400,
+      concurrency: 18.14,
+      phase: 'ready',
+      startup: { freeGib: 78.66, deviceTotalGib: 79.19, utilization: 0.9, desiredGib: 71.27 },
+      sleep: { freedGib: 69.54, stillInUseGib: 1.64, seconds: 1.204873 },
+      wake: 0.68823,
+      workers: 2,
+    },
+  },
+  '0.11.2.log': {
+    'qwen2.5-7b-16k': {
+      metrics: {
+        total_gpu_memory_gib: 71.27,
+        weights_memory_gib: 14.2487,
+        cuda_graph_memory_gib: 0.49,
+        overhead_memory_gib: 1.3813,
+        kv_cache_available_gib: 55.15,
+        kv_cache_per_request_mib: 895.9797,
+        max_model_len: 16384,
+      },
+      maxModelLen: 16384,
+      kvTokens: 1_032_656,
+      concurrency: 63.03,
+      phase: 'ready',
+      startup: { freeGib: 78.7, deviceTotalGib: 79.19, utilization: 0.9, desiredGib: 71.27 },
+      sleep: { freedGib: 70.41, stillInUseGib: 0.78, seconds: 0.061502 },
+      wake: 0.018215,
+    },
+  },
+  '0.15.0.log': {
+    'qwen3-30b-a3b-tp4': {
+      metrics: {
+        total_gpu_memory_gib: 20.37,
+        weights_memory_gib: 14.27,
+        cuda_graph_memory_gib: 0.62,
+        overhead_memory_gib: 0,
+        kv_cache_available_gib: 5.48,
+        kv_cache_per_request_mib: 959.2342,
+        max_model_len: 40960,
+      },
+      maxModelLen: 40960,
+      kvTokens: 239_424,
+      concurrency: 5.85,
+      phase: 'ready',
+      // vllm#32714: the sleep freed only the KV cache, the weights stayed on each GPU.
+      sleep: { freedGib: 5.91, stillInUseGib: 16.04, seconds: 0.402779 },
+      workers: 4,
+    },
+    'refused-on-busy-gpu': {
+      metrics: null,
+      maxModelLen: null,
+      kvTokens: null,
+      concurrency: null,
+      phase: 'starting',
+      failure: {
+        device: 'cuda:0',
+        freeGib: 2.91,
+        deviceTotalGib: 22.05,
+        utilization: 0.9,
+        desiredGib: 19.84,
+        message: `Free memory on device cuda:0 (2.91/22.05 GiB) ${REFUSAL_TAIL}`,
+      },
+    },
+    'refused-in-colour': {
+      metrics: null,
+      maxModelLen: null,
+      kvTokens: null,
+      concurrency: null,
+      phase: 'starting',
+      failure: {
+        device: 'cuda:0',
+        freeGib: 1.54,
+        deviceTotalGib: 22.05,
+        utilization: 0.9,
+        desiredGib: 19.84,
+        message: `Free memory on device cuda:0 (1.54/22.05 GiB) ${REFUSAL_TAIL}`,
+      },
+    },
+    'refused-second-rank': {
+      metrics: null,
+      maxModelLen: null,
+      kvTokens: null,
+      concurrency: null,
+      phase: 'starting',
+      failure: {
+        device: 'cuda:1',
+        freeGib: 19.77,
+        deviceTotalGib: 22.05,
+        utilization: 0.9,
+        desiredGib: 19.84,
+        message: `Free memory on device cuda:1 (19.77/22.05 GiB) ${REFUSAL_TAIL}`,
+      },
+    },
+  },
+  '0.29.0.log': {
+    'qwen2.5-7b': {
+      metrics: {
+        total_gpu_memory_gib: 71.33,
+        weights_memory_gib: 14.25,
+        cuda_graph_memory_gib: 0.23,
+        overhead_memory_gib: 2.34,
+        kv_cache_available_gib: 54.51,
+        kv_cache_per_request_mib: 1791.9178,
+        max_model_len: 32768,
+      },
+      maxModelLen: 32768,
+      kvTokens: 1_020_672,
+      concurrency: 31.15,
+      phase: 'ready',
+      startup: { freeGib: 78.84, deviceTotalGib: 79.25, utilization: 0.9, desiredGib: 71.33 },
+      sleep: { freedGib: 69.4, stillInUseGib: 1.32, seconds: 0.744127 },
+      wake: 0.513377,
+    },
+    // A log read from the middle (no `Using max model len`, no engine-config line): the context
+    // length and the KV per request come from the merged KV line alone.
+    'llama-3.1-8b-fp8-tail': {
+      metrics: {
+        total_gpu_memory_gib: 21.28,
+        weights_memory_gib: 8.49,
+        cuda_graph_memory_gib: 0,
+        overhead_memory_gib: 0,
+        kv_cache_available_gib: 12.79,
+        kv_cache_per_request_mib: 512,
+        max_model_len: 4096,
+      },
+      maxModelLen: 4096,
+      kvTokens: 104_768,
+      concurrency: 25.58,
+      phase: 'kv_cache',
+    },
+  },
+}
+
+function fixtureEngines(file: string): Map<string, string[]> {
+  const engines = new Map<string, string[]>()
+  let current: string[] | undefined
+  for (const line of readFileSync(join(FIXTURES, file), 'utf8').split('\n')) {
+    const header = /^### engine: (.+)$/.exec(line)
+    if (header) {
+      current = []
+      engines.set(header[1] ?? '', current)
+    } else if (line !== '') current?.push(line)
+  }
+  return engines
+}
+
+describe('real vLLM lines per version (test/fixtures/vllm)', () => {
+  it('has an expectation for every fixture file and every engine in it', () => {
+    const files = readdirSync(FIXTURES).filter((f) => f.endsWith('.log'))
+    expect(files.sort()).toEqual(Object.keys(EXPECTED).sort())
+    for (const file of files)
+      expect([...fixtureEngines(file).keys()]).toEqual(Object.keys(EXPECTED[file] ?? {}))
+  })
+
+  for (const [file, engines] of Object.entries(EXPECTED)) {
+    for (const [engine, want] of Object.entries(engines)) {
+      it(`${file} ${engine}`, () => {
+        const acc = new VllmLogAccumulator()
+        const lines = fixtureEngines(file).get(engine) ?? []
+        expect(lines.length).toBeGreaterThan(0)
+        for (const line of lines) acc.feed(line)
+        expect(acc.metrics()).toEqual(want.metrics)
+        expect(acc.maxModelLen()).toBe(want.maxModelLen)
+        expect(acc.kvCacheTokens()).toBe(want.kvTokens)
+        expect(acc.maxConcurrency()).toBe(want.concurrency)
+        expect(acc.phase()).toBe(want.phase as LoadPhase)
+        expect(acc.freeMemoryFailure()).toEqual(want.failure ?? null)
+        expect(acc.startupFailure()).toBe(want.failure?.message ?? null)
+        expect(acc.startupMemory()).toEqual(want.startup ?? null)
+        expect(acc.lastSleep()).toEqual(want.sleep ?? null)
+        expect(acc.lastWakeSeconds()).toBe(want.wake ?? null)
+        if (want.workers !== undefined) expect(acc.workers()).toHaveLength(want.workers)
+      })
+    }
+  }
 })
