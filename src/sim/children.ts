@@ -4,12 +4,16 @@ import type { Subprocess } from 'bun'
  * spawnEngineChildren starts the helper processes a real vLLM server has (the EngineCore process and,
  * with tensor parallelism, one worker per rank). They only sleep, but they live in the engine's process
  * group, so the gateway's group signalling is exercised: a TERM to the group ends them, and a clean
- * engine exit kills them itself. The 24 h sleep bounds any leak; without `sleep` on PATH there are none.
+ * engine exit kills them itself. They are also the processes that hold the GPU memory in nvidia-smi
+ * (as in vLLM, not the `vllm serve` pid), and killing one kills the engine core (see engine.ts).
+ * The 24 h sleep bounds any leak; without `sleep` on PATH there are none.
  */
 export interface EngineChild {
   role: string
   pid: number
   proc: Subprocess
+  /** process_name nvidia-smi shows for it (vLLM sets its process title). */
+  processName: string
 }
 
 export function spawnEngineChildren(tp: number): EngineChild[] {
@@ -17,11 +21,12 @@ export function spawnEngineChildren(tp: number): EngineChild[] {
   const children: EngineChild[] = []
   for (const role of roles) {
     try {
+      const processName = role.startsWith('Worker') ? `VLLM::${role}` : 'VLLM::EngineCore'
       const proc = Bun.spawn(['sleep', '86400'], {
-        argv0: role.startsWith('Worker') ? `VLLM::${role}` : 'VLLM::EngineCore',
+        argv0: processName,
         stdio: ['ignore', 'ignore', 'ignore'],
       })
-      children.push({ role, pid: proc.pid, proc })
+      children.push({ role, pid: proc.pid, proc, processName })
     } catch {
       // No `sleep` on PATH: run without helpers rather than fail the simulated start-up.
     }

@@ -4,12 +4,15 @@ import { checkModel, planInference, readJson } from './openai-request.ts'
 import { respondInference } from './openai-response.ts'
 import { handlePooling, type PoolingRoute } from './pooling.ts'
 import type { EngineRuntime } from './runtime.ts'
-import type { SleepTag } from './sleep-state.ts'
+import type { PauseMode, SleepTag } from './sleep-state.ts'
 import { type ChatMessage, renderChat } from './tokenizer.ts'
 
 /**
  * engineFetch is the simulated engine's HTTP API, route for route what the gateway uses of vLLM's
- * OpenAI server, with uvicorn's access log line per request.
+ * OpenAI server, with uvicorn's access log line per request. The development routes (`/sleep`,
+ * `/wake_up`, `/is_sleeping`, `/collective_rpc`, `/reset_prefix_cache`) are mounted whenever
+ * VLLM_SERVER_DEV_MODE is on, as in vLLM; whether sleeping does anything depends on
+ * `--enable-sleep-mode` (see SleepFrees) and, on the V0 engine, answers an error without it.
  */
 type Handler = (
   rt: EngineRuntime,
@@ -43,7 +46,7 @@ function routes(): Map<string, Partial<Record<string, Handler>>> {
   const table = new Map<string, Partial<Record<string, Handler>>>()
   const add = (path: string, method: string, handler: Handler) =>
     table.set(path, { ...table.get(path), [method]: handler })
-  add('/health', 'GET', () => new Response(null, { status: 200 }))
+  add('/health', 'GET', (rt) => new Response(null, { status: rt.engineDead ? 503 : 200 }))
   add('/ping', 'GET', () => new Response(null, { status: 200 }))
   add('/ping', 'POST', () => new Response(null, { status: 200 }))
   add('/version', 'GET', (rt) => Response.json({ version: rt.version }))
@@ -70,29 +73,106 @@ function routes(): Map<string, Partial<Record<string, Handler>>> {
   return table
 }
 
+const V0_SLEEP_ASSERTION = 'AssertionError: Sleep mode is not enabled in the model config'
+
+/**
+ * v0WithoutSleepMode: the V0 engine asserts `enable_sleep_mode` in sleep and wake_up; the failed
+ * assertion reaches the client as starlette's bare 500 (the traceback goes to stderr).
+ */
+function v0WithoutSleepMode(rt: EngineRuntime): Response | undefined {
+  if (rt.knobs.logStyle !== 'v0' || rt.args.enableSleepMode) return undefined
+  rt.log.stderr(
+    'ERROR:    Exception in ASGI application',
+    'Traceback (most recent call last):',
+    V0_SLEEP_ASSERTION,
+  )
+  return new Response('Internal Server Error', {
+    status: 500,
+    headers: { 'content-type': 'text/plain; charset=utf-8' },
+  })
+}
+
+function engineDeadResponse(rt: EngineRuntime): Response | undefined {
+  return rt.engineDead ? new Response(null, { status: 500 }) : undefined
+}
+
+const MODES = new Set<string>(['abort', 'wait', 'keep'])
+
 function devRoutes(): Map<string, Partial<Record<string, Handler>>> {
   const table = new Map<string, Partial<Record<string, Handler>>>()
   table.set('/sleep', {
     POST: async (rt, _req, _server, url) => {
+      const dead = engineDeadResponse(rt) ?? v0WithoutSleepMode(rt)
+      if (dead) return dead
+      const modes = rt.knobs.profile.sleepModes
       const level = Number(url.searchParams.get('level') ?? '1')
-      if (level !== 1 && level !== 2)
+      if (!(level === 1 || level === 2 || (modes && level === 0)))
         return simError(rt.knobs.errorShape, 400, `Invalid sleep level: ${level}`, 'level')
-      await rt.sleepEngine(level)
+      const mode = url.searchParams.get('mode') ?? 'abort'
+      if (modes && !MODES.has(mode))
+        return simError(rt.knobs.errorShape, 400, `Invalid pause mode: ${mode}`, 'mode')
+      await rt.sleepEngine(level as 0 | 1 | 2, mode as PauseMode)
       return new Response(null, { status: 200 })
     },
   })
   table.set('/wake_up', {
     POST: async (rt, _req, _server, url) => {
+      const dead = engineDeadResponse(rt) ?? v0WithoutSleepMode(rt)
+      if (dead) return dead
       const tags = url.searchParams.getAll('tags')
-      const bad = tags.find((t) => t !== 'weights' && t !== 'kv_cache')
+      const known = rt.knobs.profile.sleepModes
+        ? ['weights', 'kv_cache', 'scheduling']
+        : ['weights', 'kv_cache']
+      const bad = tags.find((t) => !known.includes(t))
       if (bad !== undefined) return simError(rt.knobs.errorShape, 400, `Invalid tag: ${bad}`, 'tags')
-      await rt.wakeEngine(tags.length > 0 ? (tags as SleepTag[]) : ['weights', 'kv_cache'])
+      if (rt.knobs.logStyle === 'v1') {
+        const shown = tags.length > 0 ? `[${tags.map((t) => `'${t}'`).join(', ')}]` : 'None'
+        rt.log.info(rt.tags.api, 'api_router.py:38', `wake up the engine with tags: ${shown}`)
+      }
+      await rt.wakeEngine(tags.length > 0 ? (tags as (SleepTag | 'scheduling')[]) : undefined)
       return new Response(null, { status: 200 })
     },
   })
   table.set('/is_sleeping', { GET: (rt) => Response.json({ is_sleeping: rt.sleep.sleeping }) })
-  table.set('/reset_prefix_cache', { POST: () => new Response(null, { status: 200 }) })
+  table.set('/collective_rpc', { POST: collectiveRpc })
+  table.set('/reset_prefix_cache', {
+    POST: (rt) => {
+      rt.log.info(rt.tags.api, 'api_router.py:45', 'Resetting prefix cache...')
+      return engineDeadResponse(rt) ?? new Response(null, { status: 200 })
+    },
+  })
   return table
+}
+
+/**
+ * collectiveRpc is `POST /collective_rpc {"method", "args"?, "kwargs"?, "timeout"?}`: the method runs on
+ * every worker and the answer is `{"results": [one per worker]}` (`reload_weights` returns None on
+ * each). FastAPI's 400 for a body without `method`; a method workers lack fails like vLLM's
+ * `run_method`.
+ */
+async function collectiveRpc(rt: EngineRuntime, req: Request): Promise<Response> {
+  let body: unknown
+  try {
+    body = await req.json()
+  } catch (err) {
+    return Response.json({ detail: `JSON decode error: ${(err as Error).message}` }, { status: 400 })
+  }
+  const method = (body as { method?: unknown } | null)?.method
+  if (method === undefined || method === null)
+    return Response.json({ detail: "Missing 'method' in request body" }, { status: 400 })
+  const dead = engineDeadResponse(rt)
+  if (dead) return dead
+  const results = Array.from({ length: rt.workerCount }, () => null)
+  if (method === 'reload_weights') {
+    await rt.reloadWeights()
+    return Response.json({ results })
+  }
+  if (method === 'check_health') return Response.json({ results })
+  return simError(
+    rt.knobs.errorShape,
+    500,
+    `Method ${JSON.stringify(String(method)).replaceAll('"', "'")} is not implemented.`,
+  )
 }
 
 function modelList(rt: EngineRuntime) {
@@ -137,6 +217,10 @@ async function inference(
   if (body instanceof Response) return body
   const plan = planInference(rt, kind, body)
   if (plan instanceof Response) return plan
+  if (rt.engineDead) {
+    rt.engineDeadRequest()
+    return new Response(null, { status: 500 })
+  }
   return respondInference(rt, req, server, plan)
 }
 
@@ -168,7 +252,7 @@ async function detokenize(rt: EngineRuntime, req: Request): Promise<Response> {
 
 export function engineFetch(rt: EngineRuntime): (req: Request, server: Server<unknown>) => Promise<Response> {
   const table = routes()
-  if (rt.knobs.devMode && rt.args.enableSleepMode) for (const [k, v] of devRoutes()) table.set(k, v)
+  if (rt.knobs.devMode) for (const [k, v] of devRoutes()) table.set(k, v)
   return async (req, server) => {
     const url = new URL(req.url)
     const methods = table.get(url.pathname)

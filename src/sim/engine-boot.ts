@@ -4,20 +4,22 @@ import {
   DEV_ROUTE_LINES,
   engineConfigLine,
   freeMemoryError,
+  kvCapacityLines,
   maxModelLenError,
   ROUTE_LINES,
-  thousands,
+  startupMemoryLine,
   v0ProfileMessage,
 } from './engine-logs.ts'
 import type { SimGpu } from './gpus.ts'
 import type { SimKnobs } from './knobs.ts'
-import { KVCACHED_PREALLOC_MIB, KvcachedSegment, processGroupId } from './kvcached.ts'
+import { defaultIpcName, KVCACHED_PREALLOC_MIB, KvcachedSegment, startupGuardWarning } from './kvcached.ts'
 import {
   DEFAULT_GPU_MEMORY_UTILIZATION,
   kvCacheError,
   type MemoryPlan,
   nonKvMib,
   planMemory,
+  pyRound,
 } from './memory-plan.ts'
 import type { ModelSpec } from './models.ts'
 import { configTraceback, engineInitFailed, startupTraceback } from './python-errors.ts'
@@ -29,7 +31,9 @@ import type { VllmLog } from './vllm-log.ts'
 /**
  * bootEngine walks vLLM's start-up in order (config, EngineCore, memory check, weights, KV cache
  * profile, CUDA graphs, API server) with vLLM's log lines and failures, spreading SIM_LOAD_DELAY_MS over
- * the stages. The port stays closed until the very end.
+ * the stages. The port stays closed until the very end. What differs between releases (process tags,
+ * the refusal naming its device, KV lines merged or not, once per node or per worker, the memory
+ * summary) follows the knobs' vLLM profile (versions.ts).
  */
 export class Stopped extends Error {}
 
@@ -62,6 +66,8 @@ export interface BootTarget {
   readonly tags: { api: string; core: string }
   readonly version: string
   children: EngineChild[]
+  /** Log tag of each TP rank's worker (the engine core's tag when TP is 1). */
+  workerTags: string[]
   kvSegment: KvcachedSegment | undefined
   maxModelLen: number
   phase: 'init' | 'weights' | 'ready'
@@ -69,6 +75,7 @@ export interface BootTarget {
   usedGpus: number[]
   delay(ms: number): Promise<void>
   keepAlive(): void
+  watchChildren(): void
   startServing(): void
   stop(code: number): Promise<void>
   writeRecord(): void
@@ -76,6 +83,7 @@ export interface BootTarget {
 
 export async function bootEngine(e: BootTarget): Promise<void> {
   const { args, knobs, log, model } = e
+  const profile = knobs.profile
   const v0 = knobs.logStyle === 'v0'
   const D = knobs.loadDelayMs
   const t0 = performance.now()
@@ -102,13 +110,15 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   if (!portIsFree(args.host, args.port)) fail(1, ['OSError: [Errno 98] Address already in use'])
 
   e.children = spawnEngineChildren(args.tensorParallelSize)
+  e.watchChildren()
   const corePid = e.children[0]?.pid ?? process.pid
-  if (!v0) e.tags.core = `(EngineCore_DP0 pid=${corePid})`
+  if (profile.coreTag) e.tags.core = `(${profile.coreTag} pid=${corePid})`
   const core = e.tags.core
   const tp = args.tensorParallelSize
   const workerPids =
     tp > 1 ? Array.from({ length: tp }, (_, i) => e.children[i + 1]?.pid ?? process.pid) : [corePid]
-  const workerTag = (i: number) => (v0 ? '' : tp > 1 ? `(Worker_TP${i} pid=${workerPids[i]})` : core)
+  e.workerTags = workerPids.map((pid, i) => (v0 ? '' : tp > 1 ? `(Worker_TP${i} pid=${pid})` : core))
+  const workerTag = (i: number) => e.workerTags[i] ?? core
   const perWorker = (where: string, message: (rank: number) => string): void => {
     for (let i = 0; i < workerPids.length; i++) log.info(workerTag(i), where, message(i))
   }
@@ -122,7 +132,7 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   log.info(
     core,
     v0 ? 'llm_engine.py:240' : 'core.py:77',
-    engineConfigLine(knobs.logStyle, args, e.maxModelLen),
+    engineConfigLine(knobs.logStyle, e.version, args, e.maxModelLen),
   )
   await e.delay(D * 0.1)
   if (knobs.failStart) coreFailure(`RuntimeError: ${knobs.failStart}`)
@@ -146,12 +156,25 @@ export async function bootEngine(e: BootTarget): Promise<void> {
       `rank ${i} in world size ${args.tensorParallelSize} is assigned as DP rank 0, PP rank 0, TP rank ${i}, EP rank ${i}`,
   )
 
+  // vLLM refuses to start below utilization × device free; kvcached patches that guard away (it warns
+  // and goes on), so a shared-cache engine only fails when its weights and prealloc cannot fit.
   const records = readLiveEngines(e.simDir)
-  const desiredMib = knobs.kvcached ? nonKvMib(plan) + KVCACHED_PREALLOC_MIB : plan.budgetMib
-  for (const gpu of devices) {
+  const freeAtStartMib: number[] = []
+  for (const [rank, gpu] of devices.entries()) {
     const freeMib = gpu.totalMib - usedMibOnGpu(records, gpu.index, process.pid)
-    if (freeMib < desiredMib)
-      coreFailure(freeMemoryError(freeMib / 1024, gpu.totalMib / 1024, util, desiredMib / 1024))
+    freeAtStartMib.push(freeMib)
+    if (freeMib >= plan.budgetMib) continue
+    if (!knobs.kvcached) {
+      const device = profile.freeMemoryDeviceName ? `cuda:${rank}` : undefined
+      coreFailure(freeMemoryError(freeMib / 1024, gpu.totalMib / 1024, util, plan.budgetMib / 1024, device))
+    }
+    log.stderr(startupGuardWarning(freeMib * 2 ** 20, plan.budgetMib * 2 ** 20))
+    const neededMib = nonKvMib(plan) + KVCACHED_PREALLOC_MIB
+    if (freeMib < neededMib)
+      coreFailure(
+        `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ${pyRound((neededMib - freeMib) / 1024)} GiB. ` +
+          `GPU ${rank} has a total capacity of ${pyRound(gpu.totalMib / 1024)} GiB of which ${pyRound(freeMib / 1024)} GiB is free.`,
+      )
   }
 
   const loadStart = performance.now()
@@ -181,16 +204,17 @@ export async function bootEngine(e: BootTarget): Promise<void> {
       `Maximum concurrency for ${e.maxModelLen} tokens per request: ${plan.concurrency.toFixed(2)}x`,
     )
   } else {
-    perWorker('gpu_worker.py:298', () => `Available KV cache memory: ${plan.kvAvailGiB.toFixed(2)} GiB`)
-    log.info(core, 'kv_cache_utils.py:1087', `GPU KV cache size: ${thousands(plan.kvTokens)} tokens`)
-    log.info(
-      core,
-      'kv_cache_utils.py:1091',
-      `Maximum concurrency for ${thousands(e.maxModelLen)} tokens per request: ${plan.concurrency.toFixed(2)}x`,
-    )
+    const available = `Available KV cache memory: ${plan.kvAvailGiB.toFixed(2)} GiB`
+    if (profile.kvAvailablePerWorker) perWorker('gpu_worker.py:298', () => available)
+    else log.info(workerTag(0), 'gpu_worker.py:625', available)
+    const lines = kvCapacityLines(profile.mergedKvLine, plan.kvTokens, e.maxModelLen, plan.concurrency)
+    const where = profile.mergedKvLine
+      ? ['kv_cache_utils.py:1869']
+      : ['kv_cache_utils.py:1087', 'kv_cache_utils.py:1091']
+    for (const [i, line] of lines.entries()) log.info(core, where[i] ?? 'kv_cache_utils.py:1087', line)
   }
   if (knobs.kvcached) {
-    const name = knobs.kvcachedIpcName ?? `kvcached_${processGroupId()}`
+    const name = defaultIpcName(knobs.kvcachedIpcName, knobs.shmDir)
     e.kvSegment = KvcachedSegment.open(
       knobs.shmDir,
       name,
@@ -209,6 +233,21 @@ export async function bootEngine(e: BootTarget): Promise<void> {
     v0 ? 'model_runner.py:1592' : 'gpu_model_runner.py:3480',
     `Graph capturing finished in ${graphSecs} secs, took ${plan.graphsGiB.toFixed(2)} GiB`,
   )
+  const summary = profile.startupMemoryLine
+  if (summary !== 'none') {
+    perWorker(summary === 'bytes' ? 'gpu_worker.py:391' : 'gpu_worker.py:804', (rank) =>
+      startupMemoryLine(summary, {
+        freeGiB: (freeAtStartMib[rank] ?? deviceMib) / 1024,
+        totalGiB: (devices[rank]?.totalMib ?? deviceMib) / 1024,
+        utilization: util,
+        weightsGiB: plan.weightsGiB,
+        nonTorchGiB: plan.nonTorchGiB,
+        activationGiB: plan.activationGiB,
+        graphsGiB: plan.graphsGiB,
+        kvGiB: plan.kvAvailGiB,
+      }),
+    )
+  }
   log.info(
     core,
     v0 ? 'llm_engine.py:437' : 'core.py:210',
@@ -227,7 +266,7 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   )
   log.info(api, 'api_server.py:1912', `Starting vLLM API server 0 on http://${args.host}:${args.port}`)
   log.info(api, 'launcher.py:34', 'Available routes are:')
-  const dev = knobs.devMode && args.enableSleepMode ? DEV_ROUTE_LINES : []
+  const dev = knobs.devMode ? DEV_ROUTE_LINES : []
   for (const [path, method] of [...ROUTE_LINES, ...dev])
     log.info(api, 'launcher.py:42', `Route: ${path}, Methods: ${method}`)
   try {

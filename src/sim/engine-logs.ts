@@ -3,13 +3,16 @@ import type { ModelSpec } from './models.ts'
 import type { VllmArgs } from './vllm-args.ts'
 
 /**
- * engine-logs holds text builders for the longer vLLM start-up lines (engine config, V0 memory profile, route list),
- * kept apart from the start-up sequence so its flow stays readable.
+ * engine-logs holds text builders for the longer vLLM start-up lines (engine config, V0 memory profile,
+ * memory check and summary, route list), kept apart from the start-up sequence so its flow stays
+ * readable. Their wording follows vLLM's format strings of the release each variant belongs to.
  */
-export const VLLM_VERSION = { v1: '0.11.0', v0: '0.8.5' }
-
-export function engineConfigLine(style: 'v0' | 'v1', args: VllmArgs, maxModelLen: number): string {
-  const version = VLLM_VERSION[style]
+export function engineConfigLine(
+  style: 'v0' | 'v1',
+  version: string,
+  args: VllmArgs,
+  maxModelLen: number,
+): string {
   const served =
     args.servedModelNames.length === 1 ? args.servedModelNames[0] : `[${args.servedModelNames.join(', ')}]`
   return (
@@ -36,14 +39,19 @@ export function v0ProfileMessage(plan: MemoryPlan, seconds: number): string {
   ].join('\n')
 }
 
+/**
+ * freeMemoryError is `request_memory`'s refusal; newer releases name the device (`cuda:1`, the rank's
+ * local device index).
+ */
 export function freeMemoryError(
   freeGiB: number,
   totalGiB: number,
   utilization: number,
   desiredGiB: number,
+  device?: string,
 ): string {
   return (
-    `ValueError: Free memory on device (${pyRound(freeGiB)}/${pyRound(totalGiB)} GiB) on startup is less than ` +
+    `ValueError: Free memory on device ${device ? `${device} ` : ''}(${pyRound(freeGiB)}/${pyRound(totalGiB)} GiB) on startup is less than ` +
     `desired GPU memory utilization (${utilization}, ${pyRound(desiredGiB)} GiB). Decrease GPU memory ` +
     'utilization or reduce GPU memory used by other processes.'
   )
@@ -83,8 +91,67 @@ export const DEV_ROUTE_LINES: [string, string][] = [
   ['/sleep', 'POST'],
   ['/wake_up', 'POST'],
   ['/is_sleeping', 'GET'],
+  ['/collective_rpc', 'POST'],
   ['/reset_prefix_cache', 'POST'],
 ]
+
+/** StartupMemory is what a worker's start-up memory summary reports (GiB unless said otherwise). */
+export interface StartupMemory {
+  freeGiB: number
+  totalGiB: number
+  utilization: number
+  weightsGiB: number
+  nonTorchGiB: number
+  activationGiB: number
+  graphsGiB: number
+  kvGiB: number
+}
+
+/**
+ * startupMemoryLine is the worker's informational summary after CUDA-graph capture (not an error):
+ * the 0.10/0.11 wording with byte figures, or the later one with GiB figures and the consumed memory
+ * (weights + non-torch) summed.
+ */
+export function startupMemoryLine(style: 'bytes' | 'gib', m: StartupMemory): string {
+  const GIB = 2 ** 30
+  const desired = m.utilization * m.totalGiB
+  const fit = Math.max(0, desired - m.weightsGiB - m.nonTorchGiB - m.activationGiB - m.graphsGiB)
+  const full = Math.max(0, m.freeGiB - m.weightsGiB - m.nonTorchGiB - m.activationGiB - m.graphsGiB)
+  const bytes = (gib: number) => Math.floor(gib * GIB)
+  const head =
+    `Free memory on device (${pyRound(m.freeGiB)}/${pyRound(m.totalGiB)} GiB) on startup. Desired GPU memory ` +
+    `utilization is (${m.utilization}, ${pyRound(desired)} GiB). `
+  if (style === 'bytes') {
+    return (
+      head +
+      `Actual usage is ${pyRound(m.weightsGiB)} GiB for weight, ${pyRound(m.activationGiB)} GiB for peak activation, ` +
+      `${pyRound(m.nonTorchGiB)} GiB for non-torch memory, and ${pyRound(m.graphsGiB)} GiB for CUDAGraph memory. ` +
+      `Replace gpu_memory_utilization config with \`--kv-cache-memory=${bytes(fit)}\` to fit into requested memory, ` +
+      `or \`--kv-cache-memory=${bytes(full)}\` to fully utilize gpu memory. Current kv cache memory in use is ` +
+      `${bytes(m.kvGiB)} bytes.`
+    )
+  }
+  return (
+    head +
+    `Actual usage is ${pyRound(m.weightsGiB + m.nonTorchGiB)} GiB for consumed memory (weights + non-torch), ` +
+    `${pyRound(m.activationGiB)} GiB for peak activation, and ${pyRound(m.graphsGiB)} GiB for CUDAGraph memory. ` +
+    `Replace gpu_memory_utilization config with \`--kv-cache-memory=${bytes(fit)}\` (${pyRound(fit)} GiB) to fit ` +
+    `into requested memory, or \`--kv-cache-memory=${bytes(full)}\` (${pyRound(full)} GiB) to fully utilize gpu ` +
+    `memory. Current kv cache memory in use is ${pyRound(m.kvGiB)} GiB.`
+  )
+}
+
+/** kvCapacityLines are the KV-cache size and concurrency lines, separate (older) or merged (newer). */
+export function kvCapacityLines(
+  merged: boolean,
+  kvTokens: number,
+  maxModelLen: number,
+  concurrency: number,
+): string[] {
+  const size = `GPU KV cache size: ${thousands(kvTokens)} tokens`
+  const conc = `Maximum concurrency for ${thousands(maxModelLen)} tokens per request: ${concurrency.toFixed(2)}x`
+  return merged ? [`${size}, ${conc}`] : [size, conc]
+}
 
 export function thousands(n: number): string {
   return Math.trunc(n).toLocaleString('en-US')

@@ -1,8 +1,23 @@
+import { resolveProfile, type VllmProfile } from './versions.ts'
+
 /**
  * SimKnobs gathers the environment variables that steer the engine simulator in tests and demos
- * (timings, failure injection, log style). Read once at start so behaviour is fixed per process.
+ * (timings, failure injection, vLLM version and log style). Read once at start so behaviour is fixed
+ * per process.
+ *
+ * The vLLM release (SIM_VLLM_VERSION, default the newest profile, 0.29.0) decides the log lines and
+ * the sleep API: `0.8.5` (V0 engine; also SIM_LOG_STYLE=v0), `0.11.0` (no `mode`, KV lines per
+ * worker), `0.14.0` (refusal names the device, `vllm:engine_sleep_state`, sleep keeps the weights),
+ * `0.18.0` (`/sleep?mode=abort|wait|keep`, abort by default; level 0), `0.29.0` (merged KV line).
+ * Sleep side effects: SIM_SLEEP_KEEPS_WEIGHTS=1|0 overrides the profile (vllm#32714),
+ * SIM_SLEEP_INFERENCE=crash makes inference on released memory kill the engine (old builds),
+ * SIM_WAKE_DELAY_MS (level-1 wake is a third of it) and SIM_RELOAD_DELAY_MS time the wake and
+ * `collective_rpc reload_weights`. VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 keeps the API server up after
+ * its engine core died, as in vLLM.
  */
 export interface SimKnobs {
+  /** The vLLM release imitated (SIM_VLLM_VERSION, see versions.ts); logStyle follows its engine. */
+  profile: VllmProfile
   loadDelayMs: number
   tokensPerSec: number
   ttftMs: number
@@ -17,6 +32,12 @@ export interface SimKnobs {
   errorShape: 'new' | 'old'
   sleepInference: 'queue' | 'crash'
   wakeDelayMs: number
+  /** How long `collective_rpc reload_weights` takes (SIM_RELOAD_DELAY_MS, default SIM_WAKE_DELAY_MS). */
+  reloadDelayMs: number
+  /** Sleep leaves the weights on the GPU (SIM_SLEEP_KEEPS_WEIGHTS; default per profile, vllm#32714). */
+  sleepKeepsWeights: boolean
+  /** VLLM_KEEP_ALIVE_ON_ENGINE_DEATH: the API server stays up after its engine core died. */
+  keepAliveOnEngineDeath: boolean
   devMode: boolean
   kvcached: boolean
   kvcachedIpcName: string | undefined
@@ -37,7 +58,11 @@ function truthy(value: string | undefined): boolean {
 
 export function readKnobs(env: NodeJS.ProcessEnv): SimKnobs {
   const crash = env['SIM_CRASH_AFTER_TOKENS']
+  const profile = resolveProfile(env['SIM_VLLM_VERSION'], env['SIM_LOG_STYLE'])
+  const keeps = env['SIM_SLEEP_KEEPS_WEIGHTS']
+  const wakeDelayMs = num(env['SIM_WAKE_DELAY_MS'], 300)
   return {
+    profile,
     loadDelayMs: num(env['SIM_LOAD_DELAY_MS'], 1500),
     tokensPerSec: Math.max(0.1, num(env['SIM_TOKENS_PER_SEC'], 50)),
     ttftMs: num(env['SIM_TTFT_MS'], 0),
@@ -47,10 +72,13 @@ export function readKnobs(env: NodeJS.ProcessEnv): SimKnobs {
     hang: truthy(env['SIM_HANG']),
     hangOnTerm: truthy(env['SIM_HANG_ON_TERM']),
     logAnsi: truthy(env['SIM_LOG_ANSI']),
-    logStyle: env['SIM_LOG_STYLE'] === 'v0' ? 'v0' : 'v1',
+    logStyle: profile.engine,
     errorShape: env['SIM_ERROR_SHAPE'] === 'old' ? 'old' : 'new',
     sleepInference: env['SIM_SLEEP_INFERENCE'] === 'crash' ? 'crash' : 'queue',
-    wakeDelayMs: num(env['SIM_WAKE_DELAY_MS'], 300),
+    wakeDelayMs,
+    reloadDelayMs: num(env['SIM_RELOAD_DELAY_MS'], wakeDelayMs),
+    sleepKeepsWeights: keeps === undefined || keeps.trim() === '' ? profile.sleepKeepsWeights : truthy(keeps),
+    keepAliveOnEngineDeath: truthy(env['VLLM_KEEP_ALIVE_ON_ENGINE_DEATH']),
     devMode: truthy(env['VLLM_SERVER_DEV_MODE']),
     kvcached: truthy(env['ENABLE_KVCACHED']),
     kvcachedIpcName: env['KVCACHED_IPC_NAME'] || undefined,

@@ -56,8 +56,22 @@ export class EngineMetrics {
   private lastPrompt = 0
   private lastGeneration = 0
   private lastAt = performance.now()
+  /** vllm:engine_sleep_state, as record_sleep_state(sleep, level) leaves it (awake at start). */
+  private sleepState = { awake: 1, weights_offloaded: 0, discard_all: 0 }
 
-  constructor(private readonly modelName: string) {}
+  constructor(
+    private readonly modelName: string,
+    private readonly withSleepState = false,
+  ) {}
+
+  /** recordSleepState mirrors vLLM: a sleep sets (1, level), every wake_up call (0, 0). */
+  recordSleepState(sleep: 0 | 1, level: number): void {
+    this.sleepState = {
+      awake: sleep === 1 ? 0 : 1,
+      weights_offloaded: sleep === 1 && level === 1 ? 1 : 0,
+      discard_all: sleep === 1 && level === 2 ? 1 : 0,
+    }
+  }
 
   firstToken(seconds: number, promptTokens: number): void {
     this.ttft.observe(seconds)
@@ -79,6 +93,14 @@ export class EngineMetrics {
     out += gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', live.running)
     out += gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', live.waiting)
     out += gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', live.kvUsage)
+    if (this.withSleepState) {
+      out +=
+        '# HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means ' +
+        'engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.\n' +
+        '# TYPE vllm:engine_sleep_state gauge\n'
+      for (const [state, value] of Object.entries(this.sleepState))
+        out += `vllm:engine_sleep_state{${labels},sleep_state="${state}"} ${num(value)}\n`
+    }
     out += counter('vllm:num_preemptions_total', 'Cumulative number of preemption from the engine.', 0)
     out += counter('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', this.promptTokens)
     out += counter(

@@ -7,7 +7,9 @@ import type { EngineRuntime } from './runtime.ts'
 /**
  * respondInference runs a planned request through a Generation and renders vLLM's OpenAI responses:
  * SSE chunks (role chunk for chat, one chunk per token, finish_reason on the last, optional usage
- * chunk, `[DONE]`) or a single JSON body. A client disconnect aborts the generation at once.
+ * chunk, `[DONE]`) or a single JSON body. A client disconnect aborts the generation at once; an
+ * engine-side abort (sleep with mode=abort) ends it with a `finish_reason: "abort"` chunk and
+ * `[DONE]` (a non-stream request gets its partial text with that finish reason).
  */
 const encoder = new TextEncoder()
 
@@ -39,6 +41,13 @@ function tokenChoice(plan: InferencePlan, text: string, finish: FinishReason | n
   return { index: 0, text, logprobs: null, finish_reason: finish, stop_reason: null }
 }
 
+/** abortChoice is the last chunk of a request the engine aborted: no text, finish_reason "abort". */
+function abortChoice(plan: InferencePlan) {
+  if (plan.kind === 'chat')
+    return { index: 0, delta: {}, logprobs: null, finish_reason: 'abort', stop_reason: null }
+  return { index: 0, text: '', logprobs: null, finish_reason: 'abort', stop_reason: null }
+}
+
 function frame(value: unknown): string {
   return `data: ${JSON.stringify(value)}\n\n`
 }
@@ -50,7 +59,7 @@ export function respondInference(
   plan: InferencePlan,
 ): Response | Promise<Response> {
   server.timeout(req, 0)
-  if (rt.sleep.sleeping && rt.knobs.sleepInference === 'crash') {
+  if (rt.sleep.blocksInference && rt.knobs.sleepInference === 'crash') {
     rt.crash('RuntimeError: CUDA error: an illegal memory access was encountered (engine is asleep)')
   }
   return plan.stream ? streamResponse(rt, req, plan) : collectResponse(rt, req, plan)
@@ -67,7 +76,7 @@ function streamResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): R
           controller.enqueue(encoder.encode(text))
         } catch {
           open = false
-          gen?.abort()
+          gen?.disconnect()
         }
       }
       const close = (): void => {
@@ -99,17 +108,23 @@ function streamResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): R
           send(streamErrorFrame(rt.knobs.errorShape, 500, message))
           close()
         },
+        aborted: (completion) => {
+          send(frame({ ...head(plan), choices: [abortChoice(plan)] }))
+          if (plan.includeUsage) send(frame({ ...head(plan), choices: [], usage: usageOf(plan, completion) }))
+          send('data: [DONE]\n\n')
+          close()
+        },
       })
       gen.start()
     },
     cancel() {
       open = false
-      gen?.abort()
+      gen?.disconnect()
     },
   })
   req.signal.addEventListener('abort', () => {
     open = false
-    gen?.abort()
+    gen?.disconnect()
   })
   return new Response(stream, {
     headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' },
@@ -127,9 +142,10 @@ function collectResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): 
       },
       done: (completion) => resolve(Response.json(completionBody(plan, text, reason, completion))),
       fail: (message) => resolve(simError(rt.knobs.errorShape, 500, message)),
+      aborted: (completion) => resolve(Response.json(completionBody(plan, text, 'abort', completion))),
     })
     req.signal.addEventListener('abort', () => {
-      gen.abort()
+      gen.disconnect()
       resolve(new Response(null, { status: 499 }))
     })
     gen.start()

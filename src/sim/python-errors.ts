@@ -57,6 +57,10 @@ export function crashTraceback(error: string): string[] {
   ]
 }
 
+/** ENGINE_DEAD_MESSAGE is EngineDeadError's text, what requests on a dead engine core fail with. */
+export const ENGINE_DEAD_MESSAGE =
+  'EngineCore encountered an issue. See stack trace (above) for the root cause.'
+
 export function engineDead(): string {
-  return 'vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.'
+  return `vllm.v1.engine.exceptions.EngineDeadError: ${ENGINE_DEAD_MESSAGE}`
 }

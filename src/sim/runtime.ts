@@ -2,16 +2,20 @@ import type { SimKnobs } from './knobs.ts'
 import type { MemoryPlan } from './memory-plan.ts'
 import type { EngineMetrics } from './metrics.ts'
 import type { ModelSpec } from './models.ts'
-import type { Scheduler } from './scheduler.ts'
-import type { SleepState } from './sleep-state.ts'
+import type { Scheduler, Sequence } from './scheduler.ts'
+import type { PauseMode, SleepState, SleepTag } from './sleep-state.ts'
 import type { FakeTokenizer } from './tokenizer.ts'
 import type { VllmArgs } from './vllm-args.ts'
 import type { VllmLog } from './vllm-log.ts'
 
 /** LiveRequest is how the engine reaches an in-flight generation. */
 export interface LiveRequest {
+  /** cancel stops it silently (shutdown). */
   cancel(): void
+  /** fail ends it with an engine error (crash, dead engine core). */
   fail(message: string): void
+  /** abort finishes it with finish_reason `abort` (a sleep with mode=abort). */
+  abort(): void
 }
 
 /**
@@ -35,13 +39,26 @@ export interface EngineRuntime {
   readonly metrics: EngineMetrics
   /** True once the process is going down: generations stop emitting. */
   readonly dying: boolean
+  /** True once the engine core process died while the API server lives on (/health answers 503). */
+  readonly engineDead: boolean
+  /** Number of GPU worker processes (TP ranks): collective_rpc answers one result per worker. */
+  readonly workerCount: number
   /** countToken is called once per emitted token; it may trigger SIM_CRASH_AFTER_TOKENS. */
   countToken(): void
   /** crash ends the process abruptly with a Python-like traceback (exit 1). */
   crash(error: string): void
+  /** canRun says whether a sequence may be admitted or emit now (sleep, scheduler pause). */
+  canRun(seq: Sequence): boolean
+  /** whenRunnable calls cb once canRun may have become true (after a wake or a resume). */
+  whenRunnable(cb: () => void): void
   /** sleepEngine / wakeEngine change the recorded footprint and log like vLLM. */
-  sleepEngine(level: 1 | 2): Promise<void>
-  wakeEngine(tags: ('weights' | 'kv_cache')[]): Promise<void>
+  sleepEngine(level: 0 | 1 | 2, mode: PauseMode): Promise<void>
+  /** wakeEngine wakes the given tags (all when undefined); `scheduling` only resumes the scheduler. */
+  wakeEngine(tags: (SleepTag | 'scheduling')[] | undefined): Promise<void>
+  /** reloadWeights is `collective_rpc reload_weights`: reads the weights again into GPU memory. */
+  reloadWeights(): Promise<void>
+  /** engineDeadRequest handles a request that met the dead engine (the server then shuts down). */
+  engineDeadRequest(): void
   /** register tracks live generations so shutdown and crashes can stop them; returns unregister. */
   register(handle: LiveRequest): () => void
 }

@@ -1,13 +1,16 @@
 /**
  * Scheduler imitates vLLM's admission: at most `max_num_seqs` running requests whose tokens fit in
- * the KV cache, the rest wait in FIFO order; nothing is admitted while the engine sleeps. Its token
- * count drives `vllm:kv_cache_usage_perc` and the kvcached segment's used_size.
+ * the KV cache, the rest wait in FIFO order; nothing is admitted while the engine sleeps or its
+ * scheduler is paused (the engine's `canAdmit` decides). Its token count drives
+ * `vllm:kv_cache_usage_perc` and the kvcached segment's used_size.
  */
 export interface Sequence {
   readonly id: string
   readonly promptTokens: number
   generated: number
   admit: () => void
+  /** owner is the live request behind the sequence (the engine's pause rules look it up). */
+  owner?: object
 }
 
 export class Scheduler {
@@ -18,7 +21,7 @@ export class Scheduler {
   constructor(
     private readonly maxNumSeqs: number,
     readonly kvTokens: number,
-    private readonly canAdmit: () => boolean,
+    private readonly canAdmit: (seq: Sequence) => boolean,
     private readonly onChange: () => void = () => {},
   ) {}
 
@@ -60,9 +63,9 @@ export class Scheduler {
   /** pump admits waiting requests in order while there is room; call it after a wake-up. */
   pump(): void {
     let admitted = 0
-    while (this.waiting.length > 0 && this.canAdmit() && this.running.size < this.maxNumSeqs) {
+    while (this.waiting.length > 0 && this.running.size < this.maxNumSeqs) {
       const next = this.waiting[0]
-      if (!next) break
+      if (!next || !this.canAdmit(next)) break
       const fits = this.tokens + next.promptTokens + 1 <= this.kvTokens
       if (!fits && this.running.size > 0) break
       this.waiting.shift()

@@ -1,53 +1,98 @@
 /**
- * SleepState tracks vLLM's sleep mode: level 1 offloads weights and drops the KV cache, level 2 drops
- * both; `wake_up` can restore `weights` and `kv_cache` separately, and the engine counts as sleeping
- * until both are back. Requests wait for `whenAwake` callbacks instead of running on a sleeping engine.
+ * SleepState tracks vLLM's sleep mode. The executor part: level 1 offloads the weights to CPU memory
+ * and drops the KV cache, level 2 drops both (the weights are gone: `weightsValid` stays false until
+ * `collective_rpc reload_weights`); `wake_up` restores `weights` and `kv_cache` separately and the
+ * engine counts as sleeping until both are back. The scheduler part (newer engines, `/sleep?mode=`):
+ * `paused` is `new` while only the requests already in the engine may run (`wait`, and after `abort`),
+ * `all` when everything is frozen (`keep`); `wake_up` resumes it.
  */
 export type SleepTag = 'weights' | 'kv_cache'
 
+/** PauseMode is `/sleep?mode=`: abort running requests, wait for them, or keep them frozen. */
+export type PauseMode = 'abort' | 'wait' | 'keep'
+
+/**
+ * SleepFrees is what a sleep really releases: everything (normal), the KV cache only (vllm#32714:
+ * the weights stay on the GPU) or nothing (an engine started without `--enable-sleep-mode`, whose
+ * allocations are not in the sleep allocator's pool).
+ */
+export type SleepFrees = 'all' | 'kv_cache' | 'nothing'
+
 export class SleepState {
   level: 0 | 1 | 2 = 0
+  paused: 'no' | 'new' | 'all' = 'no'
+  /** False once a level-2 sleep discarded the weights; reload_weights sets it again. */
+  weightsValid = true
   private asleep = new Set<SleepTag>()
+  private frees: SleepFrees = 'all'
   private waiters: (() => void)[] = []
 
+  /** sleeping is what `/is_sleeping` answers: some part asleep, or the scheduler paused. */
   get sleeping(): boolean {
+    return this.asleep.size > 0 || this.paused !== 'no'
+  }
+
+  /** executorAsleep: the memory side sleeps (some tag not woken yet). */
+  get executorAsleep(): boolean {
     return this.asleep.size > 0
+  }
+
+  /** blocksInference: generating now would touch released memory (the sim then waits or crashes). */
+  get blocksInference(): boolean {
+    return this.asleep.size > 0 && this.frees !== 'nothing'
+  }
+
+  /** weightsReleased: the weights' GPU memory is gone (offloaded or discarded) and not woken yet. */
+  get weightsReleased(): boolean {
+    return this.asleep.has('weights') && this.frees === 'all'
   }
 
   isAsleep(tag: SleepTag): boolean {
     return this.asleep.has(tag)
   }
 
-  sleep(level: 1 | 2): void {
+  sleep(level: 1 | 2, frees: SleepFrees = 'all'): void {
     this.level = level
+    this.frees = frees
     this.asleep = new Set(['weights', 'kv_cache'])
+    if (level === 2 && frees === 'all') this.weightsValid = false
   }
 
   wake(tags: SleepTag[]): void {
     for (const tag of tags) this.asleep.delete(tag)
-    if (this.sleeping) return
-    this.level = 0
-    const waiters = this.waiters
-    this.waiters = []
-    for (const w of waiters) w()
+    if (this.asleep.size === 0) this.level = 0
+    this.flush()
   }
 
-  /** whenAwake runs cb now if awake, else after the last part wakes up. */
+  /** resume unpauses the scheduler (newer engines do on every wake_up). */
+  resume(): void {
+    this.paused = 'no'
+    this.flush()
+  }
+
+  /** whenAwake runs cb now if nothing sleeps, else once the last part wakes and the scheduler runs. */
   whenAwake(cb: () => void): void {
     if (this.sleeping) this.waiters.push(cb)
     else cb()
   }
 
+  private flush(): void {
+    if (this.sleeping) return
+    const waiters = this.waiters
+    this.waiters = []
+    for (const w of waiters) w()
+  }
+
   /**
    * footprintMib is what the device shows for this engine: while asleep a residual (10% of the awake
-   * footprint at level 1, 5% at level 2) plus whichever parts are awake again.
+   * footprint at level 1, 5% at level 2) plus whatever was not released or is awake again.
    */
   footprintMib(awakeMib: number, weightsMib: number): number {
-    if (!this.sleeping) return awakeMib
+    if (this.asleep.size === 0 || this.frees === 'nothing') return awakeMib
     const residual = Math.round(awakeMib * (this.level === 2 ? 0.05 : 0.1))
     const weights = Math.min(weightsMib, awakeMib - residual)
     let mib = residual
-    if (!this.asleep.has('weights')) mib += weights
+    if (this.frees === 'kv_cache' || !this.asleep.has('weights')) mib += weights
     if (!this.asleep.has('kv_cache')) mib += Math.max(0, awakeMib - residual - weights)
     return mib
   }

@@ -17,6 +17,8 @@ export interface GpuView {
 
 export interface AppView {
   record: EngineRecord
+  /** The process holding the memory (an engine's child, see EngineRecord.apps). */
+  app: { pid: number; process_name: string }
   gpu: SimGpu
 }
 
@@ -62,8 +64,8 @@ const gpuFields: [string[], FieldDef<GpuView>][] = [
 ]
 
 const appFields: [string[], FieldDef<AppView>][] = [
-  [['pid'], { header: 'pid', value: (v) => v.record.pid }],
-  [['process_name', 'name'], { header: 'process_name', value: (v) => v.record.process_name }],
+  [['pid'], { header: 'pid', value: (v) => v.app.pid }],
+  [['process_name', 'name'], { header: 'process_name', value: (v) => v.app.process_name }],
   [
     ['used_memory', 'used_gpu_memory'],
     { header: 'used_gpu_memory', unit: 'MiB', value: (v) => v.record.used_mib_per_gpu },

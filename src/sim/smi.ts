@@ -7,7 +7,7 @@ import {
   SMI_APP_FIELDS,
   SMI_GPU_FIELDS,
 } from './smi-fields.ts'
-import { type EngineRecord, readLiveEngines, usedMibOnGpu } from './state.ts'
+import { appsOnGpu, type EngineRecord, readLiveEngines, usedMibOnGpu } from './state.ts'
 
 /**
  * runSmi answers nvidia-smi queries (`--query-gpu=`, `--query-compute-apps=`, `-L`, the bare table)
@@ -75,7 +75,8 @@ export function runSmi(argv: string[], env: NodeJS.ProcessEnv, simDir: string, g
   if (opts.queryApps !== undefined) {
     const views: AppView[] = []
     for (const gpu of selected) {
-      for (const record of records) if (record.gpus.includes(gpu.index)) views.push({ record, gpu })
+      for (const record of records)
+        for (const app of appsOnGpu(record, gpu.index)) views.push({ record, app, gpu })
     }
     return renderQuery(opts.queryApps, SMI_APP_FIELDS, views, format, na)
   }
@@ -116,7 +117,7 @@ function selectGpus(gpus: SimGpu[], ids: string | undefined): SimGpu[] | undefin
 export function gpuView(gpu: SimGpu, count: number, records: EngineRecord[]): GpuView {
   let running = 0
   for (const r of records)
-    if (r.gpus.includes(gpu.index) && !r.sleeping) running += r.running ?? (r.busy ? 1 : 0)
+    if (appsOnGpu(r, gpu.index).length > 0 && !r.sleeping) running += r.running ?? (r.busy ? 1 : 0)
   const utilization = running > 0 ? Math.min(95, 30 + 3 * running) : 0
   return {
     gpu,
@@ -174,14 +175,13 @@ function renderTable(views: GpuView[], records: EngineRecord[]): string {
     line,
     '| Processes:                                                                              |',
   )
-  if (records.length === 0)
+  const apps = records.flatMap((r) => r.gpus.flatMap((g) => appsOnGpu(r, g).map((a) => ({ r, g, a }))))
+  if (apps.length === 0)
     rows.push('|  No running processes found                                                             |')
-  for (const r of records) {
-    for (const g of r.gpus)
-      rows.push(
-        `|  ${String(g).padEnd(4)} ${String(r.pid).padStart(8)}  C  ${r.process_name.padEnd(40)} ${String(r.used_mib_per_gpu).padStart(8)}MiB |`,
-      )
-  }
+  for (const { r, g, a } of apps)
+    rows.push(
+      `|  ${String(g).padEnd(4)} ${String(a.pid).padStart(8)}  C  ${a.process_name.padEnd(40)} ${String(r.used_mib_per_gpu).padStart(8)}MiB |`,
+    )
   rows.push(line)
   return `${rows.join('\n')}\n`
 }

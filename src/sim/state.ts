@@ -8,11 +8,18 @@ import { isAlive } from '../engine/process.ts'
  * only channel between the engine simulator and the smi simulator, like GPU memory is on a real host.
  */
 export interface EngineRecord {
+  /** The `vllm serve` (API server) process; the record lives as long as it does. */
   pid: number
   /** Physical GPU indices (from CUDA_VISIBLE_DEVICES). */
   gpus: number[]
   used_mib_per_gpu: number
   process_name: string
+  /**
+   * apps are the processes that hold the GPU memory, as nvidia-smi lists them: the engine core
+   * (`VLLM::EngineCore`) or, with tensor parallelism, one worker per GPU (`VLLM::Worker_TPn`). Without
+   * them the memory is shown under `pid` (older records, or no helper processes could be started).
+   */
+  apps?: EngineApp[]
   model: string
   started_at: string
   /** Requests currently generating; drives utilization.gpu. */
@@ -20,6 +27,13 @@ export interface EngineRecord {
   busy?: boolean
   sleeping?: boolean
   port?: number
+}
+
+export interface EngineApp {
+  pid: number
+  /** Physical GPU index. */
+  gpu: number
+  process_name: string
 }
 
 /** Base memory an idle device reports as used, like an idle H100. */
@@ -75,9 +89,23 @@ export function readLiveEngines(simDir: string): EngineRecord[] {
   return records.sort((a, b) => a.pid - b.pid)
 }
 
+/**
+ * appsOnGpu lists the processes of one record holding memory on a GPU, as nvidia-smi shows them: the
+ * record's live apps on that GPU (a dead process's memory is freed by the driver), else the record's
+ * own pid.
+ */
+export function appsOnGpu(record: EngineRecord, gpu: number): { pid: number; process_name: string }[] {
+  if (!record.gpus.includes(gpu)) return []
+  if (!record.apps) return [{ pid: record.pid, process_name: record.process_name }]
+  return record.apps.filter((a) => a.gpu === gpu && isAlive(a.pid))
+}
+
 /** usedMibOnGpu sums the footprints on one physical GPU, optionally leaving out one pid (ourselves). */
 export function usedMibOnGpu(records: EngineRecord[], gpu: number, exceptPid?: number): number {
   let used = IDLE_USED_MIB
-  for (const r of records) if (r.pid !== exceptPid && r.gpus.includes(gpu)) used += r.used_mib_per_gpu
+  for (const r of records) {
+    if (r.pid === exceptPid) continue
+    used += appsOnGpu(r, gpu).length > 0 ? r.used_mib_per_gpu : 0
+  }
   return used
 }

@@ -19,6 +19,7 @@ beforeAll(async () => {
   e = await spawnEngine(MODEL, ['--served-model-name', 'qwen', 'qwen-alias', '--max-model-len', '8192'], {
     MODELGATE_SIM_DIR: tempSimDir(),
     SIM_TOKENS_PER_SEC: String(TPS),
+    SIM_VLLM_VERSION: '0.11.0',
   })
   await waitHealthy(e)
 })

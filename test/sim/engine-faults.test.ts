@@ -5,9 +5,11 @@ import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { waitFor } from '../support/wait.ts'
 import {
   cleanupSims,
+  openStream,
   postJson,
   runSmiCli,
   signalGroup,
+  smiUsedMib,
   spawnEngine,
   sseFrames,
   tempSimDir,
@@ -66,36 +68,38 @@ describe('sim engine faults', () => {
     expect(await e.exited).toBe(1)
   })
 
-  it('shares a kvcached segment between engines and removes it on SIGTERM', async () => {
+  it('gives each kvcached engine its own segment, and removes only its own on SIGTERM', async () => {
     const dir = tempSimDir()
     const shm = tempSimDir()
     const env = {
       MODELGATE_SIM_DIR: dir,
       MODELGATE_SHM_DIR: shm,
       ENABLE_KVCACHED: 'true',
-      KVCACHED_IPC_NAME: 'modelgate_GPU0',
       CUDA_VISIBLE_DEVICES: '0',
     }
-    const a = await spawnEngine(MODEL, [], env)
+    const a = await spawnEngine(MODEL, [], { ...env, KVCACHED_IPC_NAME: 'engine_a' })
     await waitHealthy(a)
-    const b = await spawnEngine(MODEL, [], env)
+    const b = await spawnEngine(MODEL, [], { ...env, KVCACHED_IPC_NAME: 'engine_b' })
     await waitHealthy(b)
-    const path = join(shm, 'modelgate_GPU0')
-    const seg = readKvcachedSegment('modelgate_GPU0', shm)
-    expect(seg?.totalBytes).toBe(Math.floor(0.9 * 81559) * 2 ** 20)
-    expect(seg?.preallocBytes).toBe(4 * GIB)
+    const budget = Math.floor(0.9 * 81559) * 2 ** 20
+    for (const name of ['engine_a', 'engine_b'])
+      expect(readKvcachedSegment(name, shm)).toEqual({
+        totalBytes: budget,
+        usedBytes: 0,
+        preallocBytes: 2 * GIB,
+      })
     const stream = postJson(a.port, '/v1/completions', {
       prompt: 'a b c',
       max_tokens: 30,
       ignore_eos: true,
       stream: true,
     })
-    // The engine publishes its KV use every 250 ms while the stream runs.
-    await waitFor('the kvcached segment to count the running stream', () => {
-      const used = readKvcachedSegment('modelgate_GPU0', shm)?.usedBytes ?? 0
-      return used > 0
-    })
-    expect(readKvcachedSegment('modelgate_GPU0', shm)?.usedBytes).toBeGreaterThan(0)
+    // The engine publishes its KV use every 250 ms while the stream runs, in its own segment only.
+    await waitFor(
+      'engine a to count the running stream',
+      () => (readKvcachedSegment('engine_a', shm)?.usedBytes ?? 0) > 0,
+    )
+    expect(readKvcachedSegment('engine_b', shm)?.usedBytes).toBe(0)
     await (await stream).text()
     const used = Number(
       runSmiCli(['--query-gpu=memory.used', '--format=csv,noheader,nounits', '-i', '0'], env).stdout,
@@ -103,7 +107,82 @@ describe('sim engine faults', () => {
     expect(used).toBeLessThan(10 * 1024)
     signalGroup(b.pid, 'SIGTERM')
     expect(await b.exited).toBe(0)
-    expect(existsSync(path)).toBe(false)
+    expect(existsSync(join(shm, 'engine_b'))).toBe(false)
+    expect(existsSync(join(shm, 'engine_a'))).toBe(true)
+  })
+
+  it("starts a kvcached engine on a GPU vLLM's own guard would refuse, with kvcached's warning", async () => {
+    const dir = tempSimDir()
+    const first = await spawnEngine(MODEL, ['--gpu-memory-utilization', '0.5'], {
+      MODELGATE_SIM_DIR: dir,
+      CUDA_VISIBLE_DEVICES: '0',
+    })
+    await waitHealthy(first)
+    const shared = await spawnEngine(MODEL, [], {
+      MODELGATE_SIM_DIR: dir,
+      MODELGATE_SHM_DIR: tempSimDir(),
+      ENABLE_KVCACHED: 'true',
+      CUDA_VISIBLE_DEVICES: '0',
+    })
+    await waitHealthy(shared)
+    expect(shared.stderr()).toMatch(
+      /\[kvcached\]\[WARNING\]\[[^\]]+\]\[patches\.py:\d+\] Ignoring vLLM's whole-device startup memory guard because kvcached provides virtual KV capacity: free=\d+ bytes, requested=\d+ bytes/,
+    )
+    expect(shared.stdout()).not.toContain('is less than desired GPU memory utilization')
+  })
+})
+
+describe('sim engine core death', () => {
+  const child = (out: string, tag: string) => Number(new RegExp(`\\(${tag} pid=(\\d+)\\)`).exec(out)?.[1])
+
+  it('answers /health 503 once the EngineCore child is killed, fails the streams, then exits on the next request', async () => {
+    const dir = tempSimDir()
+    const e = await spawnEngine(MODEL, ['--gpu-memory-utilization', '0.3'], {
+      MODELGATE_SIM_DIR: dir,
+      CUDA_VISIBLE_DEVICES: '0',
+      SIM_TOKENS_PER_SEC: '50',
+    })
+    await waitHealthy(e)
+    expect(smiUsedMib(dir, 0)).toBe(4 + Math.floor(0.3 * 81559))
+    const stream = await openStream(e.port, '/v1/completions', {
+      prompt: 'a',
+      max_tokens: 200,
+      ignore_eos: true,
+    })
+    await stream.waitTokens(2)
+    process.kill(child(e.stdout(), 'EngineCore'), 'SIGKILL')
+    const frames = await stream.done
+    expect(frames.at(-1)).toBe('[DONE]')
+    expect(JSON.parse(frames.at(-2) ?? '{}').error.message).toBe(
+      'EngineCore encountered an issue. See stack trace (above) for the root cause.',
+    )
+    await e.waitForOutput('Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.')
+    const base = `http://127.0.0.1:${e.port}`
+    expect((await fetch(`${base}/health`)).status).toBe(503)
+    expect((await fetch(`${base}/v1/models`)).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(4)
+    const res = await postJson(e.port, '/v1/completions', { prompt: 'a', max_tokens: 2 })
+    expect(res.status).toBe(500)
+    expect(await e.exited).toBe(0)
+  })
+
+  it('dies the same when a TP worker is killed, and stays up with VLLM_KEEP_ALIVE_ON_ENGINE_DEATH', async () => {
+    const dir = tempSimDir()
+    const e = await spawnEngine(MODEL, ['-tp', '2', '--gpu-memory-utilization', '0.3'], {
+      MODELGATE_SIM_DIR: dir,
+      VLLM_KEEP_ALIVE_ON_ENGINE_DEATH: '1',
+    })
+    await waitHealthy(e)
+    process.kill(child(e.stdout(), 'Worker_TP1'), 'SIGKILL')
+    await e.waitForOutput('Worker proc VllmWorker-1 died unexpectedly, shutting down executor.')
+    const base = `http://127.0.0.1:${e.port}`
+    await waitFor('/health to answer 503', async () => (await fetch(`${base}/health`)).status === 503)
+    expect(smiUsedMib(dir, 0)).toBe(4)
+    expect(smiUsedMib(dir, 1)).toBe(4)
+    expect((await postJson(e.port, '/v1/completions', { prompt: 'a', max_tokens: 2 })).status).toBe(500)
+    await Bun.sleep(100) // an absence: a server that exits does so 20 ms after that answer
+    expect(e.proc.exitCode).toBeNull()
+    expect((await fetch(`${base}/health`)).status).toBe(503)
   })
 })
 

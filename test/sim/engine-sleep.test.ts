@@ -82,19 +82,46 @@ describe('sim engine sleep mode', () => {
     expect((await res.json()).usage.completion_tokens).toBe(2)
   })
 
-  it('has no sleep routes without VLLM_SERVER_DEV_MODE or without --enable-sleep-mode', async () => {
+  it('mounts the sleep routes with VLLM_SERVER_DEV_MODE alone; without --enable-sleep-mode a sleep frees nothing', async () => {
     const dir = tempSimDir()
     const noDev = await sleepEngine(dir, { VLLM_SERVER_DEV_MODE: '0', CUDA_VISIBLE_DEVICES: '0' })
+    expect((await fetch(`http://127.0.0.1:${noDev.port}/sleep?level=1`, { method: 'POST' })).status).toBe(404)
+    expect((await fetch(`http://127.0.0.1:${noDev.port}/is_sleeping`)).status).toBe(404)
+    // vLLM mounts the development routes whenever dev mode is on. Without --enable-sleep-mode the V1
+    // engine's allocations are outside the sleep allocator's pool: the sleep "succeeds" and frees nothing.
     const noFlag = await spawnEngine(MODEL, ['--gpu-memory-utilization', '0.3'], {
       MODELGATE_SIM_DIR: dir,
       CUDA_VISIBLE_DEVICES: '1',
       VLLM_SERVER_DEV_MODE: '1',
     })
     await waitHealthy(noFlag)
-    for (const e of [noDev, noFlag]) {
-      expect((await fetch(`http://127.0.0.1:${e.port}/sleep?level=1`, { method: 'POST' })).status).toBe(404)
-      expect((await fetch(`http://127.0.0.1:${e.port}/is_sleeping`)).status).toBe(404)
-    }
+    const base = `http://127.0.0.1:${noFlag.port}`
+    const used = () =>
+      Number(
+        runSmiCli(['--query-gpu=memory.used', '--format=csv,noheader,nounits', '-i', '1'], {
+          MODELGATE_SIM_DIR: dir,
+        }).stdout.trim(),
+      )
+    const awake = used()
+    expect((await fetch(`${base}/sleep?level=1`, { method: 'POST' })).status).toBe(200)
+    expect(await (await fetch(`${base}/is_sleeping`)).json()).toEqual({ is_sleeping: true })
+    await noFlag.waitForOutput('Sleep mode freed 0.0 GiB memory')
+    expect(used()).toBe(awake)
+    expect((await fetch(`${base}/wake_up`, { method: 'POST' })).status).toBe(200)
+    expect(await (await fetch(`${base}/is_sleeping`)).json()).toEqual({ is_sleeping: false })
+  })
+
+  it('answers 500 on the V0 engine started without --enable-sleep-mode', async () => {
+    const e = await spawnEngine(MODEL, ['--gpu-memory-utilization', '0.3'], {
+      MODELGATE_SIM_DIR: tempSimDir(),
+      VLLM_SERVER_DEV_MODE: '1',
+      SIM_VLLM_VERSION: '0.8.5',
+    })
+    await waitHealthy(e)
+    const res = await fetch(`http://127.0.0.1:${e.port}/sleep?level=1`, { method: 'POST' })
+    expect(res.status).toBe(500)
+    expect(await res.text()).toBe('Internal Server Error')
+    expect(e.stderr()).toContain('AssertionError: Sleep mode is not enabled in the model config')
   })
 
   it('crashes on inference while asleep when emulating older engines', async () => {

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'bun:test'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
+import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
 import { waitFor } from '../support/wait.ts'
 import {
   cleanupSims,
@@ -31,6 +32,7 @@ describe('sim engine start-up', () => {
     const e = await spawnEngine(MODEL, ['--max-model-len', '16k'], {
       MODELGATE_SIM_DIR: dir,
       SIM_LOAD_DELAY_MS: '600',
+      SIM_VLLM_VERSION: '0.11.0',
     })
     await e.waitForOutput('Starting to load model')
     expect(await refused(e.port)).toBe(true)
@@ -78,10 +80,13 @@ describe('sim engine start-up', () => {
       MODELGATE_SIM_DIR: dir,
     })
     expect(smi.stdout).toBe(`0, 4\n1, ${Math.floor(0.5 * 81559) + 4}\n`)
+    // The memory is held by the engine core child (in the engine's process group), not by `vllm serve`.
+    const corePid = Number(/\(EngineCore pid=(\d+)\)/.exec(e.stdout())?.[1])
+    expect(corePid).not.toBe(e.pid)
     const apps = runSmiCli(['--query-compute-apps=pid,process_name', '--format=csv,noheader,nounits'], {
       MODELGATE_SIM_DIR: dir,
     })
-    expect(apps.stdout).toBe(`${e.pid}, python3\n`)
+    expect(apps.stdout).toBe(`${corePid}, VLLM::EngineCore\n`)
     expect(existsSync(join(dir, 'engines', `${e.pid}.json`))).toBe(true)
     const t0 = performance.now()
     signalGroup(e.pid, 'SIGTERM')
@@ -95,7 +100,10 @@ describe('sim engine start-up', () => {
   })
 
   it('kills its helper processes itself when only the leader gets SIGTERM', async () => {
-    const e = await spawnEngine(MODEL, ['-tp', '2'], { MODELGATE_SIM_DIR: tempSimDir() })
+    const e = await spawnEngine(MODEL, ['-tp', '2'], {
+      MODELGATE_SIM_DIR: tempSimDir(),
+      SIM_VLLM_VERSION: '0.11.0',
+    })
     await waitHealthy(e)
     expect(e.stdout()).toMatch(/\(Worker_TP1 pid=\d+\) INFO .* Available KV cache memory: [\d.]+ GiB/)
     process.kill(e.pid, 'SIGTERM')
@@ -111,6 +119,7 @@ describe('sim engine start-up', () => {
     const second = await spawnEngine(MODEL, ['--gpu-memory-utilization=0.9'], {
       MODELGATE_SIM_DIR: dir,
       CUDA_VISIBLE_DEVICES: '0',
+      SIM_VLLM_VERSION: '0.11.0',
     })
     expect(await second.exited).toBe(1)
     const free = ((81559 - Math.floor(0.9 * 81559) - 4) / 1024).toFixed(2)
@@ -181,5 +190,76 @@ describe('sim engine start-up', () => {
     expect(out).toMatch(/Model loading took 14\.1934 GiB and [\d.]+ seconds/)
     expect(out).toContain('\x1b[32mINFO\x1b[0m')
     expect(out).not.toContain('(APIServer')
+  })
+
+  it('shows the memory under one Worker_TPn process per GPU, and prints the KV memory once per node', async () => {
+    const dir = tempSimDir()
+    const e = await spawnEngine(MODEL, ['-tp', '2', '--gpu-memory-utilization', '0.5'], {
+      MODELGATE_SIM_DIR: dir,
+    })
+    await waitHealthy(e)
+    const out = e.stdout()
+    const pid = (rank: number) => Number(new RegExp(`\\(Worker_TP${rank} pid=(\\d+)\\)`).exec(out)?.[1])
+    const apps = runSmiCli(
+      ['--query-compute-apps=pid,process_name,used_memory,gpu_bus_id', '--format=csv,noheader,nounits'],
+      {
+        MODELGATE_SIM_DIR: dir,
+      },
+    )
+    const mib = Math.floor(0.5 * 81559)
+    expect(apps.stdout).toBe(
+      `${pid(0)}, VLLM::Worker_TP0, ${mib}, 00000000:18:00.0\n${pid(1)}, VLLM::Worker_TP1, ${mib}, 00000000:32:00.0\n`,
+    )
+    expect(out.match(/Available KV cache memory/g)).toHaveLength(1)
+    expect(out).toMatch(/^\(Worker_TP0 pid=\d+\) INFO .* Available KV cache memory: [\d.]+ GiB$/m)
+  })
+
+  it("prints a current release's lines, which the gateway's parser reads back to the plan's figures", async () => {
+    const e = await spawnEngine(MODEL, ['--max-model-len', '16k', '--gpu-memory-utilization', '0.9'], {
+      MODELGATE_SIM_DIR: tempSimDir(),
+    })
+    await waitHealthy(e)
+    const out = e.stdout()
+    expect(out).toMatch(
+      /^\(EngineCore pid=\d+\) INFO .* GPU KV cache size: [\d,]+ tokens, Maximum concurrency for 16,000 tokens per request: [\d.]+x$/m,
+    )
+    expect(out).toMatch(
+      /Free memory on device \(79\.64\/79\.65 GiB\) on startup\. Desired GPU memory utilization is \(0\.9, 71\.68 GiB\)\. Actual usage is [\d.]+ GiB for consumed memory \(weights \+ non-torch\)/,
+    )
+    const acc = new VllmLogAccumulator()
+    for (const line of `${out}\n${e.stderr()}`.split('\n')) acc.feed(line)
+    expect(acc.phase()).toBe('ready')
+    expect(acc.maxModelLen()).toBe(16000)
+    const m = acc.metrics()
+    expect(m?.max_model_len).toBe(16000)
+    expect(m?.weights_memory_gib).toBe(14.1934)
+    expect(m?.total_gpu_memory_gib).toBe(71.68)
+    expect(m?.kv_cache_per_request_mib).toBeGreaterThan(0)
+    expect(acc.startupMemory()).toEqual({
+      freeGib: 79.64,
+      deviceTotalGib: 79.65,
+      utilization: 0.9,
+      desiredGib: 71.68,
+    })
+  })
+
+  it("refuses a full GPU naming the device, in a current release's words", async () => {
+    const dir = tempSimDir()
+    const first = await spawnEngine(MODEL, [], { MODELGATE_SIM_DIR: dir, CUDA_VISIBLE_DEVICES: '1' })
+    await waitHealthy(first)
+    const second = await spawnEngine(MODEL, [], { MODELGATE_SIM_DIR: dir, CUDA_VISIBLE_DEVICES: '1' })
+    expect(await second.exited).toBe(1)
+    const free = ((81559 - Math.floor(0.9 * 81559) - 4) / 1024).toFixed(2)
+    expect(second.stderr()).toContain(
+      `ValueError: Free memory on device cuda:0 (${free}/79.65 GiB) on startup is less than desired GPU memory utilization (0.9, 71.68 GiB).`,
+    )
+    const acc = new VllmLogAccumulator()
+    for (const line of `${second.stdout()}\n${second.stderr()}`.split('\n')) acc.feed(line)
+    expect(acc.freeMemoryFailure()).toMatchObject({
+      device: 'cuda:0',
+      freeGib: Number(free),
+      utilization: 0.9,
+      desiredGib: 71.68,
+    })
   })
 })

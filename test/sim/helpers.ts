@@ -192,3 +192,74 @@ export function sseFrames(body: string): string[] {
     .filter((f) => f.startsWith('data: '))
     .map((f) => f.slice('data: '.length))
 }
+
+export interface OpenStream {
+  /** frames received so far (`data:` payloads, `[DONE]` included). */
+  frames: string[]
+  /** tokens counts the chunks that carry generated text or a finish reason. */
+  tokens(): number
+  /** waitTokens resolves once `n` token chunks have arrived. */
+  waitTokens(n: number, ms?: number): Promise<void>
+  /** done resolves with every frame once the server closed the stream (or the connection was cut). */
+  done: Promise<string[]>
+}
+
+/** openStream posts a streaming request and reads its SSE frames as they come. */
+export async function openStream(
+  port: number,
+  path: string,
+  body: Record<string, unknown>,
+): Promise<OpenStream> {
+  const res = await postJson(port, path, { ...body, stream: true }, AbortSignal.timeout(30_000))
+  if (!res.ok || !res.body) throw new Error(`stream ${path} answered ${res.status}`)
+  const frames: string[] = []
+  const listeners = new Set<() => void>()
+  const isToken = (f: string) =>
+    f.startsWith('{') && /"(text|content)":|"finish_reason":"/.test(f) && !f.includes('"role"')
+  const done = (async () => {
+    const decoder = new TextDecoder()
+    let buffer = ''
+    try {
+      for await (const chunk of res.body as ReadableStream<Uint8Array>) {
+        buffer += decoder.decode(chunk, { stream: true })
+        const parts = buffer.split('\n\n')
+        buffer = parts.pop() ?? ''
+        for (const part of parts) if (part.startsWith('data: ')) frames.push(part.slice('data: '.length))
+        for (const f of listeners) f()
+      }
+    } catch {
+      // The connection was cut (the engine died): the frames so far are the answer.
+    }
+    for (const f of listeners) f()
+    return frames
+  })()
+  const tokens = () => frames.filter(isToken).length
+  return {
+    frames,
+    tokens,
+    done,
+    waitTokens: (n, ms = 10_000) =>
+      waitFor(`${n} token chunks from ${path}`, () => tokens() >= n, {
+        timeoutMs: ms,
+        wake: (notify) => {
+          listeners.add(notify)
+          return () => listeners.delete(notify)
+        },
+      }).then(() => undefined),
+  }
+}
+
+/** usedMibOnGpu reads memory.used of one simulated GPU through the smi simulator. */
+export function smiUsedMib(dir: string, gpu: number): number {
+  const res = runSmiCli(['--query-gpu=memory.used', '--format=csv,noheader,nounits', '-i', String(gpu)], {
+    MODELGATE_SIM_DIR: dir,
+  })
+  return Number(res.stdout.trim())
+}
+
+/** metricValue reads one series of an engine's /metrics (the first line starting with `series`). */
+export async function metricValue(port: number, series: string): Promise<number | undefined> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+  const line = text.split('\n').find((l) => l.startsWith(series))
+  return line === undefined ? undefined : Number(line.split(' ').pop())
+}

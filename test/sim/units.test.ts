@@ -1,17 +1,13 @@
 import { describe, expect, it } from 'bun:test'
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { visibleDevices } from '../../src/sim/devices.ts'
 import { freeMemoryError } from '../../src/sim/engine-logs.ts'
 import { parseGpuSpec } from '../../src/sim/gpus.ts'
-import { KvcachedSegment } from '../../src/sim/kvcached.ts'
 import { kvCacheError, planMemory, pyRound } from '../../src/sim/memory-plan.ts'
 import { lookupModel, paramsFromName, weightsGiB } from '../../src/sim/models.ts'
 import { extractSimFlags } from '../../src/sim/sim-flags.ts'
 import { SleepState } from '../../src/sim/sleep-state.ts'
 import { FakeTokenizer, renderChat, WORDS, wordId } from '../../src/sim/tokenizer.ts'
+import { NEWEST_PROFILE, resolveProfile } from '../../src/sim/versions.ts'
 import { humanReadableInt, parseVllmArgs } from '../../src/sim/vllm-args.ts'
 
 describe('vllm serve argument parsing', () => {
@@ -179,24 +175,49 @@ describe('sleep state', () => {
   })
 })
 
-describe('kvcached segment', () => {
-  it('is created with the budget, shared by engines, and removed on clean exit', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'modelgate-shm-'))
-    try {
-      const a = KvcachedSegment.open(dir, 'seg', 1000, 100)
-      const b = KvcachedSegment.open(dir, 'seg', 9999, 100)
-      a.setUsed(50)
-      b.setUsed(30)
-      a.setUsed(20)
-      expect(statSync(join(dir, 'seg')).size).toBe(24)
-      expect(readKvcachedSegment('seg', dir)).toEqual({ totalBytes: 1000, usedBytes: 50, preallocBytes: 200 })
-      const raw = readFileSync(join(dir, 'seg'))
-      expect(raw.readBigInt64LE(0)).toBe(1000n)
-      b.close()
-      a.remove()
-      expect(readKvcachedSegment('seg', dir)).toBeNull()
-    } finally {
-      rmSync(dir, { recursive: true, force: true })
-    }
+describe('vLLM release profiles', () => {
+  it('picks the newest profile not newer than the version asked for, and reports that version', () => {
+    expect(resolveProfile(undefined, undefined)).toBe(NEWEST_PROFILE)
+    expect(resolveProfile(undefined, 'v0')).toMatchObject({ version: '0.8.5', engine: 'v0' })
+    expect(resolveProfile('0.15.1', undefined)).toMatchObject({
+      version: '0.15.1',
+      sleepKeepsWeights: true,
+      sleepModes: false,
+      freeMemoryDeviceName: true,
+    })
+    expect(resolveProfile('0.11.0', 'v0')).toMatchObject({
+      version: '0.11.0',
+      engine: 'v1',
+      coreTag: 'EngineCore_DP0',
+    })
+    expect(resolveProfile('0.7.3', undefined)).toMatchObject({ version: '0.7.3', engine: 'v0' })
+    expect(resolveProfile('v0.30.1', undefined)).toMatchObject({
+      version: '0.30.1',
+      mergedKvLine: true,
+      sleepModes: true,
+    })
+    expect(resolveProfile('nightly', undefined)).toBe(NEWEST_PROFILE)
+  })
+})
+
+describe('what a sleep frees', () => {
+  it('keeps the weights when the release frees only the KV cache, and everything without sleep mode', () => {
+    const kv = new SleepState()
+    kv.sleep(2, 'kv_cache')
+    expect(kv.footprintMib(10000, 3000)).toBe(3500)
+    expect(kv.weightsValid).toBe(true)
+    expect(kv.weightsReleased).toBe(false)
+    const none = new SleepState()
+    none.sleep(1, 'nothing')
+    expect(none.footprintMib(10000, 3000)).toBe(10000)
+    expect(none.blocksInference).toBe(false)
+    expect(none.sleeping).toBe(true)
+    const all = new SleepState()
+    all.sleep(2)
+    expect(all.weightsValid).toBe(false)
+    expect(all.weightsReleased).toBe(true)
+    all.wake(['weights'])
+    expect(all.weightsReleased).toBe(false)
+    expect(all.weightsValid).toBe(false)
   })
 })

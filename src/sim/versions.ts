@@ -1,0 +1,106 @@
+/**
+ * VllmProfile is what differs between the vLLM releases the simulator imitates: log lines, process
+ * tags, the sleep API and its side effects. `SIM_VLLM_VERSION` picks one (the newest profile not newer
+ * than the version asked for, so `0.15.1` behaves as `0.14.0` and reports `0.15.1`); unset, the newest
+ * profile is used, and `SIM_LOG_STYLE=v0` alone still means the V0 engine of 0.8.5.
+ *
+ * Sources, read for each field: vLLM's `v1/worker/utils.py` (`request_memory`), `v1/worker/gpu_worker.py`,
+ * `v1/core/kv_cache_utils.py`, `v1/engine/core.py` (`sleep`, `pause_scheduler`), `entrypoints/serve/sleep/
+ * api_router.py` (`mode` defaults to `abort`), `v1/metrics/loggers.py` (`vllm:engine_sleep_state`,
+ * vllm#24176, vllm#27867), vllm#32714 (0.14 sleep frees little) and the start-up logs quoted in vLLM's
+ * issues. Release boundaries are the earliest release where the quoted logs show a behaviour; where the
+ * exact release is unknown the profile is placed at a release that certainly has it.
+ */
+export interface VllmProfile {
+  version: string
+  /** V0 engine (one process, memory-profile lines) or V1 (EngineCore process, per-rank workers). */
+  engine: 'v0' | 'v1'
+  /** Process tag of the engine core: none (V0), `EngineCore_DP0` (0.10.2 →), `EngineCore` (2026 builds). */
+  coreTag: '' | 'EngineCore_DP0' | 'EngineCore'
+  /** `Available KV cache memory` printed by every TP worker (older) or once per node (newer). */
+  kvAvailablePerWorker: boolean
+  /** `GPU KV cache size: N tokens, Maximum concurrency for M tokens per request: Xx` on one line. */
+  mergedKvLine: boolean
+  /** The start-up refusal names the device: `Free memory on device cuda:1 (…)`. */
+  freeMemoryDeviceName: boolean
+  /** The informational `Free memory on device (…) on startup. Desired GPU memory utilization is …` line. */
+  startupMemoryLine: 'none' | 'bytes' | 'gib'
+  /** `/sleep?mode=abort|wait|keep` (default `abort`) and level 0; older builds ignore `mode`. */
+  sleepModes: boolean
+  /** `vllm:engine_sleep_state{sleep_state="awake"|"weights_offloaded"|"discard_all"}` on /metrics. */
+  sleepStateMetric: boolean
+  /** Level 1 and 2 leave the weights on the GPU (vllm#32714, 0.14 → fixed in later releases). */
+  sleepKeepsWeights: boolean
+  /** Sleep figures as `%.2f` (older) or Python's `round(x, 2)` (`format_gib`, newer). */
+  sleepFiguresRounded: boolean
+}
+
+const V0: VllmProfile = {
+  version: '0.8.5',
+  engine: 'v0',
+  coreTag: '',
+  kvAvailablePerWorker: true,
+  mergedKvLine: false,
+  freeMemoryDeviceName: false,
+  startupMemoryLine: 'none',
+  sleepModes: false,
+  sleepStateMetric: false,
+  sleepKeepsWeights: false,
+  sleepFiguresRounded: false,
+}
+
+const V0_11: VllmProfile = {
+  ...V0,
+  version: '0.11.0',
+  engine: 'v1',
+  coreTag: 'EngineCore_DP0',
+  startupMemoryLine: 'bytes',
+}
+
+const V0_14: VllmProfile = {
+  ...V0_11,
+  version: '0.14.0',
+  kvAvailablePerWorker: false,
+  freeMemoryDeviceName: true,
+  startupMemoryLine: 'gib',
+  sleepStateMetric: true,
+  sleepKeepsWeights: true,
+  sleepFiguresRounded: true,
+}
+
+const V0_18: VllmProfile = {
+  ...V0_14,
+  version: '0.18.0',
+  coreTag: 'EngineCore',
+  sleepModes: true,
+  sleepKeepsWeights: false,
+}
+
+const V0_29: VllmProfile = { ...V0_18, version: '0.29.0', mergedKvLine: true }
+
+/** PROFILES, oldest first. */
+export const PROFILES: readonly VllmProfile[] = [V0, V0_11, V0_14, V0_18, V0_29]
+
+export const NEWEST_PROFILE = V0_29
+
+function parts(version: string): number[] | undefined {
+  const m = /^v?(\d+)\.(\d+)(?:\.(\d+))?/.exec(version.trim())
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)] : undefined
+}
+
+function compare(a: number[], b: number[]): number {
+  for (let i = 0; i < 3; i++) if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) - (b[i] ?? 0)
+  return 0
+}
+
+/**
+ * resolveProfile maps a requested version (SIM_VLLM_VERSION) to its profile, reporting the requested
+ * version; undefined or unparsable falls back to the newest (or to V0 when only the log style says so).
+ */
+export function resolveProfile(requested: string | undefined, logStyle: string | undefined): VllmProfile {
+  const want = requested ? parts(requested) : undefined
+  if (!want) return logStyle === 'v0' ? V0 : NEWEST_PROFILE
+  let chosen = V0
+  for (const p of PROFILES) if (compare(parts(p.version) ?? [0, 0, 0], want) <= 0) chosen = p
+  return { ...chosen, version: requested?.trim().replace(/^v/, '') ?? chosen.version }
+}
