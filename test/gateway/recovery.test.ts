@@ -24,7 +24,8 @@ describe('engine start-up failure', () => {
       const id = await gw.load({ model_path: 'Qwen/Qwen2.5-7B-Instruct', gpu_ids: [0] })
       const failed = await gw.waitStatus(id, 'failed')
       expect(failed.error).toMatch(
-        /^Free memory on device \([\d.]+\/[\d.]+ GiB\) on startup is less than desired GPU memory utilization/,
+        // Current vLLM names the device (`cuda:0`); older builds did not.
+        /^Free memory on device (cuda:\d+ )?\([\d.]+\/[\d.]+ GiB\) on startup is less than desired GPU memory utilization \([\d.]+, [\d.]+ GiB\)/,
       )
       const events = await fetch(`${gw.url}/api/v1/models/instances/${id}/events?types=status,error`)
       const sse = await readSse(
