@@ -72,25 +72,17 @@ auto_sleep: { enabled: true, idle_threshold: 1, check_interval: 1 }
     )
     expect(candidates.body.auto_sleep_enabled).toBe(true)
     expect(candidates.body.candidates.map((c) => c.model)).not.toContain(BUSY)
-    const refused = await r.post(`/action/sleep/${BUSY}`)
-    expect(refused.status).toBe(409)
-    expect(refused.body).toEqual({
-      status: 'error',
-      model: BUSY,
-      message: 'Model has 1 request(s) in flight',
-    })
-
+    // A manual sleep of the busy model drains it first (real vLLM's /sleep would abort the stream):
+    // the stream ends whole, then the engine sleeps and the action answers.
+    const sleeping = r.post(`/action/sleep/${BUSY}`)
     const text = await body
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true)
-    expect(engineHits(busy, 'POST', '/sleep')).toBe(0)
-    // Once the stream has ended, the busy model becomes idle like any other.
-    r.clock.advance(1000)
-    autoSleepCheck(r)
-    await waitFor(
-      'the busy model asleep after its stream',
-      async () => (await stateOf(r!, BUSY)) === 'sleeping',
-      { timeoutMs: 4000 },
-    )
+    expect(text).not.toContain('"finish_reason":"abort"')
+    const slept = await sleeping
+    expect(slept.status).toBe(200)
+    expect(slept.body).toMatchObject({ status: 'success', model: BUSY, message: 'Model put to sleep' })
+    expect(await stateOf(r, BUSY)).toBe('sleeping')
+    expect(engineHits(busy, 'POST', '/sleep')).toBe(1)
     const stats = await r.get<{
       by_model: Record<string, { total_requests: number; successful_requests: number }>
     }>('/traffic/stats')
