@@ -205,6 +205,8 @@ export class GatewayService implements GatewayApi {
 
   /** report: the one place a lifecycle change becomes a persisted row, events and a log line. */
   private report(inst: ManagedInstance, change: Change): void {
+    // The row follows the state first, so a lifecycle listener reading the record sees the new one.
+    if (change.kind === 'state' && change.current !== 'removed') inst.row.status = change.current
     this.deps.bus.emit('gateway.instance.lifecycle', {
       instance_id: inst.id,
       served_model_name: inst.row.served_model_name,

@@ -213,6 +213,7 @@ export class SleepWake {
         'INVALID_STATE',
       )
     inst.lifecycle.begin('wake')
+    let ended = false
     try {
       const level = await this.sleptAt(inst)
       const record = this.record(inst)
@@ -246,7 +247,16 @@ export class SleepWake {
       } else {
         inst.events.emit('progress', { phase: 'waking', percent: 50, message: `woke ${tags.join(', ')}` })
       }
-      this.deps.supervision.emitMemory(inst, await this.deps.supervision.measureFootprint(inst))
+      // The wake is over for its callers (and for requests held on it) once the engine is awake; the
+      // footprint after it is read off their wait (nvidia-smi takes tens of milliseconds).
+      inst.lifecycle.end('wake')
+      ended = true
+      void this.deps.supervision
+        .measureFootprint(inst)
+        .then((m) => this.deps.supervision.emitMemory(inst, m))
+        .catch((err) =>
+          this.deps.log.warn(`instance ${id}: footprint after wake not read`, { error: String(err) }),
+        )
       return {
         status: outcome.sleeping ? 'sleeping' : 'running',
         instance_id: id,
@@ -257,7 +267,7 @@ export class SleepWake {
         phases: outcome.phases,
       }
     } finally {
-      inst.lifecycle.end('wake')
+      if (!ended) inst.lifecycle.end('wake')
     }
   }
 
