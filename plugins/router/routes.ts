@@ -230,8 +230,11 @@ export function routerRoutes(service: RouterService, log: Logger) {
           tags,
           summary: 'Put a model to sleep (engine POST /sleep?level=auto_sleep.level)',
           description:
-            'Body: empty or {} (ignored). Refusals answer 409 with the error result: already sleeping, going ' +
-            'to sleep, waking up, requests in flight, no sleep mode. 502 when the engine does not answer. ' +
+            'Body: empty or {} (ignored). The model stops taking requests and its requests in flight finish ' +
+            'first (drain; the engine is asked with mode=wait): a sleep never cuts a stream. Refusals answer 409 ' +
+            'with the error result: already sleeping, going to sleep, waking up, no sleep mode, requests still in ' +
+            'flight at control_timeout, or a request that arrived during the drain (the model is in use). 502 ' +
+            'when the engine does not answer. ' +
             ACTION_KEY_RULE,
           parameters: [modelParam],
         },
