@@ -1,4 +1,3 @@
-import { type FSWatcher, watch } from 'node:fs'
 import { groupPids } from '../../src/engine/process.ts'
 import type { LogStream } from '../../src/engine/supervisor.ts'
 import { waitHealthy } from '../../src/engine/vllm-client.ts'
@@ -6,7 +5,7 @@ import { PHASE_PROGRESS } from '../../src/engine/vllm-log.ts'
 import type { GpuProbe } from '../../src/gpu/smi.ts'
 import { abortable } from '../../src/host/abortable.ts'
 import type { GatewayConfig } from './config.ts'
-import { ManagedInstance } from './instance.ts'
+import type { ManagedInstance } from './instance.ts'
 import { usedMibByGpuForPids } from './placement.ts'
 import type { SharedCache } from './shared-cache.ts'
 
@@ -19,8 +18,7 @@ import type { SharedCache } from './shared-cache.ts'
  * the server is about to answer. That line (a hint) triggers a /health probe at once, and a few
  * quick ones after it; a 200 makes the instance active. Polling /health with backoff
  * (engine.health_poll_ms) stays the fallback for an engine whose line never comes or is missed.
- * While an engine starts, its log files are watched (inotify) and read as soon as they grow, so
- * the line is seen when it is written rather than at the log tail's next 100 ms read.
+ * The log tail (src/engine/log-tail.ts) watches the files, so the line is seen when it is written.
  * The footprint is measured as soon as the log shows the API server starting (the GPU memory is
  * all allocated by then), so nvidia-smi's run is not added to the time readiness is reported.
  */
@@ -74,7 +72,6 @@ export class Supervision {
     const proc = inst.process!
     const r: Readiness = { claimed: new AbortController(), ready: null, footprint: null, hinted: false }
     this.readiness.set(inst, r)
-    const unwatch = watchLogs(inst)
     let outcome: Awaited<ReturnType<typeof waitHealthy>>
     try {
       try {
@@ -96,7 +93,6 @@ export class Supervision {
       }
       if (r.ready) return await r.ready
     } finally {
-      unwatch()
       this.readiness.delete(inst)
     }
     if (inst.lifecycle.state !== 'starting') return
@@ -202,27 +198,5 @@ export class Supervision {
       await proc.stop(this.config.engine.stop_grace_seconds * 1000)
       this.sharedCache.cleanup(inst)
     })
-  }
-}
-
-/**
- * watchLogs: while an engine starts, read its log files as soon as they grow (inotify through
- * fs.watch) instead of at the tail's next poll. Returns the function that stops watching. Without
- * a watch (the files are gone, no inotify) the tail's own polling still delivers every line.
- */
-function watchLogs(inst: ManagedInstance): () => void {
-  const watchers: FSWatcher[] = []
-  const flush = () => inst.process?.flushLogs()
-  for (const file of Object.values(ManagedInstance.logFiles(inst.row.log_dir))) {
-    try {
-      const w = watch(file, { persistent: false }, flush)
-      w.on('error', () => w.close())
-      watchers.push(w)
-    } catch {
-      // no watch: the tail's polling reads the file
-    }
-  }
-  return () => {
-    for (const w of watchers) w.close()
   }
 }

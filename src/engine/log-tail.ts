@@ -1,15 +1,19 @@
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
+import { closeSync, type FSWatcher, fstatSync, openSync, readSync, watch } from 'node:fs'
 
 /**
  * FileTail follows a log file an engine writes to. Engines log to files, not pipes, so they keep
  * running (and keep their logs) when modelgate restarts: a pipe would break and kill them with
  * SIGPIPE. Lines are delivered in order; a partial last line waits for its newline (or for stop).
+ * The file is watched (inotify through fs.watch) so a line is read as soon as it is written (the
+ * gateway's readiness hint, `Application startup complete.`, depends on it); polling stays as the
+ * fallback where no watch can be set.
  */
 export class FileTail {
   private fd: number | null = null
   private pos: number
   private partial = ''
   private timer: ReturnType<typeof setInterval> | null = null
+  private watcher: FSWatcher | null = null
   private readonly buf = Buffer.allocUnsafe(64 * 1024)
   private readonly decoder = new TextDecoder()
 
@@ -21,6 +25,18 @@ export class FileTail {
     this.fd = openSync(path, 'r')
     this.pos = opts.fromEnd ? fstatSync(this.fd).size : 0
     this.timer = setInterval(() => this.poll(), opts.intervalMs ?? 100)
+    try {
+      const w = watch(path, { persistent: false }, () => this.poll())
+      w.on('error', () => this.unwatch())
+      this.watcher = w
+    } catch {
+      // no watch (no inotify, or the file went away): polling reads the file
+    }
+  }
+
+  private unwatch(): void {
+    this.watcher?.close()
+    this.watcher = null
   }
 
   /** poll reads whatever was appended since the last call. */
@@ -46,6 +62,7 @@ export class FileTail {
   stop(): void {
     if (this.timer) clearInterval(this.timer)
     this.timer = null
+    this.unwatch()
     this.poll()
     if (this.partial) this.onLine(this.partial)
     this.partial = ''
