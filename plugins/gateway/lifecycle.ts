@@ -105,7 +105,8 @@ export class Lifecycle {
     if (!isTransition(previous, next))
       throw conflict(`Instance ${this.id} is ${previous}; it cannot become ${next}`, 'INVALID_STATE')
     this.current = next
-    if (next !== 'active') this.routingOn = next === 'sleeping' ? this.routingOn : false
+    // An instance that can no longer serve is taken out of routing; sleeping keeps it (wake resumes it).
+    if (next === 'failed' || next === 'stopping' || next === 'removed') this.routingOn = false
     this.changed({ kind: 'state', previous, current: next, message })
     return previous
   }

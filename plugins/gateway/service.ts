@@ -255,11 +255,16 @@ export class GatewayService implements GatewayApi {
 
   // ---- load ----
 
+  /** rows: every registered instance's row (the measurements shared-cache estimates are read from). */
+  private rows(): InstanceRow[] {
+    return [...this.instances.values()].map((i) => i.row)
+  }
+
   /** pendingMibByGpu: what engines still loading will claim beyond what nvidia-smi already shows. */
   pendingMibByGpu(snapshot: GpuSnapshot): Map<number, number> {
     const pending = new Map<number, number>()
     if (!snapshot.available) return pending
-    const rows = [...this.instances.values()].map((i) => i.row)
+    const rows = this.rows()
     for (const inst of this.instances.values()) {
       if (inst.status !== 'starting') continue
       // A starting shared-cache engine claims its measured start allocation (kvcached checks nothing).
@@ -312,11 +317,7 @@ export class GatewayService implements GatewayApi {
       sharedCache,
       pendingMibByGpu: this.pendingMibByGpu(snapshot),
       sharedCacheEstimate: sharedCache
-        ? sharedCacheEstimate(
-            [...this.instances.values()].map((i) => i.row),
-            req.model_path,
-            req.max_tokens,
-          )
+        ? sharedCacheEstimate(this.rows(), req.model_path, req.max_tokens)
         : null,
     })
     const total = snapshot.gpus.find((g) => g.index === gpuIds[0])?.memoryTotalMib
