@@ -1,5 +1,6 @@
 import type { Static } from 'elysia'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
+import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { Change } from './lifecycle.ts'
 import type {
   InstanceDetailSchema,
@@ -111,6 +112,8 @@ export interface GatewayApi {
   inFlight(id: string): number
   /** moveInProgress tells whether a blue-green move is running (one at a time, system-wide). */
   moveInProgress(): boolean
+  /** gpuSnapshot: the GPUs and their processes as nvidia-smi last reported them (cached briefly). */
+  gpuSnapshot(): Promise<GpuSnapshot>
 }
 
 /** Bus events the gateway emits (declaration merging onto the host's BusEvents). */

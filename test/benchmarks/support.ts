@@ -70,6 +70,7 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
     acquireByPort: () => null,
     inFlight: () => 0,
     moveInProgress: () => false,
+    gpuSnapshot: async () => ({ available: false as const, reason: 'no GPUs in this fake' }),
   }
   const plugin = definePlugin({
     id: 'gateway',

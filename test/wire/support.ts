@@ -8,6 +8,7 @@ import type {
   ProxyRequestEvent,
 } from '../../plugins/gateway/api.ts'
 import { createInference } from '../../plugins/gateway/proxy/routes.ts'
+import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import { proxyError } from '../../src/http/errors.ts'
 import { startHost, type TestHost } from '../support/host.ts'
@@ -78,6 +79,10 @@ export class FakeGateway implements GatewayApi {
   }
   moveInProgress(): boolean {
     return false
+  }
+
+  async gpuSnapshot(): Promise<GpuSnapshot> {
+    return { available: false, reason: 'a fake gateway has no GPUs' }
   }
 
   inFlight(id: string): number {
