@@ -158,6 +158,26 @@ export class ClusterService {
     }
   }
 
+  /** peerAddress: a pod's base URL (this pod's own included), or undefined for an unknown pod. */
+  peerAddress(podId: string): string | undefined {
+    return podId === this.deps.podId ? this.address : this.members.address(podId)
+  }
+
+  /**
+   * ownerOf: the pod that holds an instance: this one when the gateway has it, else the pod whose last
+   * reported state lists it; null when no pod does.
+   */
+  ownerOf(instanceId: string): { podId: string; address: string; local: boolean } | null {
+    if (this.deps.gateway.get(instanceId))
+      return { podId: this.deps.podId, address: this.address, local: true }
+    for (const pod of this.pods()) {
+      if (pod.podId === this.deps.podId) continue
+      if (pod.models.some((m) => m.instanceId === instanceId))
+        return { podId: pod.podId, address: pod.address, local: false }
+    }
+    return null
+  }
+
   pods(): Pod[] {
     return this.members.view(this.localState(), this.lead().leaderId)
   }
