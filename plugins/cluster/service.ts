@@ -118,6 +118,9 @@ export class ClusterService {
     this.unsubscribe.push(coordinator.subscribe((c) => this.onCoordinator(c)))
     this.unsubscribe.push(
       bus.on('gateway.instance.status', (e) => this.onInstance(e.instance, e.currentStatus)),
+      bus.on('gateway.move.progress', (e) => {
+        if (e.phase === 'completed') this.broadcast('model-moved')
+      }),
     )
     this.members.registered(coordinator.peers())
     await this.refreshGpus()
