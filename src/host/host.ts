@@ -171,7 +171,11 @@ export class Host {
     const { root } = this.opts.config
     const raw = this.running.flatMap((r) => r.instance.rawRoutes ?? [])
     // The main listener's hot routes are inference routes: the inference key is checked on them.
-    this.serve('main', root.server.host, root.server.port, this.mainApp(order), raw, { inferenceKey: true })
+    // It alone serves the cluster's signed /internal/* routes: its front vets them.
+    this.serve('main', root.server.host, root.server.port, this.mainApp(order), raw, {
+      inferenceKey: true,
+      internal: true,
+    })
     for (const r of this.running) {
       for (const l of r.instance.listeners ?? [])
         this.serve(l.name, l.host, l.port, this.listenerApp(l), l.rawRoutes ?? [], {
@@ -201,8 +205,8 @@ export class Host {
 
   /**
    * serve opens one listener: the wire front on the public port (src/wire/server.ts), which
-   * answers hot routes itself (checking the inference key on them when `inferenceKey`) and relays
-   * everything else to the framework (Bun.serve + Elysia) listening on a Unix socket in a private
+   * answers hot routes itself (checking the inference key on them when `inferenceKey`; the cluster
+   * signature on every `/internal/*` request when `internal`) and relays everything else to the framework (Bun.serve + Elysia) listening on a Unix socket in a private
    * directory.
    */
   private serve(
@@ -211,7 +215,7 @@ export class Host {
     port: number,
     app: AnyElysia,
     raw: RawRoute[],
-    opts: { inferenceKey: boolean; shape?: ErrorShape },
+    opts: { inferenceKey: boolean; internal?: boolean; shape?: ErrorShape },
   ): void {
     const shape = opts.shape
     const log = this.log
@@ -256,6 +260,7 @@ export class Host {
           maxJsonDepth: srv.max_json_depth,
         },
         ...(opts.inferenceKey ? { guard: (req) => auth.checkInferenceKey(req.header('authorization')) } : {}),
+        ...(opts.internal ? { internal: (req) => auth.vetInternal(req) } : {}),
         frameworkSocket: socket,
         shapeOf: (path) => shape ?? shapeFor(path),
         onRequest: (method, path, query, status, ms) =>

@@ -1,7 +1,8 @@
-import { createHash, randomUUID, timingSafeEqual } from 'node:crypto'
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
 import { jwt } from '@elysiajs/jwt'
 import type { RootConfig } from '../config/schema.ts'
 import type { Logger } from '../host/logger.ts'
+import { INTERNAL_HEADER } from '../wire/headers.ts'
 import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
 import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth.ts'
 
@@ -12,9 +13,12 @@ import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth
  * authorised is the path that is routed. A route's category (public, admin, inference, internal)
  * follows the spec's prefixes applied to its pattern unless its `detail` declares `x-auth`; a
  * state-free POST declares `x-read-only: true`, and a read that only `admin` may make declares
- * `x-required-role: 'admin'`. Routes never check auth themselves. Roles ride on every admin request
- * (`admin` for writes, `admin-readonly` may read): simple mode gives `admin`, OAuth mode maps the
- * platform's groups to roles (src/http/oauth.ts).
+ * `x-required-role: 'admin'`. Routes never check auth themselves. Internal routes (`/internal/*`)
+ * are judged on the one parse too: the listener's front checks the cluster signature on the raw
+ * body (vetInternal, with the verifier the cluster plugin installs) and marks what it relays with a
+ * per-process token; the guard accepts an internal route only with that token. Roles ride on
+ * every admin request (`admin` for writes, `admin-readonly` may read): simple mode gives `admin`,
+ * OAuth mode maps the platform's groups to roles (src/http/oauth.ts).
  */
 export type Role = 'admin' | 'admin-readonly'
 export type RouteCategory = 'public' | 'admin' | 'inference' | 'internal'
@@ -62,6 +66,29 @@ export function categorize(pathname: string): RouteCategory {
   }
   // /docs, /docs/*, /metrics, and anything else (which is a 404 anyway).
   return 'public'
+}
+
+/**
+ * InternalRequest: a request to `/internal/*` as the listener's front parsed it, for the cluster's
+ * signature check: `target` is the path and query exactly as parsed (what is routed), `body` the
+ * raw bytes as received, `peer` the client's address.
+ */
+export interface InternalRequest {
+  method: string
+  target: string
+  headers: { get(name: string): string | null }
+  body: Uint8Array
+  peer: string
+}
+
+/** InternalVerdict: a signed request accepted (with the sender's pod and term headers), or the refusal. */
+export type InternalVerdict =
+  | { ok: true; pod: string | null; term: number | null }
+  | { ok: false; error: AppError }
+
+/** InternalCheck: what the cluster plugin installs (plugins/cluster/signing.ts InternalVerifier). */
+export interface InternalCheck {
+  verify(req: InternalRequest): InternalVerdict
 }
 
 /** What a route requires, as declared by the route (see AuthService). */
@@ -168,6 +195,13 @@ export class AuthService {
   private readonly logins = new Map<string, { since: number; count: number }>()
   /** What each mounted route requires, by `METHOD pattern` (declareRoutes). */
   private readonly routes = new Map<string, RouteAccess>()
+  /** The cluster's signature check (useInternalVerifier); without one every internal route is refused. */
+  private internal: InternalCheck | null = null
+  /**
+   * internalToken: this process's proof, in INTERNAL_HEADER, that its own front verified a relayed
+   * internal request. Random per process; the front never forwards a client's copy of the header.
+   */
+  private readonly internalToken = randomBytes(32).toString('hex')
 
   constructor(
     private readonly cfg: AuthConfig,
@@ -395,6 +429,24 @@ export class AuthService {
     return null
   }
 
+  /** useInternalVerifier installs the cluster's signature check on `/internal/*` (the cluster plugin's setup). */
+  useInternalVerifier(check: InternalCheck): void {
+    this.internal = check
+  }
+
+  /**
+   * vetInternal is the front's check of every request whose parsed path starts with `/internal/`,
+   * relayed or hot, before anything answers it: the installed verifier judges it on the raw body.
+   * Accepted, it returns the header line that tells this process's guard so (INTERNAL_HEADER with
+   * the token); without a verifier every internal request is refused (403).
+   */
+  vetInternal(req: InternalRequest): { error: AppError } | { extraHead: string } {
+    if (!this.internal) return { error: internalRefused() }
+    const verdict = this.internal.verify(req)
+    if (!verdict.ok) return { error: verdict.error }
+    return { extraHead: `${INTERNAL_HEADER}: ${this.internalToken}\r\n` }
+  }
+
   /**
    * guard is the single check every routed request passes, given the pattern of the route the
    * framework matched. It returns the principal for admin routes, null for public and inference
@@ -410,10 +462,15 @@ export class AuthService {
         if (err) throw err
         return null
       }
-      case 'internal':
-        // Internal routes carry the cluster's HMAC signature, verified by the cluster plugin; none is
-        // mounted without it, so an internal route is refused here until one declares otherwise.
-        throw new AppError(403, 'FORBIDDEN', 'Internal routes accept only signed cluster requests')
+      case 'internal': {
+        // The signature was checked by the front (vetInternal), which alone can add the token; a
+        // request it did not vet (no verifier, or a path it did not read as /internal/) stops here.
+        if (!this.internal) throw internalRefused()
+        const token = req.headers.get(INTERNAL_HEADER)
+        if (token === null || !safeEqual(token, this.internalToken))
+          throw unauthorized('Internal routes accept only signed cluster requests')
+        return null
+      }
     }
     const principal = await this.adminPrincipal(req, route)
     const need = requiredRole(access)
@@ -422,6 +479,11 @@ export class AuthService {
     if (!ok) throw forbidden(need)
     return principal
   }
+}
+
+/** internalRefused: an internal route while no cluster verifier is installed. */
+function internalRefused(): AppError {
+  return new AppError(403, 'FORBIDDEN', 'Internal routes accept only signed cluster requests')
 }
 
 function decodeHeader(token: string): Record<string, unknown> | null {

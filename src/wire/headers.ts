@@ -23,8 +23,16 @@ export const HOP_BY_HOP = [
 export const PEER_HEADER = 'x-modelgate-peer'
 
 /**
+ * INTERNAL_HEADER tells the framework that the front verified a relayed `/internal/*` request's
+ * cluster signature: its value is the AuthService's per-process token (src/http/auth.ts
+ * vetInternal). Only the front sets it; a client's copy is never forwarded.
+ */
+export const INTERNAL_HEADER = 'x-modelgate-internal'
+
+/**
  * Not sent upstream: hop-by-hop headers, `host` (the upstream's is sent), `content-length` and
- * `expect` (the client frames the forwarded body itself), and PEER_HEADER (only the front sets it).
+ * `expect` (the client frames the forwarded body itself), PEER_HEADER and INTERNAL_HEADER (only
+ * the front sets them).
  */
 export const SKIP_REQUEST: ReadonlySet<string> = new Set([
   ...HOP_BY_HOP,
@@ -32,6 +40,7 @@ export const SKIP_REQUEST: ReadonlySet<string> = new Set([
   'content-length',
   'expect',
   PEER_HEADER,
+  INTERNAL_HEADER,
 ])
 
 /** Not returned to the client: hop-by-hop headers and `content-length` (the listener frames the body). */

@@ -1,4 +1,5 @@
 import type { Socket, TCPSocketListener } from 'bun'
+import type { InternalRequest } from '../http/auth.ts'
 import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import { type WireClient, WireExchange } from './exchange.ts'
@@ -6,6 +7,7 @@ import { PEER_HEADER } from './headers.ts'
 import { upstreams, writeAll } from './pool.ts'
 import {
   header,
+  nameAt,
   type ParsedRequest,
   type ParserLimits,
   RequestError,
@@ -29,6 +31,9 @@ import type { WireAction, WireRequest } from './route.ts'
  *   the framework) is relayed to the framework's socket by the same WireExchange, re-framed
  *   (validated field lines, its own Content-Length: the framework never sees ambiguous framing),
  *   and its response is relayed back.
+ * - Requests under `/internal/` (the cluster's signed API) are vetted first, relayed or hot, on the
+ *   raw body as received (FrontOptions.internal): the framework behind only ever sees the body
+ *   parsed, so this is the one place a signature over the bytes can be checked.
  * - Connections: keep-alive and pipelining (one request at a time, in order), `100 Continue`,
  *   strict refusals with the listener's error shape, an idle timeout between requests (never
  *   while a response is running: a long generation is not cut), and the client going away aborts
@@ -48,8 +53,18 @@ export interface FrontOptions {
   routes: WireRoute[]
   /** Limits against slow, many and hostile clients (FrontLimits); defaults in DEFAULT_FRONT_LIMITS. */
   front?: Partial<FrontLimits>
-  /** guard runs before a hot route answers (the inference API key); an error is sent as is. */
+  /**
+   * guard runs before a hot route answers (the inference API key); an error is sent as is. Hot
+   * routes under `/internal/` answer to `internal` instead.
+   */
   guard?: (req: WireRequest) => AppError | null
+  /**
+   * internal vets every request whose parsed path starts with `/internal/` (relayed or hot) with
+   * its raw body, before anything answers it (the cluster signature: AuthService.vetInternal). A
+   * refusal is written in the path's shape; an accepted request goes on with `extraHead` (header
+   * lines, each ending CRLF) added when it is relayed to the framework.
+   */
+  internal?: (req: InternalRequest) => { error: AppError } | { extraHead: string }
   /** The framework's Unix socket, where everything the front does not answer goes. */
   frameworkSocket: string
   /** Error shape of the front's own refusals, by path. */
@@ -372,13 +387,30 @@ class ClientConn implements WireClient {
       this.refuseHead(head, 503, 'The listener is at its connection limit; retry later', startedAt)
       return
     }
+    const vet = this.front.opts.internal
+    const internal = vet !== undefined && head.path.startsWith('/internal/')
+    let extraHead = ''
+    if (internal) {
+      let vetted: { error: AppError } | { extraHead: string }
+      try {
+        vetted = vet(this.internalRequest(r))
+      } catch (err) {
+        console.error('internal request check failed', err)
+        vetted = { error: internalError() }
+      }
+      if ('error' in vetted) {
+        this.answerError(head, vetted.error, this.front.opts.shapeOf(head.path), startedAt)
+        return
+      }
+      extraHead = vetted.extraHead
+    }
     // Matched once, when the parser asked for this head's body limit.
     const route = this.route
     if (route) {
       const req = new ParsedWireRequest(head, r.body, startedAt)
       let action: WireAction | null
       try {
-        const denied = this.front.opts.guard?.(req)
+        const denied = internal ? null : this.front.opts.guard?.(req)
         action = denied ? { error: denied } : route.wire(req)
       } catch (err) {
         console.error('wire route failed', err)
@@ -392,7 +424,31 @@ class ClientConn implements WireClient {
       this.refuseHead(head, 400, `JSON body nested deeper than ${this.front.limits.maxJsonDepth}`, startedAt)
       return
     }
-    this.relay(r, startedAt, route !== undefined)
+    this.relay(r, startedAt, route !== undefined, extraHead)
+  }
+
+  /**
+   * internalRequest: what the internal check reads. `target` is the target relayed (the one parse);
+   * a header sent more than once reads as its values joined by ", ", as the framework behind reads it.
+   */
+  private internalRequest(r: ParsedRequest): InternalRequest {
+    const head = r.head
+    return {
+      method: head.method,
+      target: head.target,
+      headers: { get: (name) => joinedHeader(head, name) },
+      body: r.body.bytes(),
+      peer: this.socket.remoteAddress,
+    }
+  }
+
+  /** answerError writes a complete error response in `shape`; the connection goes on when it may. */
+  private answerError(head: RequestHead, error: AppError, shape: ErrorShape, startedAt: number): void {
+    const keepAlive = head.keepAlive && !this.draining
+    this.write(errorResponse(error, shape, keepAlive))
+    const now = performance.now()
+    this.front.opts.onRequest(head.method, head.path, head.query, error.status, now - startedAt)
+    this.answered(keepAlive, now)
   }
 
   /** tooDeep: a body the framework would parse as JSON nests deeper than the listener allows. */
@@ -493,17 +549,13 @@ class ClientConn implements WireClient {
       exchange.start()
       return
     }
-    let status: number
-    let bytes: Uint8Array
-    const keepAlive = head.keepAlive && !this.draining
     if ('error' in action) {
-      status = action.error.status
-      bytes = errorResponse(action.error, 'proxy', keepAlive)
-    } else {
-      status = action.status ?? 200
-      bytes = jsonResponse(status, action.json, keepAlive)
+      this.answerError(head, action.error, 'proxy', req.startedAt)
+      return
     }
-    this.write(bytes)
+    const keepAlive = head.keepAlive && !this.draining
+    const status = action.status ?? 200
+    this.write(jsonResponse(status, action.json, keepAlive))
     const now = performance.now()
     opts.onRequest(head.method, head.path, head.query, status, now - req.startedAt)
     this.answered(keepAlive, now)
@@ -514,15 +566,16 @@ class ClientConn implements WireClient {
    * front parsed it (origin-form), a canonical Host (never the client's, so the framework's URL and
    * routing see exactly the path parsed here), and the client's address in PEER_HEADER. `hot`: a
    * hot route left this request to the framework (e.g. held while a model wakes): drain waits for it.
+   * `extraHead`: lines the internal check added (its token, for an accepted `/internal/` request).
    */
-  private relay(r: ParsedRequest, startedAt: number, hot: boolean): void {
+  private relay(r: ParsedRequest, startedAt: number, hot: boolean, extraHead: string): void {
     const head = r.head
     if (hot) this.startInference()
     const exchange = new WireExchange(this, {
       head,
       target: head.target,
       upstream: upstreams.unix(this.front.opts.frameworkSocket),
-      extraHead: `${PEER_HEADER}: ${this.socket.remoteAddress}\r\n`,
+      extraHead: `${PEER_HEADER}: ${this.socket.remoteAddress}\r\n${extraHead}`,
       body: r.body,
       firstByteTimeoutMs: 0,
       connectTimeoutMs: FRAMEWORK_CONNECT_MS,
@@ -653,4 +706,16 @@ class ClientConn implements WireClient {
       this.onClose()
     } else if (!this.current && this.parser.buffered === 0 && !this.parser.pendingHead) this.closeConnection()
   }
+}
+
+/** joinedHeader: every value of the lower-case header `name`, joined by ", " (null when absent). */
+function joinedHeader(head: RequestHead, name: string): string | null {
+  const f = head.fields
+  let out: string | null = null
+  for (let k = 0; k < f.length; k += 4)
+    if (f[k + 1]! - f[k]! === name.length && nameAt(head.text, f[k]!, name)) {
+      const value = head.text.slice(f[k + 2]!, f[k + 3]!)
+      out = out === null ? value : `${out}, ${value}`
+    }
+  return out
 }

@@ -1,0 +1,220 @@
+import { createHmac, timingSafeEqual } from 'node:crypto'
+import { ConfigError } from '../../src/config/load.ts'
+import type { InternalRequest, InternalVerdict } from '../../src/http/auth.ts'
+import { AppError, badRequest, unauthorized } from '../../src/http/errors.ts'
+
+/**
+ * The signed internal API between pods (spec: Authentication, cluster authentication). Every
+ * `/internal/*` request carries `X-Cluster-Signature`, the hex HMAC-SHA256 of method, path (with
+ * query), timestamp and raw body concatenated in that order, and `X-Cluster-Timestamp` (Unix ms).
+ * The sender also names itself (`X-Cluster-Pod`) and the highest leader term it has seen
+ * (`X-Cluster-Term`); those two are not part of the spec's signature, so a command whose term
+ * matters for fencing carries the term in its (signed) body as well.
+ */
+export const CLUSTER_HEADERS = {
+  signature: 'x-cluster-signature',
+  timestamp: 'x-cluster-timestamp',
+  pod: 'x-cluster-pod',
+  term: 'x-cluster-term',
+} as const
+
+/** The spec's shortest CLUSTER_SECRET. */
+export const MIN_SECRET_LENGTH = 16
+/** A timestamp more than this far from the receiver's clock, either way, is refused. */
+export const MAX_SKEW_MS = 30_000
+/**
+ * DEFAULT_UNLIMITED_PREFIXES: the pod-to-pod inference hop. Its traffic is user traffic already
+ * admitted (key, limits) at the edge pod, so the per-address limit of the internal API would only
+ * cap a healthy cluster's throughput; it is still signed, timestamped and replay-checked.
+ */
+export const DEFAULT_UNLIMITED_PREFIXES: readonly string[] = ['/internal/v1/']
+
+/** signRequest: the hex HMAC-SHA256 of method, path with query, timestamp (ms) and raw body, in that order. */
+export function signRequest(
+  secret: string,
+  method: string,
+  pathWithQuery: string,
+  timestampMs: number,
+  body: Uint8Array,
+): string {
+  return createHmac('sha256', secret)
+    .update(method)
+    .update(pathWithQuery)
+    .update(String(timestampMs))
+    .update(body)
+    .digest('hex')
+}
+
+/** The cluster secrets of the auth section (auth.cluster_secret, auth.cluster_secret_previous). */
+export interface ClusterSecrets {
+  cluster_secret?: string | undefined
+  cluster_secret_previous?: string | undefined
+}
+
+/**
+ * checkClusterSecrets refuses, at start-up, a secret shorter than the spec allows, and (when the
+ * cluster needs one: `required`) a missing `auth.cluster_secret`. It throws a ConfigError naming
+ * the dotted path, as every other config problem is reported.
+ */
+export function checkClusterSecrets(auth: ClusterSecrets, required = true): void {
+  const problems: string[] = []
+  if (required && !auth.cluster_secret)
+    problems.push(
+      `auth.cluster_secret: required when the cluster plugin is on (CLUSTER_SECRET, at least ${MIN_SECRET_LENGTH} characters)`,
+    )
+  const given: [string, string | undefined][] = [
+    ['auth.cluster_secret', auth.cluster_secret],
+    ['auth.cluster_secret_previous', auth.cluster_secret_previous],
+  ]
+  for (const [path, value] of given)
+    if (value && value.length < MIN_SECRET_LENGTH)
+      problems.push(`${path}: must be at least ${MIN_SECRET_LENGTH} characters`)
+  if (problems.length > 0) throw new ConfigError(problems)
+}
+
+export interface InternalVerifierOptions {
+  /**
+   * The secrets accepted: auth.cluster_secret (what peers sign with), then
+   * auth.cluster_secret_previous (still accepted while a rotation rolls through the pods).
+   */
+  secrets: readonly string[]
+  /** Requests a second per source address (plugins.cluster.internal_rate_limit); 429 beyond. */
+  rateLimit: number
+  /** Paths exempt from the rate limit only (default DEFAULT_UNLIMITED_PREFIXES). */
+  unlimitedPrefixes?: readonly string[]
+  /**
+   * Signatures remembered at once (each for at most 2 × MAX_SKEW_MS). Full even after forgetting
+   * expired ones means more signed traffic than replay protection can vouch for: 429.
+   */
+  replayCapacity?: number
+  /** The clock (Unix ms); tests drive it. */
+  now?: () => number
+}
+
+const HEX_SIGNATURE = /^[0-9a-fA-F]{64}$/
+const INTEGER = /^-?\d{1,16}$/
+const TERM = /^\d{1,16}$/
+/** Addresses tracked by the rate limit before idle ones are forgotten. */
+const MAX_TRACKED_ADDRESSES = 10_000
+
+/** Window: the last `rateLimit` accepted arrival times of one address (a ring). */
+interface Window {
+  times: Float64Array
+  next: number
+  count: number
+}
+
+/**
+ * InternalVerifier checks one signed request, in the order that keeps a flood cheap: the source's
+ * rate (a sliding second, counted before any HMAC work; refused requests are not counted, so a
+ * sender slowing down gets through), the two headers, the timestamp (±30 s), the signature against
+ * the current then the previous secret (constant time), then replay (the same signature already
+ * accepted within the window). The host's front calls it for every `/internal/*` request with the
+ * raw body as received (AuthService.useInternalVerifier).
+ */
+export class InternalVerifier {
+  private readonly secrets: string[]
+  private readonly rateLimit: number
+  private readonly unlimited: readonly string[]
+  private readonly capacity: number
+  private readonly now: () => number
+  /** Accepted signatures → when they may be forgotten (their timestamp is then too old anyway). */
+  private readonly seen = new Map<string, number>()
+  private readonly windows = new Map<string, Window>()
+
+  constructor(opts: InternalVerifierOptions) {
+    this.secrets = opts.secrets.filter((s) => s.length > 0)
+    if (this.secrets.length === 0) throw new Error('InternalVerifier needs at least one cluster secret')
+    this.rateLimit = opts.rateLimit
+    this.unlimited = opts.unlimitedPrefixes ?? DEFAULT_UNLIMITED_PREFIXES
+    this.capacity = opts.replayCapacity ?? 500_000
+    this.now = opts.now ?? Date.now
+  }
+
+  verify(req: InternalRequest): InternalVerdict {
+    const now = this.now()
+    if (!this.unlimited.some((p) => req.target.startsWith(p))) {
+      const wait = this.take(req.peer, now)
+      if (wait > 0) return refuse(rateLimited(`More than ${this.rateLimit} internal requests a second`, wait))
+    }
+    const signature = req.headers.get(CLUSTER_HEADERS.signature)
+    const stamp = req.headers.get(CLUSTER_HEADERS.timestamp)
+    if (signature === null) return refuse(unauthorized('Missing X-Cluster-Signature header'))
+    if (stamp === null) return refuse(unauthorized('Missing X-Cluster-Timestamp header'))
+    if (!INTEGER.test(stamp))
+      return refuse(unauthorized('X-Cluster-Timestamp must be an integer (Unix time in milliseconds)'))
+    const ts = Number(stamp)
+    if (now - ts > MAX_SKEW_MS) return refuse(unauthorized('X-Cluster-Timestamp is more than 30 s old'))
+    if (ts - now > MAX_SKEW_MS) return refuse(unauthorized('X-Cluster-Timestamp is more than 30 s ahead'))
+    if (!HEX_SIGNATURE.test(signature)) return refuse(unauthorized('Invalid cluster signature'))
+    const given = Buffer.from(signature, 'hex')
+    let matched: string | null = null
+    for (const secret of this.secrets) {
+      const expected = signRequest(secret, req.method, req.target, ts, req.body)
+      if (timingSafeEqual(Buffer.from(expected, 'hex'), given)) matched = expected
+    }
+    if (matched === null) return refuse(unauthorized('Invalid cluster signature'))
+    if (this.seen.has(matched)) return refuse(unauthorized('Replayed cluster request'))
+    if (!this.remember(matched, ts + MAX_SKEW_MS, now))
+      return refuse(rateLimited('Too many signed internal requests to track for replay', 1))
+    const pod = req.headers.get(CLUSTER_HEADERS.pod)
+    const term = req.headers.get(CLUSTER_HEADERS.term)
+    if (term !== null && !TERM.test(term))
+      return refuse(badRequest('X-Cluster-Term must be a non-negative integer'))
+    return { ok: true, pod, term: term === null ? null : Number(term) }
+  }
+
+  /** take counts one request from `peer`; returns 0, or the seconds to wait when over the limit. */
+  private take(peer: string, now: number): number {
+    let w = this.windows.get(peer)
+    if (!w) {
+      if (this.windows.size >= MAX_TRACKED_ADDRESSES) this.forgetIdle(now)
+      w = { times: new Float64Array(this.rateLimit), next: 0, count: 0 }
+      this.windows.set(peer, w)
+    }
+    if (w.count === this.rateLimit) {
+      // times[next] is the oldest of the last rateLimit accepted arrivals.
+      const oldest = w.times[w.next]!
+      if (now - oldest < 1000) return Math.max(1, Math.ceil((oldest + 1000 - now) / 1000))
+    } else w.count++
+    w.times[w.next] = now
+    w.next = (w.next + 1) % this.rateLimit
+    return 0
+  }
+
+  /** forgetIdle drops the windows of addresses silent for a second (they hold nothing that counts). */
+  private forgetIdle(now: number): void {
+    for (const [peer, w] of this.windows) {
+      const newest = w.times[(w.next + this.rateLimit - 1) % this.rateLimit]!
+      if (now - newest >= 1000) this.windows.delete(peer)
+    }
+  }
+
+  /**
+   * remember keeps an accepted signature until `until`. Signatures are kept in arrival order, so
+   * expired ones are dropped from the front as new ones come; a full table is swept once before
+   * it refuses (false).
+   */
+  private remember(signature: string, until: number, now: number): boolean {
+    for (const [sig, expiry] of this.seen) {
+      if (expiry >= now) break
+      this.seen.delete(sig)
+    }
+    if (this.seen.size >= this.capacity) {
+      for (const [sig, expiry] of this.seen) if (expiry < now) this.seen.delete(sig)
+      if (this.seen.size >= this.capacity) return false
+    }
+    this.seen.set(signature, until)
+    return true
+  }
+}
+
+function refuse(error: AppError): InternalVerdict {
+  return { ok: false, error }
+}
+
+function rateLimited(message: string, retryAfterSeconds: number): AppError {
+  return new AppError(429, 'RATE_LIMITED', message, 'rate_limit_error', undefined, {
+    'retry-after': String(retryAfterSeconds),
+  })
+}
