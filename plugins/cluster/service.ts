@@ -4,6 +4,7 @@ import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
 import type { ClusterConfig } from './config.ts'
 import type { Coordinator, CoordinatorChange, Leadership } from './coordination/types.ts'
 import { Membership } from './membership.ts'
+import { PeerError } from './peer-client.ts'
 import type { ClusterStateRepo } from './repo.ts'
 import { buildEntries, EMPTY_TABLE, newer, sameEntries } from './routing-table.ts'
 import type {
@@ -364,14 +365,16 @@ export class ClusterService {
   }
 
   private onSendError(podId: string, path: string, err: unknown): void {
-    const e = err as { code?: string; headers?: Record<string, string>; message?: string }
-    if (e.code === 'STALE_TERM') {
-      const term = Number(e.headers?.['x-cluster-term'])
-      this.deps.log.warn('a peer refused our term: catching up', { pod: podId, term })
-      if (Number.isSafeInteger(term)) this.fence.observe(term)
+    if (err instanceof PeerError && err.code === 'STALE_TERM') {
+      this.deps.log.warn('a peer refused our term: catching up', { pod: podId, term: err.peerTerm })
+      if (err.peerTerm !== null) this.fence.observe(err.peerTerm)
       return
     }
-    this.deps.log.debug('cluster call failed', { pod: podId, path, error: e.message ?? String(err) })
+    this.deps.log.debug('cluster call failed', {
+      pod: podId,
+      path,
+      error: err instanceof Error ? err.message : String(err),
+    })
   }
 
   /** resync asks a peer (the leader first) for its state: a rejoining pod gets the table at once. */

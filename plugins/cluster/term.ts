@@ -1,10 +1,9 @@
 import { AppError } from '../../src/http/errors.ts'
 import type { ClusterStateRepo } from './repo.ts'
+import { CLUSTER_HEADERS } from './signing.ts'
 
 /** TERM_HEADER: every internal request carries the highest leader term its sender has seen. */
-export const TERM_HEADER = 'x-cluster-term'
-/** POD_HEADER: the sending pod's id. */
-export const POD_HEADER = 'x-cluster-pod'
+export const TERM_HEADER = CLUSTER_HEADERS.term
 
 /**
  * TermFence keeps the highest leader term this pod has seen, persisted so a restart cannot lower it.
