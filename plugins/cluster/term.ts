@@ -37,14 +37,15 @@ export class TermFence {
 
   /**
    * admit checks a request's term header: absent is refused (every internal request carries one),
-   * lower than the highest seen is STALE_TERM, higher raises ours.
+   * lower than the highest seen is STALE_TERM. It never raises ours: the header is outside the
+   * spec's signature (method, path, timestamp, body), so a term is only believed from a signed body
+   * (a heartbeat's state, an event, a routing table) or from the coordination service.
    */
   admit(header: string | null): void {
     const term = header === null || !/^\d{1,15}$/.test(header) ? Number.NaN : Number(header)
     if (!Number.isSafeInteger(term))
       throw new AppError(400, 'VALIDATION_ERROR', 'X-Cluster-Term must be a non-negative integer')
     if (term < this.highest) throw staleTerm(term, this.highest)
-    this.observe(term)
   }
 }
 

@@ -78,10 +78,11 @@ describe('routing table', () => {
 })
 
 describe('term fence', () => {
-  it('refuses a lower term with 409 STALE_TERM naming the current one, and raises on a higher one', () => {
+  it('refuses a lower term with 409 STALE_TERM naming the current one; an unsigned header never raises it', () => {
     const r = repo()
     const fence = new TermFence(r)
-    fence.admit('7')
+    fence.observe(7)
+    fence.admit('9')
     expect(fence.term).toBe(7)
     let err: unknown
     try {
