@@ -1,8 +1,10 @@
 import type { Static } from 'elysia'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
+import type { InstanceEvent, InstanceEventType } from './events.ts'
 import type { Change } from './lifecycle.ts'
 import type {
+  GpuAvailableSchema,
   InstanceDetailSchema,
   InstanceSchema,
   InstanceStatusSchema,
@@ -11,6 +13,7 @@ import type {
   MoveEventSchema,
   MovePhaseSchema,
   MoveRecordSchema,
+  MultiGpuSchema,
   SleepCheckSchema,
   SleepLevelSchema,
   SleepResultSchema,
@@ -64,6 +67,27 @@ export interface SleepOptions {
   signal?: AbortSignal
 }
 
+/** LogRecord: the spec's Log record (recent engine lines, each prefixed with its stream in brackets). */
+export interface LogRecord {
+  instance_id: string
+  logs: string
+  line_count: number
+}
+
+/** GpuAvailable: the spec's GPU availability (GET /api/gpu/available). */
+export type GpuAvailable = Static<typeof GpuAvailableSchema>
+
+/** MultiGpuMemory: the spec's multi-GPU memory usage (GET /api/memory/usage/multi-gpu). */
+export type MultiGpuMemory = Static<typeof MultiGpuSchema>
+
+export type { InstanceEvent, InstanceEventType }
+
+/** InstanceEventsOptions: which event types (default all), and whether buffered logs are replayed first. */
+export interface InstanceEventsOptions {
+  types?: readonly InstanceEventType[]
+  replayLogs?: boolean
+}
+
 /** MovePhase: a blue-green move's phases, in order; it ends in `completed` or `failed`. */
 export type MovePhase = Static<typeof MovePhaseSchema>
 
@@ -115,6 +139,44 @@ export interface GatewayApi {
   /** gpuSnapshot: the GPUs and their processes as nvidia-smi last reported them (cached briefly). */
   gpuSnapshot(): Promise<GpuSnapshot>
 }
+
+/**
+ * GatewayPodApi: the gateway as a pod of a cluster sees it: GatewayApi plus what the cluster's remote
+ * routes relay from a pod (its logs, its instance event streams, its GPU and memory views), so a peer's
+ * answer is the same record this pod's own routes give.
+ */
+export interface GatewayPodApi extends GatewayApi {
+  /** instanceLogs: the last `lines` engine log lines of an instance (404 MODEL_NOT_FOUND when unknown). */
+  instanceLogs(id: string, lines: number): LogRecord
+  /**
+   * subscribeInstanceEvents: the instance's event stream as GET .../events sends it (the replay, then
+   * live events); `onEnd` runs when the instance is gone. Returns the unsubscribe. 404 when unknown.
+   */
+  subscribeInstanceEvents(
+    id: string,
+    opts: InstanceEventsOptions,
+    fn: (e: InstanceEvent) => void,
+    onEnd: () => void,
+  ): () => void
+  /** gpuAvailable: GET /api/gpu/available's answer (503 GPU_PROBE_UNAVAILABLE without a probe). */
+  gpuAvailable(): Promise<GpuAvailable>
+  /** multiGpuMemory: GET /api/memory/usage/multi-gpu's answer (503 without a probe). */
+  multiGpuMemory(): Promise<MultiGpuMemory>
+}
+
+/**
+ * The schemas of the records GatewayPodApi returns, for a dependent's routes to declare in /docs the
+ * very records they relay (one declaration of each).
+ */
+export {
+  GpuAvailableSchema,
+  InstanceDetailSchema,
+  LoadBody,
+  LoadResponseSchema,
+  MultiGpuSchema,
+  SleepResultSchema,
+  WakeResultSchema,
+} from './schemas.ts'
 
 /** Bus events the gateway emits (declaration merging onto the host's BusEvents). */
 export interface InstanceStatusEvent {

@@ -1,8 +1,16 @@
 import { definePlugin } from '../../src/host/plugin.ts'
-import type { GatewayApi } from './api.ts'
+import type {
+  GatewayPodApi,
+  GpuAvailable,
+  InstanceEvent,
+  InstanceEventsOptions,
+  LogRecord,
+  MultiGpuMemory,
+} from './api.ts'
 import { GatewayConfig } from './config.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
+import { INSTANCE_EVENT_TYPES } from './events.ts'
 import { registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
 import { orphanRoutes } from './orphans/routes.ts'
@@ -18,11 +26,42 @@ import { gatewayRoutes } from './routes.ts'
 import { type GatewayDeps, GatewayService } from './service.ts'
 import { settingsRoutes } from './settings/routes.ts'
 import { SettingsStore } from './settings/service.ts'
+import { gpuAvailableView, multiGpuView } from './views.ts'
+
+/**
+ * PodGateway: the gateway service with the views and streams a cluster relays from a pod
+ * (GatewayPodApi), answered exactly as this pod's own routes answer them.
+ */
+class PodGateway extends GatewayService implements GatewayPodApi {
+  instanceLogs(id: string, lines: number): LogRecord {
+    const inst = this.require(id)
+    const recent = inst.events.recentLogs(lines)
+    return { instance_id: inst.id, logs: recent.join('\n'), line_count: recent.length }
+  }
+
+  subscribeInstanceEvents(
+    id: string,
+    opts: InstanceEventsOptions,
+    fn: (e: InstanceEvent) => void,
+    onEnd: () => void,
+  ): () => void {
+    const types = new Set(opts.types ?? INSTANCE_EVENT_TYPES)
+    return this.require(id).events.subscribe(types, opts.replayLogs ?? true, fn, onEnd)
+  }
+
+  gpuAvailable(): Promise<GpuAvailable> {
+    return gpuAvailableView(this)
+  }
+
+  multiGpuMemory(): Promise<MultiGpuMemory> {
+    return multiGpuView(this)
+  }
+}
 
 /**
  * The gateway plugin: engine lifecycle, GPU and memory views, sleep and wake, inference proxy.
  */
-export default definePlugin<typeof GatewayConfig, GatewayApi>({
+export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   id: 'gateway',
   description:
     'Starts and stops vLLM engines, reports GPU and memory, sleeps and wakes models, proxies inference.',
@@ -44,7 +83,7 @@ export default definePlugin<typeof GatewayConfig, GatewayApi>({
       selfCommand: ctx.selfCommand,
       engineEnv: () => settings.engineEnv(),
     }
-    const service = new GatewayService(deps)
+    const service = new PodGateway(deps)
     const orphans = new OrphanService({
       probe: service.probe,
       managed: () => [...[...service.instances.values()].map((i) => i.row), ...repo.all()],
