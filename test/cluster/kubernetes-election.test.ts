@@ -223,92 +223,11 @@ describe('kubernetes coordination against a stand-in Lease API (not a real API s
     await c.stop(AbortSignal.timeout(1000))
   })
 
-  it('reads the token file again on every call, so a rotated service-account token keeps working', async () => {
-    const c = coordinator('pod-a')
-    await c.start()
-    await waitFor('pod-a leading', () => c.leadership().isLeader)
-    standIn.token = 'token-2'
-    writeFileSync(tokenFile, 'token-2\n')
-    const after = standIn.calls.length
-    await waitFor('five calls accepted with the new token', () =>
-      standIn.calls.slice(after).filter((call) => call.status === 200).length >= 5 ? true : undefined,
-    )
-    expect(standIn.calls.slice(after).filter((call) => call.status === 401).length).toBeLessThanOrEqual(2)
-  })
-
   it('is safe to stop before start and twice', async () => {
     const c = coordinator('pod-a')
     await c.stop(AbortSignal.timeout(1000))
     await c.stop(AbortSignal.timeout(1000))
     expect(c.leadership().isLeader).toBe(false)
     expect(c.peers()).toEqual([{ podId: 'pod-a', address: 'http://127.0.0.1:4000' }])
-  })
-})
-
-describe('kubernetes peer discovery against the stand-in API', () => {
-  it('lists Running, Ready pods with an IP by label; itself always; the leader address from its pod', async () => {
-    const labels = { 'app.kubernetes.io/name': 'modelgate' }
-    standIn.pods = [
-      { name: 'pod-a', ip: '10.0.0.1', labels },
-      { name: 'pod-b', ip: '10.0.0.2', labels },
-      { name: 'pod-c', ip: '10.0.0.3', labels, ready: false },
-      { name: 'pod-d', ip: '10.0.0.4', labels, phase: 'Pending' },
-      { name: 'pod-e', ip: '10.0.0.5', labels, deleting: true },
-      { name: 'pod-f', labels },
-      { name: 'other', ip: '10.0.0.9', labels: { 'app.kubernetes.io/name': 'other' } },
-    ]
-    const at = '2026-01-01T00:00:00.000000Z'
-    standIn.seedLease('modelgate-leader', {
-      holderIdentity: 'pod-b',
-      leaseDurationSeconds: 15,
-      acquireTime: at,
-      renewTime: at,
-      leaseTransitions: 2,
-    })
-    const c = coordinator('pod-a')
-    const changes: CoordinatorChange[] = []
-    c.subscribe((ch) => changes.push(ch))
-    await c.start()
-    expect(c.peers()).toEqual([
-      { podId: 'pod-a', address: 'http://127.0.0.1:4000' },
-      { podId: 'pod-b', address: 'http://10.0.0.2:3000' },
-    ])
-    expect(c.leadership()).toEqual({
-      leaderId: 'pod-b',
-      leaderAddress: 'http://10.0.0.2:3000',
-      term: 2,
-      isLeader: false,
-    })
-
-    standIn.pods[2]!.ready = true
-    const change = await waitFor('a peers change with pod-c', () =>
-      changes.find((ch) => ch.type === 'peers' && ch.peers.some((p) => p.podId === 'pod-c')),
-    )
-    expect(change).toEqual({
-      type: 'peers',
-      peers: [
-        { podId: 'pod-a', address: 'http://127.0.0.1:4000' },
-        { podId: 'pod-b', address: 'http://10.0.0.2:3000' },
-        { podId: 'pod-c', address: 'http://10.0.0.3:3000' },
-      ],
-    })
-  })
-
-  it("lists the ready addresses of a headless Service's Endpoints when discovery.service is set", async () => {
-    standIn.setEndpoints('modelgate', [
-      { ip: '10.0.1.1', pod: 'modelgate-0' },
-      { ip: '10.0.1.2', pod: 'modelgate-1' },
-    ])
-    const c = coordinator('modelgate-0', {
-      discovery: { label_selector: 'app.kubernetes.io/name=modelgate', service: 'modelgate', port: 3000 },
-    })
-    await c.start()
-    expect(c.peers()).toEqual([
-      { podId: 'modelgate-0', address: 'http://127.0.0.1:4000' },
-      { podId: 'modelgate-1', address: 'http://10.0.1.2:3000' },
-    ])
-    standIn.setEndpoints('modelgate', [{ ip: '10.0.1.1', pod: 'modelgate-0' }])
-    await waitFor('modelgate-1 gone from the peers', () => c.peers().length === 1)
-    expect(standIn.calls.some((call) => call.resource === 'pods')).toBe(false)
   })
 })

@@ -59,12 +59,25 @@ export class LeaseStandIn {
   private readonly hung = new Set<() => void>()
   private gate: { count: number; waiting: (() => void)[] } | undefined
 
-  constructor(public token: string) {
-    this.server = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: (req) => this.handle(req) })
+  /** tls: serve HTTPS with this certificate, as the in-cluster API server does. */
+  constructor(
+    public token: string,
+    private readonly tls?: { cert: string; key: string },
+  ) {
+    this.server = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      fetch: (req) => this.handle(req),
+      ...(tls ? { tls } : {}),
+    })
+  }
+
+  get port(): number {
+    return this.server.port!
   }
 
   get url(): string {
-    return `http://127.0.0.1:${this.server.port}`
+    return `${this.tls ? 'https' : 'http'}://127.0.0.1:${this.server.port}`
   }
 
   /** lease: the stored Lease (a copy), as `kubectl get lease -o json` would show it. */
