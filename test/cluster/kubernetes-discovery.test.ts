@@ -218,14 +218,18 @@ describe('kubernetes peer discovery against the stand-in API (not a real API ser
   })
 
   it("lists the ready addresses of a headless Service's Endpoints when discovery.service is set", async () => {
-    standIn!.setEndpoints('modelgate', [
-      { ip: '10.0.1.1', pod: 'modelgate-0' },
-      { ip: '10.0.1.2', pod: 'modelgate-1' },
-    ])
     const c = coordinator('modelgate-0', {
       discovery: { label_selector: 'app.kubernetes.io/name=modelgate', service: 'modelgate', port: 3000 },
     })
     await c.start()
+    // No Endpoints object yet (the controller has not written it): only itself, and no failure.
+    expect(c.peers()).toEqual([{ podId: 'modelgate-0', address: 'http://127.0.0.1:4000' }])
+    expect(standIn!.calls.some((call) => call.resource === 'endpoints' && call.status === 404)).toBe(true)
+    standIn!.setEndpoints('modelgate', [
+      { ip: '10.0.1.1', pod: 'modelgate-0' },
+      { ip: '10.0.1.2', pod: 'modelgate-1' },
+    ])
+    await waitFor('modelgate-1 among the peers', () => c.peers().length === 2)
     expect(c.peers()).toEqual([
       { podId: 'modelgate-0', address: 'http://127.0.0.1:4000' },
       { podId: 'modelgate-1', address: 'http://10.0.1.2:3000' },

@@ -170,9 +170,15 @@ export class KubernetesApi {
     return this.call<PodList>('GET', `/api/v1/namespaces/${this.conn.namespace}/pods?${q}`, 'list pods')
   }
 
-  getEndpoints(name: string): Promise<Endpoints> {
+  /** getEndpoints: a Service's Endpoints; none yet (404, the controller has not written them) is empty. */
+  async getEndpoints(name: string): Promise<Endpoints> {
     const path = `/api/v1/namespaces/${this.conn.namespace}/endpoints/${encodeURIComponent(name)}`
-    return this.call<Endpoints>('GET', path, 'get endpoints')
+    try {
+      return await this.call<Endpoints>('GET', path, 'get endpoints')
+    } catch (err) {
+      if (err instanceof KubernetesApiError && err.status === 404) return {}
+      throw err
+    }
   }
 
   private async call<T>(method: string, path: string, what: string, body?: unknown): Promise<T> {

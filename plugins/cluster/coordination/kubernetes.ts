@@ -211,7 +211,7 @@ export class KubernetesCoordinator implements Coordinator {
       return this.write(() => api.createLease(lease), sent)
     }
     this.lease = current
-    this.observe(current.spec)
+    this.observe(current)
     if (this.observed.holderIdentity && this.leaseLive(sent) && !mine()) return false
     const transitions = current.spec.leaseTransitions ?? 0
     const spec = mine()
@@ -233,16 +233,19 @@ export class KubernetesCoordinator implements Coordinator {
       throw err
     }
     this.lease = written
-    this.observe(written.spec)
+    this.observe(written)
     if (written.spec.holderIdentity === this.opts.podId) this.lastRenew = sent
     return true
   }
 
-  /** observe: a changed record restarts the local expiry clock (client-go's observedTime). */
-  private observe(spec: LeaseSpec): void {
-    const raw = JSON.stringify(spec)
+  /**
+   * observe: a changed Lease restarts the local expiry clock (client-go's observedTime). Changed is
+   * judged on the record and its resourceVersion, so any write counts, even one with the same times.
+   */
+  private observe(lease: Lease): void {
+    const raw = `${lease.metadata.resourceVersion} ${JSON.stringify(lease.spec)}`
     if (raw === this.observedRaw) return
-    this.observed = spec
+    this.observed = lease.spec
     this.observedRaw = raw
     this.observedTime = this.now()
   }
