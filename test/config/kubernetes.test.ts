@@ -244,6 +244,9 @@ describe('the Role against the coordinator, on a stand-in Kubernetes API (not a 
   it('does not allow listing pods: the label-selector discovery fails to start, naming the Role', async () => {
     const c = setUp({ service: undefined })
     await expect(c.start()).rejects.toThrow(/list pods: Kubernetes API answered 403 Forbidden.*Role/)
+    // The Lease it acquired meanwhile is released by the failed start.
+    const lease = standIn!.lease(clusterCfg().coordination.kubernetes.lease_name, 'modelgate')!
+    expect(lease.spec).toMatchObject({ holderIdentity: '', leaseTransitions: 0 })
     await c.stop(AbortSignal.timeout(5000))
   })
 })

@@ -84,18 +84,16 @@ export class KubernetesCoordinator implements Coordinator {
     const conn = resolveConnection(this.cfg, this.opts.env ?? process.env)
     this.api = new KubernetesApi(conn, this.renewDeadlineMs, this.stopCtl.signal)
     this.releaseApi = (signal) => new KubernetesApi(conn, this.renewDeadlineMs, signal)
-    const first = Promise.all([this.tryAcquireOrRenew(), this.refreshPeers()])
-    this.electing = first.then(
-      () => {},
-      () => {},
-    )
-    try {
-      await first
-    } catch (err) {
-      throw new Error(`kubernetes coordination could not start: ${(err as Error).message}`)
-    } finally {
+    // Both calls finish before start is judged, so a Lease written meanwhile is known and released.
+    const first = Promise.allSettled([this.tryAcquireOrRenew(), this.refreshPeers()])
+    this.electing = first.then(() => {})
+    const failed = (await first).find((r) => r.status === 'rejected')
+    if (failed) {
       this.electing = undefined
+      await this.stop(AbortSignal.timeout(this.renewDeadlineMs))
+      throw new Error(`kubernetes coordination could not start: ${(failed.reason as Error).message}`)
     }
+    this.electing = undefined
     if (this.state !== 'starting') return
     this.state = 'running'
     this.opts.log.info('kubernetes coordination started', {
