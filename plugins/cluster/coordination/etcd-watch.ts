@@ -8,6 +8,8 @@ import { b64, decodeKv, type EtcdClient, type KeyValue, prefixEnd, type WatchEve
  * reconnects from the revision after the last event it delivered, so no event is lost or repeated;
  * when that revision was compacted away it asks its owner to re-read the state (`onCompacted`,
  * which answers the revision it read at) and goes on from there, as clientv3's watcher does.
+ * Bun's fetch ends a response silent for 300 s (its idle timeout): a quiet watch is then simply
+ * reopened, which also retires a stream left half-open by a network fault.
  */
 export interface WatchOptions {
   key: string
