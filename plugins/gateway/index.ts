@@ -8,6 +8,7 @@ import type {
   MultiGpuMemory,
 } from './api.ts'
 import { GatewayConfig } from './config.ts'
+import { dashboardRoutes } from './dashboard/routes.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import { INSTANCE_EVENT_TYPES } from './events.ts'
@@ -121,7 +122,8 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
         .use(presetRoutes(presets))
         .use(settingsRoutes(settings))
-        .use(orphanRoutes(orphans)),
+        .use(orphanRoutes(orphans))
+        .use(dashboardRoutes(ctx, service)),
       api: service,
       start: () => service.recover(),
       stop: async (deadline) => {

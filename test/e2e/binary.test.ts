@@ -150,6 +150,12 @@ describe('the compiled binary', () => {
     expect(bundle.status).toBe(200)
     expect((await bundle.arrayBuffer()).byteLength).toBeGreaterThan(500_000)
     expect((await fetch(`${URL}/docs/assets/swagger-ui.css`)).status).toBe(200)
+    // The dashboard is inside the binary too: its page and the assets it names, nothing from elsewhere.
+    const dashboard = await (await fetch(`${URL}/`)).text()
+    expect(dashboard).not.toMatch(/https?:\/\//)
+    const assets = [...dashboard.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]!)
+    expect(assets).toHaveLength(2)
+    for (const a of assets) expect((await fetch(`${URL}${a}`)).status).toBe(200)
     const doc = (await (await fetch(`${URL}/docs/json`)).json()) as {
       paths: Record<string, unknown>
       components: { securitySchemes: Record<string, unknown> }

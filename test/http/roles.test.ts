@@ -83,6 +83,9 @@ const SPEC: [method: string, path: string, need: Need, why: string][] = [
   ['POST', '/api/auth/logout', 'any-role', 'logout'],
   // Public: /metrics
   ['GET', '/metrics', 'public', 'Route categories: /metrics is public'],
+  // The dashboard page: admin "protects controller API and dashboard", and does so on the API the page
+  // calls (with the JWT); the page itself holds no data, so it loads before a login.
+  ['GET', '/', 'public', 'the dashboard page; its API calls carry the JWT'],
 ]
 
 /** RULES: the permission table's rows for routes the spec names by action, not by path. */

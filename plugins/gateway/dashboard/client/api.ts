@@ -1,0 +1,122 @@
+import type {
+  AuthInfo,
+  CheckRequest,
+  CheckResult,
+  ErrorBody,
+  GpuAvailable,
+  InferenceKeyAnswer,
+  InstanceRecord,
+  LoadRequest,
+  LoadResponse,
+  LoginResult,
+  Me,
+  MoveRecord,
+  MultiGpu,
+  SleepLevel,
+  SleepResult,
+  SleepStatus,
+  WakeResult,
+} from './types.ts'
+
+/**
+ * The dashboard's one client for the gateway's API: every call goes to this origin with the JWT
+ * (when logged in), and every failure becomes an ApiError whose message is the server's own
+ * (either error shape), ready to be shown next to the control that caused it.
+ */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message)
+    this.name = 'ApiError'
+  }
+}
+
+/** auth: where the API client reads the token, and whom it tells when the server stops accepting it. */
+export const auth = {
+  token: null as string | null,
+  onUnauthorized: (_message: string) => {},
+}
+
+/** errorFrom reads either error shape (controller `{error: {code, message}}`, proxy `{error: {message, code}}`). */
+export async function errorFrom(res: Response): Promise<ApiError> {
+  const text = await res.text().catch(() => '')
+  try {
+    const body = JSON.parse(text) as ErrorBody
+    if (body?.error?.message) return new ApiError(res.status, body.error.code ?? '', body.error.message)
+  } catch {
+    // not JSON: fall through
+  }
+  return new ApiError(res.status, `HTTP_${res.status}`, `${res.status} ${res.statusText || 'error'}`.trim())
+}
+
+/** headers: the JWT (when there is one) plus `extra`. */
+export function authHeaders(extra: Record<string, string> = {}): Record<string, string> {
+  return auth.token ? { ...extra, authorization: `Bearer ${auth.token}` } : extra
+}
+
+/** call: one request; JSON in and out; a 401 on an authenticated call ends the session. */
+export async function call<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+  signal?: AbortSignal,
+): Promise<T> {
+  let res: Response
+  try {
+    res = await fetch(path, {
+      method,
+      headers: authHeaders(body === undefined ? {} : { 'content-type': 'application/json' }),
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      ...(signal ? { signal } : {}),
+    })
+  } catch (err) {
+    if (signal?.aborted) throw err
+    throw new ApiError(0, 'NETWORK_ERROR', 'The gateway cannot be reached')
+  }
+  if (!res.ok) {
+    const err = await errorFrom(res)
+    if (res.status === 401 && auth.token && !path.startsWith('/api/auth/login'))
+      auth.onUnauthorized(err.message)
+    throw err
+  }
+  if (res.status === 204) return undefined as T
+  return (await res.json()) as T
+}
+
+const get = <T>(path: string, signal?: AbortSignal) => call<T>('GET', path, undefined, signal)
+const post = <T>(path: string, body?: unknown) => call<T>('POST', path, body ?? {})
+const id = encodeURIComponent
+
+export const api = {
+  authInfo: () => get<AuthInfo>('/api/auth/info'),
+  login: (username: string, password: string) => post<LoginResult>('/api/auth/login', { username, password }),
+  me: () => get<Me>('/api/auth/me'),
+  logout: () => post<{ success: boolean; message: string }>('/api/auth/logout'),
+  inferenceKey: () => get<InferenceKeyAnswer>('/api/dashboard/inference-key'),
+
+  instance: (i: string) => get<{ model: InstanceRecord }>(`/api/v1/models/${id(i)}`),
+  load: (body: LoadRequest) => post<LoadResponse>('/api/v1/models/load', body),
+  unload: (i: string) => post<unknown>(`/api/v1/models/${id(i)}/unload`),
+  logs: (i: string, lines: number) =>
+    get<{ instance_id: string; logs: string; line_count: number }>(
+      `/api/v1/models/instances/${id(i)}/logs?lines=${lines}`,
+    ),
+  sleep: (i: string, level: SleepLevel) =>
+    post<SleepResult>(`/api/models/instances/${id(i)}/sleep?level=${level}`),
+  wake: (i: string) => post<WakeResult>(`/api/models/instances/${id(i)}/wake`),
+  sleepStatus: (i: string) => get<SleepStatus>(`/api/models/instances/${id(i)}/sleep-status`),
+  move: (i: string, target_gpu_ids: number[], drain_timeout_ms?: number) =>
+    post<MoveRecord>(`/api/models/instances/${id(i)}/move`, {
+      target_gpu_ids,
+      ...(drain_timeout_ms === undefined ? {} : { drain_timeout_ms }),
+    }),
+  cancelMove: (moveId: string, force: boolean) =>
+    call<void>('DELETE', `/api/models/moves/${id(moveId)}?force=${force}`),
+
+  gpus: () => get<GpuAvailable>('/api/gpu/available'),
+  memory: () => get<MultiGpu>('/api/memory/usage/multi-gpu'),
+  check: (body: CheckRequest) => post<CheckResult>('/api/memory/profiles/check', body),
+}

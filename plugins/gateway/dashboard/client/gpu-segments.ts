@@ -1,0 +1,68 @@
+import type { GpuRow, InstanceRecord } from './types.ts'
+
+/**
+ * gpuSegments splits one GPU's memory into the bar the GPU view draws, from the multi-GPU view's
+ * own figures so the bar and the API agree: each instance's footprint on this GPU (its measured
+ * `memory_baseline_by_gpu`, else weights + CUDA graphs: what the view subtracts), other processes,
+ * then the shared KV pool (used, preallocated, free). The view defines the pool as
+ * total − footprints − other processes, so other processes = total − pool − footprints. A GPU that
+ * holds no instance has no pool: its used memory is other processes', the rest is free.
+ */
+export type SegmentKind = 'instance' | 'other' | 'kv-used' | 'kv-prealloc' | 'kv-free' | 'free'
+
+export interface Segment {
+  kind: SegmentKind
+  label: string
+  gib: number
+  /** The instance's colour (instance segments). */
+  color?: string
+  instanceId?: string
+}
+
+export interface GpuBar {
+  total: number
+  used: number
+  segments: Segment[]
+}
+
+/** Figures below this (GiB) are rounding noise between the view's rounded numbers: not drawn. */
+const NOISE_GIB = 0.05
+
+export function footprintOn(gpu: number, record: InstanceRecord | undefined, fallback: number): number {
+  return record?.memory_baseline_by_gpu?.[String(gpu)] ?? fallback
+}
+
+export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, InstanceRecord>): GpuBar {
+  const total = row.total_gb ?? 0
+  const used = row.used_gb ?? 0
+  const segments: Segment[] = row.models.map((m) => ({
+    kind: 'instance',
+    label: m.display_name,
+    gib: footprintOn(row.gpu_index, records.get(m.instance_id), m.gpu_memory_gb),
+    color: m.color,
+    instanceId: m.instance_id,
+  }))
+  const footprints = segments.reduce((a, s) => a + s.gib, 0)
+  if (row.kvcache) {
+    const kv = row.kvcache
+    segments.push(
+      { kind: 'other', label: 'Other processes', gib: Math.max(0, total - kv.total_gb - footprints) },
+      { kind: 'kv-used', label: 'KV cache in use', gib: kv.used_gb },
+      { kind: 'kv-prealloc', label: 'KV cache preallocated', gib: kv.prealloc_gb },
+      { kind: 'kv-free', label: 'KV pool free', gib: kv.free_gb },
+    )
+  } else {
+    segments.push(
+      { kind: 'other', label: 'Other processes', gib: Math.max(0, used) },
+      { kind: 'free', label: 'Free', gib: Math.max(0, row.free_gb ?? total - used) },
+    )
+  }
+  return { total, used, segments: segments.filter((s) => s.kind === 'instance' || s.gib >= NOISE_GIB) }
+}
+
+/** widths: each segment's share of the bar in percent, scaled down when the figures overrun the total. */
+export function widths(bar: GpuBar): number[] {
+  const sum = bar.segments.reduce((a, s) => a + s.gib, 0)
+  const scale = Math.max(bar.total, sum) || 1
+  return bar.segments.map((s) => (s.gib / scale) * 100)
+}

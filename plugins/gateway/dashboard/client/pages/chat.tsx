@@ -1,0 +1,166 @@
+import { useEffect, useRef, useState } from 'preact/hooks'
+import { type ApiError, api } from '../api.ts'
+import { type ChatMessage, type ChatStats, streamChat } from '../chat-stream.ts'
+import { ErrorNote } from '../components/error-note.tsx'
+import { ms } from '../format.ts'
+import { sortedInstances } from '../live.ts'
+import type { Page } from '../page.ts'
+
+/**
+ * ChatPage, the playground: a streaming chat with any active model through the gateway's `/v1`,
+ * with time to first token and tokens per second for each answer. The inference key comes from the
+ * gateway (`/api/dashboard/inference-key`) and stays in this module's memory: it is never typed,
+ * shown, stored, or put in a URL.
+ */
+let inferenceKey: Promise<string | null> | null = null
+const keyOnce = () => {
+  inferenceKey ??= api.inferenceKey().then(
+    (k) => k.key,
+    (err) => {
+      inferenceKey = null
+      throw err
+    },
+  )
+  return inferenceKey
+}
+
+interface Turn extends ChatMessage {
+  stats?: ChatStats
+}
+
+function Stats({ stats }: { stats: ChatStats | undefined }) {
+  if (!stats) return null
+  return (
+    <div class="chat-stats muted small">
+      <span data-stat="ttft">TTFT {ms(stats.ttftMs)}</span> ·{' '}
+      <span data-stat="tokens">{stats.tokens} tokens</span>
+      {' · '}
+      <span data-stat="tps">
+        {stats.tokensPerSecond === null ? '—' : stats.tokensPerSecond.toFixed(1)} tokens/s
+      </span>
+      {stats.finishReason && ` · ${stats.finishReason}`}
+    </div>
+  )
+}
+
+function ChatPage() {
+  const active = sortedInstances.value.filter((i) => i.status === 'active')
+  const [model, setModel] = useState('')
+  const [system, setSystem] = useState('')
+  const [input, setInput] = useState('')
+  const [maxTokens, setMaxTokens] = useState('256')
+  const [turns, setTurns] = useState<Turn[]>([])
+  const [error, setError] = useState<ApiError | null>(null)
+  const abort = useRef<AbortController | null>(null)
+  const [streaming, setStreaming] = useState(false)
+  const chosen = active.some((i) => i.served_model_name === model)
+    ? model
+    : (active[0]?.served_model_name ?? '')
+  useEffect(() => () => abort.current?.abort(), [])
+
+  const send = async (e: Event) => {
+    e.preventDefault()
+    if (!input.trim() || !chosen) return
+    const history: Turn[] = [...turns, { role: 'user', content: input }]
+    const messages: ChatMessage[] = [
+      ...(system.trim() ? [{ role: 'system' as const, content: system }] : []),
+      ...history.map(({ role, content }) => ({ role, content })),
+    ]
+    let answer: Turn = { role: 'assistant', content: '' }
+    setTurns([...history, answer])
+    setInput('')
+    setError(null)
+    setStreaming(true)
+    abort.current = new AbortController()
+    try {
+      const stats = await streamChat({
+        key: await keyOnce(),
+        model: chosen,
+        messages,
+        ...(maxTokens ? { maxTokens: Number(maxTokens) } : {}),
+        signal: abort.current.signal,
+        onText: (delta, s) => {
+          answer = { ...answer, content: answer.content + delta, stats: s }
+          setTurns([...history, answer])
+        },
+      })
+      setTurns([...history, { ...answer, stats }])
+    } catch (err) {
+      if (!abort.current?.signal.aborted) setError(err as ApiError)
+    } finally {
+      setStreaming(false)
+    }
+  }
+
+  return (
+    <div class="page chat">
+      <div class="row">
+        <label>
+          Model
+          <select name="model" value={chosen} onChange={(e) => setModel(e.currentTarget.value)}>
+            {active.length === 0 && <option value="">no active model</option>}
+            {[...new Set(active.map((i) => i.served_model_name))].map((name) => (
+              <option key={name} value={name}>
+                {name}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Max tokens
+          <input
+            class="short"
+            name="max_tokens"
+            type="number"
+            min={1}
+            value={maxTokens}
+            onInput={(e) => setMaxTokens(e.currentTarget.value)}
+          />
+        </label>
+        <button type="button" disabled={streaming || turns.length === 0} onClick={() => setTurns([])}>
+          New chat
+        </button>
+      </div>
+      <label>
+        System prompt <span class="muted">(optional)</span>
+        <input name="system" value={system} onInput={(e) => setSystem(e.currentTarget.value)} />
+      </label>
+      <div class="transcript card" aria-live="polite">
+        {turns.length === 0 && <p class="muted">Ask the model something.</p>}
+        {turns.map((t, i) => (
+          <div key={i} class={`turn ${t.role}`} data-role={t.role}>
+            <div class="content">{t.content || (streaming && i === turns.length - 1 ? '…' : '')}</div>
+            <Stats stats={t.stats} />
+          </div>
+        ))}
+      </div>
+      <form class="chat-input" onSubmit={send}>
+        <textarea
+          name="message"
+          rows={3}
+          placeholder="Message"
+          value={input}
+          onInput={(e) => setInput(e.currentTarget.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter' && !e.shiftKey) {
+              e.preventDefault()
+              e.currentTarget.form?.requestSubmit()
+            }
+          }}
+        />
+        {streaming ? (
+          <button type="button" onClick={() => abort.current?.abort()}>
+            Stop
+          </button>
+        ) : (
+          <button type="submit" class="primary" disabled={!chosen || !input.trim()}>
+            Send
+          </button>
+        )}
+      </form>
+      <ErrorNote error={error} />
+    </div>
+  )
+}
+
+export const chatPage: Page = { id: 'chat', title: 'Chat', nav: 'Chat', path: '/chat', component: ChatPage }

@@ -1,0 +1,50 @@
+import { ErrorNote } from '../components/error-note.tsx'
+import { GpuCard } from '../components/gpu-bar.tsx'
+import { gib } from '../format.ts'
+import { gpus, instances, memory, viewsError } from '../live.ts'
+import type { Page } from '../page.ts'
+
+/** GpusPage, the home page: every GPU's memory at a glance, kept live by the event stream. */
+function GpusPage() {
+  const view = memory.value
+  const utilization = new Map((gpus.value?.gpus ?? []).map((g) => [g.index, g.utilization_percent]))
+  const kv = view?.kvcache
+  return (
+    <div class="page">
+      <ErrorNote error={viewsError.value} />
+      {view && (
+        <div class="summary">
+          <div class="stat">
+            <span class="stat-value">{gib(view.total_system_free_gb)}</span>
+            <span class="stat-label">free on {view.gpus.length} GPUs</span>
+          </div>
+          <div class="stat">
+            <span class="stat-value">{instances.value.size}</span>
+            <span class="stat-label">instances</span>
+          </div>
+          {kv && kv.total_gb > 0 && (
+            <div class="stat">
+              <span class="stat-value">{gib(kv.total_gb)}</span>
+              <span class="stat-label">
+                KV pool · {gib(kv.used_gb)} used · {gib(kv.prealloc_gb)} prealloc · {gib(kv.free_gb)} free
+              </span>
+            </div>
+          )}
+        </div>
+      )}
+      {!view && !viewsError.value && <p class="muted">Reading the GPUs…</p>}
+      <div class="gpus">
+        {view?.gpus.map((row) => (
+          <GpuCard
+            key={row.gpu_index}
+            row={row}
+            records={instances.value}
+            utilization={utilization.get(row.gpu_index) ?? row.utilization_percent}
+          />
+        ))}
+      </div>
+    </div>
+  )
+}
+
+export const gpusPage: Page = { id: 'gpus', title: 'GPUs', nav: 'GPUs', path: '/', component: GpusPage }

@@ -1,0 +1,80 @@
+import { LoadForm } from '../components/load-form.tsx'
+import { ProgressBar } from '../components/progress.tsx'
+import { StatusBadge, Swatch } from '../components/status.tsx'
+import { gib, since } from '../format.ts'
+import { colors, operations, progress, sortedInstances } from '../live.ts'
+import type { Page } from '../page.ts'
+import { href } from '../router.ts'
+import { canWrite } from '../session.ts'
+import type { InstanceRecord } from '../types.ts'
+
+/** ModelsPage: every instance with its state, GPUs, port and memory, and (for admins) the load form. */
+function footprint(i: InstanceRecord): number | null {
+  const b = i.memory_baseline_by_gpu
+  return b ? Object.values(b).reduce((a, v) => a + v, 0) : null
+}
+
+/** InstanceProgress: the load's (or a wake's) progress bar while it runs. */
+export function InstanceProgress({ instance }: { instance: InstanceRecord }) {
+  const p = progress.value.get(instance.id)
+  const waking = operations.value.get(instance.id) === 'wake'
+  const loading = instance.status === 'starting' && p?.phase !== 'waking'
+  if (!p || !(loading || (waking && p.phase === 'waking'))) return null
+  return <ProgressBar percent={p.percent} label={p.phase.replaceAll('_', ' ')} />
+}
+
+function ModelsPage() {
+  const list = sortedInstances.value
+  return (
+    <div class="page">
+      {canWrite.value && <LoadForm />}
+      <table class="instances">
+        <thead>
+          <tr>
+            <th>Model</th>
+            <th>Status</th>
+            <th>GPUs</th>
+            <th>Port</th>
+            <th>Memory</th>
+            <th>Loaded</th>
+          </tr>
+        </thead>
+        <tbody>
+          {list.length === 0 && (
+            <tr>
+              <td colSpan={6} class="muted">
+                No model is loaded.
+              </td>
+            </tr>
+          )}
+          {list.map((i) => (
+            <tr key={i.id} data-instance={i.id} data-status={i.status}>
+              <td>
+                <Swatch color={colors.value.get(i.id)} />
+                <a href={href(`/models/${i.id}`)}>{i.served_model_name}</a>
+                <div class="muted small">{i.id}</div>
+              </td>
+              <td>
+                <StatusBadge status={i.status} operation={operations.value.get(i.id)} />
+                <InstanceProgress instance={i} />
+                {i.error && <div class="error small">{i.error}</div>}
+              </td>
+              <td>{i.gpu_ids.join(', ')}</td>
+              <td>{i.port}</td>
+              <td>{gib(footprint(i))}</td>
+              <td title={i.loaded_at}>{since(i.loaded_at)}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  )
+}
+
+export const modelsPage: Page = {
+  id: 'models',
+  title: 'Models',
+  nav: 'Models',
+  path: '/models',
+  component: ModelsPage,
+}

@@ -1,0 +1,42 @@
+import type { Static } from 'elysia'
+import type { AuthService, LoginResult, Principal } from '../../../../src/http/auth.ts'
+import type { ControllerErrorBody, ProxyErrorBody } from '../../../../src/http/errors.ts'
+import type { GpuAvailableSchema, MultiGpuSchema } from '../../schemas.ts'
+import type { InferenceKey } from '../routes.ts'
+
+/**
+ * The records the dashboard reads and sends, derived from the declarations the routes validate
+ * with (TypeBox schemas, or the interfaces a route's schema is checked against): a field renamed on
+ * the server fails `tsc` here. Every import is type-only, so no server code reaches the bundle.
+ */
+export type {
+  InstanceRecord,
+  InstanceStatus,
+  LoadRequest,
+  LoadResponse,
+  MoveEvent,
+  MovePhase,
+  MoveRecord,
+  SleepLevel,
+  SleepResult,
+  SleepStatus,
+  WakeResult,
+} from '../../api.ts'
+export type { CheckRequest, CheckResult } from '../../profiles/check.ts'
+export type { DashboardEventMap, DashboardEventName } from '../events.ts'
+export type { LoginResult }
+
+export type GpuAvailable = Static<typeof GpuAvailableSchema>
+export type MultiGpu = Static<typeof MultiGpuSchema>
+export type GpuRow = MultiGpu['gpus'][number]
+export type ModelMemory = GpuRow['models'][number]
+export type KvCache = MultiGpu['kvcache']
+export type InferenceKeyAnswer = Static<typeof InferenceKey>
+
+/** AuthInfo: GET /api/auth/info. */
+export type AuthInfo = ReturnType<AuthService['info']>
+/** Me: GET /api/auth/me (the principal the guard found). */
+export type Me = Principal
+
+/** ErrorBody: either of the spec's two error shapes. */
+export type ErrorBody = ControllerErrorBody | ProxyErrorBody

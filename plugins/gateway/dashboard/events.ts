@@ -1,0 +1,111 @@
+import type { EventBus } from '../../../src/host/bus.ts'
+import { type SseSink, sseResponse } from '../../../src/http/sse.ts'
+import type { InstanceRecord, InstanceStatus, MoveEvent } from '../api.ts'
+import type { InstanceEvents } from '../events.ts'
+import type { Operation } from '../lifecycle.ts'
+
+/**
+ * The dashboard's one event stream (`GET /api/dashboard/events`): what a page needs to stay current
+ * without polling, over a single connection (a browser opens at most six to one host over HTTP/1.1,
+ * so one stream per instance would starve the page's own requests). It relays the gateway's bus
+ * events and every instance's progress events; the page refetches the GPU and memory views when
+ * one arrives. The first event is the instance list, so a client that connects (or reconnects)
+ * starts from the current state.
+ */
+export interface DashboardEventMap {
+  /** The current instances (full records), first on every connection. */
+  instances: { instances: InstanceRecord[] }
+  /** An instance changed state (`removed`: it is gone); the record as it is now. */
+  instance: {
+    instance: InstanceRecord
+    previousStatus: InstanceStatus | null
+    currentStatus: InstanceStatus | 'removed'
+    message: string
+  }
+  /** A load's or a wake's progress, from the instance's own event stream. */
+  progress: { instance_id: string; phase: string; percent: number; message: string }
+  /** An operation (sleep, wake, move) began (`running`) or ended on an instance. */
+  operation: { instance_id: string; operation: Operation; running: boolean }
+  /** A blue-green move's progress (as `move_progress` on the move's own stream). */
+  move: MoveEvent
+  /** Proxied requests ended since the last `traffic` event (KV-cache use moves with them). */
+  traffic: { requests: number }
+}
+
+export type DashboardEventName = keyof DashboardEventMap
+
+/** What the stream reads from the gateway: its instances and their per-instance events. */
+export interface DashboardSource {
+  bus: EventBus
+  list(): InstanceRecord[]
+  events(id: string): InstanceEvents | undefined
+}
+
+/** TRAFFIC_EVERY_MS: proxied requests are summed into one `traffic` event at most this often. */
+export const TRAFFIC_EVERY_MS = 2000
+
+export function dashboardEvents(src: DashboardSource, signal: AbortSignal): Response {
+  return sseResponse((sink) => relay(src, sink), { signal })
+}
+
+function relay(src: DashboardSource, sink: SseSink): () => void {
+  const send = <K extends DashboardEventName>(name: K, data: DashboardEventMap[K]) => sink.send(name, data)
+  const following = new Map<string, () => void>()
+  /** follow relays an instance's progress events (the latest one first) until the instance is removed. */
+  const follow = (id: string) => {
+    const events = src.events(id)
+    if (following.has(id) || !events || events.isEnded) return
+    const stop = events.subscribe(
+      new Set(['progress'] as const),
+      false,
+      (e) =>
+        send('progress', {
+          instance_id: id,
+          phase: String(e.data.phase ?? ''),
+          percent: Number(e.data.percent ?? 0),
+          message: String(e.data.message ?? ''),
+        }),
+      () => following.delete(id),
+    )
+    if (!events.isEnded) following.set(id, stop)
+  }
+  let requests = 0
+  let trafficTimer: ReturnType<typeof setTimeout> | undefined
+  const offs = [
+    src.bus.on('gateway.instance.status', (e) => {
+      send('instance', {
+        instance: e.instance,
+        previousStatus: e.previousStatus,
+        currentStatus: e.currentStatus,
+        message: e.message,
+      })
+      if (e.currentStatus !== 'removed') follow(e.instance.id)
+    }),
+    src.bus.on('gateway.instance.lifecycle', (e) => {
+      if (e.change.kind === 'operation')
+        send('operation', {
+          instance_id: e.instance_id,
+          operation: e.change.operation,
+          running: e.change.running,
+        })
+    }),
+    src.bus.on('gateway.move.progress', (e) => send('move', e)),
+    src.bus.on('proxy.request', () => {
+      requests++
+      trafficTimer ??= setTimeout(() => {
+        trafficTimer = undefined
+        send('traffic', { requests })
+        requests = 0
+      }, TRAFFIC_EVERY_MS)
+    }),
+  ]
+  const instances = src.list()
+  send('instances', { instances })
+  for (const i of instances) follow(i.id)
+  return () => {
+    for (const off of offs) off()
+    for (const stop of following.values()) stop()
+    following.clear()
+    clearTimeout(trafficTimer)
+  }
+}

@@ -1,0 +1,71 @@
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { type BrowserContext, chromium, type Page, type Request } from 'playwright-core'
+
+/**
+ * The browser the dashboard tests drive: Debian's chromium (CHROMIUM_PATH overrides), headless,
+ * through playwright-core, with a fresh profile each time and every request the pages make recorded.
+ * Without the browser the tests are skipped with a message, except under CI (`CI` set), where a
+ * missing browser fails the run: .ci/run installs it.
+ */
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+export const OUTPUT = join(import.meta.dir, 'output')
+export const VIEWPORT = { width: 1400, height: 900 }
+
+const ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+]
+
+/** browserMissing: why the browser tests cannot run here, or null when they can. Throws under CI. */
+export function browserMissing(): string | null {
+  if (existsSync(CHROMIUM)) return null
+  const why = `no chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`
+  if (process.env.CI) throw new Error(`the dashboard's browser tests need a browser under CI: ${why}`)
+  console.warn(`skipping the dashboard's browser tests: ${why}`)
+  return why
+}
+
+export interface TestBrowser {
+  context: BrowserContext
+  /** requests: every request any page of the context made, in order. */
+  requests: Request[]
+  newPage(): Promise<Page>
+  close(): Promise<void>
+}
+
+export async function openBrowser(): Promise<TestBrowser> {
+  const profile = mkdtempSync(join(tmpdir(), 'modelgate-chromium-'))
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ARGS,
+    viewport: VIEWPORT,
+  })
+  const requests: Request[] = []
+  context.on('request', (r) => requests.push(r))
+  return {
+    context,
+    requests,
+    newPage: () => context.newPage(),
+    async close() {
+      await context.close()
+      rmSync(profile, { recursive: true, force: true })
+    },
+  }
+}
+
+/** screenshot writes `<name>.png` of the page (1400×900) under test/dashboard/output/. */
+export async function screenshot(page: Page, name: string): Promise<string> {
+  mkdirSync(OUTPUT, { recursive: true })
+  const path = join(OUTPUT, `${name}.png`)
+  await page.screenshot({ path })
+  return path
+}
