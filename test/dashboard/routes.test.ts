@@ -15,7 +15,7 @@ let readonly: string
 
 beforeAll(async () => {
   gw = await startGateway({
-    ports: [18620, 18629],
+    ports: [18900, 18909],
     hostEnv: {
       AUTH_MODE: 'simple',
       ADMIN_PASSWORD: 'pw-routes',

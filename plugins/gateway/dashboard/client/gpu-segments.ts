@@ -17,6 +17,8 @@ export interface Segment {
   /** The instance's colour (instance segments). */
   color?: string
   instanceId?: string
+  /** Of an instance's footprint, its weights and CUDA graphs (the rest: KV cache and overhead). */
+  weightsGib?: number
 }
 
 export interface GpuBar {
@@ -41,6 +43,7 @@ export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, InstanceRe
     gib: footprintOn(row.gpu_index, records.get(m.instance_id), m.gpu_memory_gb),
     color: m.color,
     instanceId: m.instance_id,
+    weightsGib: m.gpu_memory_gb,
   }))
   const footprints = segments.reduce((a, s) => a + s.gib, 0)
   if (row.kvcache) {

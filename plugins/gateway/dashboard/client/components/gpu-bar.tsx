@@ -18,8 +18,12 @@ export function GpuCard(props: {
   const bar = gpuSegments(row, records)
   const shares = widths(bar)
   const [hover, setHover] = useState<Segment | null>(null)
-  const describe = (s: Segment) =>
-    `${s.label}: ${gib(s.gib, 2)} (${percent(s.gib, bar.total)} of ${gib(bar.total)})`
+  const describe = (s: Segment) => {
+    const head = `${s.label}: ${gib(s.gib, 2)} (${percent(s.gib, bar.total)} of ${gib(bar.total)})`
+    const w = s.weightsGib
+    if (w === undefined || w >= s.gib) return head
+    return `${head}: weights and CUDA graphs ${gib(w, 2)}, KV cache and overhead ${gib(s.gib - w, 2)}`
+  }
   return (
     <section class="gpu card" data-gpu={row.gpu_index} data-used-gib={bar.used} data-total-gib={bar.total}>
       <header class="gpu-head">
@@ -42,13 +46,23 @@ export function GpuCard(props: {
             data-gib={s.gib}
             title={describe(s)}
             aria-label={describe(s)}
-            style={{ width: `${shares[i]}%`, ...(s.color ? { background: s.color } : {}) }}
+            style={{ width: `${shares[i]}%`, ...(s.color ? { backgroundColor: s.color } : {}) }}
             onMouseEnter={() => setHover(s)}
             onFocus={() => setHover(s)}
             onClick={() => setHover(s)}
             onMouseLeave={() => setHover(null)}
             onBlur={() => setHover(null)}
-          />
+          >
+            {s.weightsGib !== undefined && s.gib > 0 && (
+              <span
+                class="weights"
+                style={{
+                  width: `${Math.min(100, (s.weightsGib / s.gib) * 100)}%`,
+                  background: s.color ?? '',
+                }}
+              />
+            )}
+          </button>
         ))}
       </div>
       <p class="bar-detail" aria-live="polite">

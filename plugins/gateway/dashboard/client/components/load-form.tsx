@@ -184,6 +184,26 @@ export function LoadForm() {
           />
         </label>
       </div>
+      <div class="row">
+        <label>
+          Served name
+          <input
+            name="served_model_name"
+            placeholder="the model path"
+            value={f.servedName}
+            onInput={(e) => set({ servedName: e.currentTarget.value })}
+          />
+        </label>
+        <label class="wide">
+          Extra engine arguments
+          <input
+            name="extra_args"
+            placeholder="--dtype bfloat16 --enforce-eager"
+            value={f.extraArgs}
+            onInput={(e) => set({ extraArgs: e.currentTarget.value })}
+          />
+        </label>
+      </div>
       <label class="inline">
         <input
           type="checkbox"
@@ -192,23 +212,6 @@ export function LoadForm() {
           onChange={() => set({ sleep: !f.sleep })}
         />
         sleep mode (the model can be put to sleep later)
-      </label>
-      <label>
-        Served name <span class="muted">(optional)</span>
-        <input
-          name="served_model_name"
-          value={f.servedName}
-          onInput={(e) => set({ servedName: e.currentTarget.value })}
-        />
-      </label>
-      <label>
-        Extra engine arguments
-        <input
-          name="extra_args"
-          placeholder="--dtype bfloat16 --enforce-eager"
-          value={f.extraArgs}
-          onInput={(e) => set({ extraArgs: e.currentTarget.value })}
-        />
       </label>
       {current && <CheckVerdict result={current} />}
       <div class="actions">

@@ -1,4 +1,5 @@
-import { useEffect, useRef, useState } from 'preact/hooks'
+import { signal } from '@preact/signals'
+import { useState } from 'preact/hooks'
 import { type ApiError, api } from '../api.ts'
 import { type ChatMessage, type ChatStats, streamChat } from '../chat-stream.ts'
 import { ErrorNote } from '../components/error-note.tsx'
@@ -28,6 +29,11 @@ interface Turn extends ChatMessage {
   stats?: ChatStats
 }
 
+/** The conversation lives beside the page, not in it: it survives a visit to another page. */
+const turns = signal<Turn[]>([])
+const streaming = signal<AbortController | null>(null)
+const lastError = signal<ApiError | null>(null)
+
 function Stats({ stats }: { stats: ChatStats | undefined }) {
   if (!stats) return null
   return (
@@ -49,46 +55,41 @@ function ChatPage() {
   const [system, setSystem] = useState('')
   const [input, setInput] = useState('')
   const [maxTokens, setMaxTokens] = useState('256')
-  const [turns, setTurns] = useState<Turn[]>([])
-  const [error, setError] = useState<ApiError | null>(null)
-  const abort = useRef<AbortController | null>(null)
-  const [streaming, setStreaming] = useState(false)
   const chosen = active.some((i) => i.served_model_name === model)
     ? model
     : (active[0]?.served_model_name ?? '')
-  useEffect(() => () => abort.current?.abort(), [])
 
   const send = async (e: Event) => {
     e.preventDefault()
     if (!input.trim() || !chosen) return
-    const history: Turn[] = [...turns, { role: 'user', content: input }]
+    const history: Turn[] = [...turns.value, { role: 'user', content: input }]
     const messages: ChatMessage[] = [
       ...(system.trim() ? [{ role: 'system' as const, content: system }] : []),
       ...history.map(({ role, content }) => ({ role, content })),
     ]
     let answer: Turn = { role: 'assistant', content: '' }
-    setTurns([...history, answer])
+    turns.value = [...history, answer]
     setInput('')
-    setError(null)
-    setStreaming(true)
-    abort.current = new AbortController()
+    lastError.value = null
+    const abort = new AbortController()
+    streaming.value = abort
     try {
       const stats = await streamChat({
         key: await keyOnce(),
         model: chosen,
         messages,
         ...(maxTokens ? { maxTokens: Number(maxTokens) } : {}),
-        signal: abort.current.signal,
+        signal: abort.signal,
         onText: (delta, s) => {
           answer = { ...answer, content: answer.content + delta, stats: s }
-          setTurns([...history, answer])
+          turns.value = [...history, answer]
         },
       })
-      setTurns([...history, { ...answer, stats }])
+      turns.value = [...history, { ...answer, stats }]
     } catch (err) {
-      if (!abort.current?.signal.aborted) setError(err as ApiError)
+      if (!abort.signal.aborted) lastError.value = err as ApiError
     } finally {
-      setStreaming(false)
+      streaming.value = null
     }
   }
 
@@ -117,19 +118,32 @@ function ChatPage() {
             onInput={(e) => setMaxTokens(e.currentTarget.value)}
           />
         </label>
-        <button type="button" disabled={streaming || turns.length === 0} onClick={() => setTurns([])}>
+        <button
+          type="button"
+          disabled={!!streaming.value || turns.value.length === 0}
+          onClick={() => {
+            turns.value = []
+          }}
+        >
           New chat
         </button>
       </div>
       <label>
-        System prompt <span class="muted">(optional)</span>
-        <input name="system" value={system} onInput={(e) => setSystem(e.currentTarget.value)} />
+        System prompt
+        <input
+          name="system"
+          placeholder="optional"
+          value={system}
+          onInput={(e) => setSystem(e.currentTarget.value)}
+        />
       </label>
       <div class="transcript card" aria-live="polite">
-        {turns.length === 0 && <p class="muted">Ask the model something.</p>}
-        {turns.map((t, i) => (
+        {turns.value.length === 0 && <p class="muted">Ask the model something.</p>}
+        {turns.value.map((t, i) => (
           <div key={i} class={`turn ${t.role}`} data-role={t.role}>
-            <div class="content">{t.content || (streaming && i === turns.length - 1 ? '…' : '')}</div>
+            <div class="content">
+              {t.content || (streaming.value && i === turns.value.length - 1 ? '…' : '')}
+            </div>
             <Stats stats={t.stats} />
           </div>
         ))}
@@ -148,8 +162,8 @@ function ChatPage() {
             }
           }}
         />
-        {streaming ? (
-          <button type="button" onClick={() => abort.current?.abort()}>
+        {streaming.value ? (
+          <button type="button" onClick={() => streaming.value?.abort()}>
             Stop
           </button>
         ) : (
@@ -158,7 +172,7 @@ function ChatPage() {
           </button>
         )}
       </form>
-      <ErrorNote error={error} />
+      <ErrorNote error={lastError.value} />
     </div>
   )
 }

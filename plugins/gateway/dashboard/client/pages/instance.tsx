@@ -91,7 +91,9 @@ function InstancePage({ params }: { params: Record<string, string> }) {
     return (
       <div class="page">
         {started ? (
-          <MoveProgress started={started} />
+          <section class="card">
+            <MoveProgress started={started} />
+          </section>
         ) : (
           <p class="muted">No instance {id} on this gateway (any more).</p>
         )}

@@ -27,7 +27,6 @@ function ModelsPage() {
   const list = sortedInstances.value
   return (
     <div class="page">
-      {canWrite.value && <LoadForm />}
       <table class="instances">
         <thead>
           <tr>
@@ -67,6 +66,7 @@ function ModelsPage() {
           ))}
         </tbody>
       </table>
+      {canWrite.value && <LoadForm />}
     </div>
   )
 }

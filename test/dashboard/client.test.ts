@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'bun:test'
+import { splitArgs } from '../../plugins/gateway/dashboard/client/format.ts'
+import { gpuSegments, widths } from '../../plugins/gateway/dashboard/client/gpu-segments.ts'
+import type { GpuRow, InstanceRecord } from '../../plugins/gateway/dashboard/client/types.ts'
+
+/** The dashboard's pure parts: the GPU bar's arithmetic and the extra-arguments splitter. */
+const row = (over: Partial<GpuRow> = {}): GpuRow => ({
+  gpu_index: 0,
+  name: 'NVIDIA H100 80GB HBM3',
+  total_gb: 80,
+  used_gb: 60,
+  free_gb: 20,
+  utilization_percent: 0,
+  models: [
+    { model_path: 'a/A', instance_id: 'a', display_name: 'A', gpu_memory_gb: 10, color: '#112233' },
+    { model_path: 'b/B', instance_id: 'b', display_name: 'B', gpu_memory_gb: 5, color: '#445566' },
+  ],
+  kvcache: { total_gb: 30, prealloc_gb: 2, used_gb: 8, free_gb: 20 },
+  ...over,
+})
+const records = (baselines: Record<string, number>) =>
+  new Map(
+    Object.entries(baselines).map(([id, gib]) => [
+      id,
+      { id, memory_baseline_by_gpu: { '0': gib } } as unknown as InstanceRecord,
+    ]),
+  )
+
+describe('the GPU bar', () => {
+  it('draws each footprint, the other processes and the KV pool, adding up to the GPU', () => {
+    const bar = gpuSegments(row(), records({ a: 30, b: 15 }))
+    expect(bar.segments.map((s) => [s.kind, s.gib])).toEqual([
+      ['instance', 30],
+      ['instance', 15],
+      ['other', 5],
+      ['kv-used', 8],
+      ['kv-prealloc', 2],
+      ['kv-free', 20],
+    ])
+    expect(bar.segments.reduce((a, s) => a + s.gib, 0)).toBe(80)
+    expect(bar.segments[0]).toMatchObject({ color: '#112233', instanceId: 'a', weightsGib: 10 })
+    expect(widths(bar).reduce((a, w) => a + w, 0)).toBeCloseTo(100, 6)
+  })
+
+  it("uses weights + CUDA graphs for an instance not yet measured, as the view's pool does", () => {
+    const bar = gpuSegments(row(), records({ a: 30 }))
+    expect(bar.segments.find((s) => s.instanceId === 'b')!.gib).toBe(5)
+    expect(bar.segments.find((s) => s.kind === 'other')!.gib).toBe(15)
+  })
+
+  it('shows a GPU without instances as other processes and free memory', () => {
+    const bar = gpuSegments(row({ models: [], kvcache: undefined, used_gb: 1.5, free_gb: 78.5 }), new Map())
+    expect(bar.segments.map((s) => [s.kind, s.gib])).toEqual([
+      ['other', 1.5],
+      ['free', 78.5],
+    ])
+  })
+
+  it('leaves out rounding noise and scales the bar down when the figures overrun the GPU', () => {
+    const bar = gpuSegments(
+      row({ kvcache: { total_gb: 35, prealloc_gb: 0.01, used_gb: 40, free_gb: 0 } }),
+      records({ a: 30, b: 15 }),
+    )
+    expect(bar.segments.map((s) => s.kind)).toEqual(['instance', 'instance', 'kv-used'])
+    const w = widths(bar)
+    expect(w.reduce((a, x) => a + x, 0)).toBeCloseTo(100, 6)
+    expect(w[2]! / w[0]!).toBeCloseTo(40 / 30, 6)
+  })
+})
+
+describe('splitArgs', () => {
+  it('splits on blanks and keeps quoted parts whole', () => {
+    expect(splitArgs(`  --dtype bfloat16 --x="a b" 'c d' --empty ""  `)).toEqual([
+      '--dtype',
+      'bfloat16',
+      '--x=a b',
+      'c d',
+      '--empty',
+      '',
+    ])
+    expect(splitArgs('')).toEqual([])
+  })
+})
