@@ -1,5 +1,6 @@
 import type { PluginDefinition } from '../src/host/plugin.ts'
 import benchmarks from './benchmarks/index.ts'
+import cluster from './cluster/index.ts'
 import gateway from './gateway/index.ts'
 import router from './router/index.ts'
 
@@ -12,4 +13,5 @@ export const plugins: readonly PluginDefinition[] = [
   gateway as unknown as PluginDefinition,
   benchmarks as unknown as PluginDefinition,
   router as unknown as PluginDefinition,
+  cluster as unknown as PluginDefinition,
 ]

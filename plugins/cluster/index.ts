@@ -1,0 +1,70 @@
+import { hostname } from 'node:os'
+import { definePlugin } from '../../src/host/plugin.ts'
+import type { GatewayApi } from '../gateway/api.ts'
+import { ClusterConfig } from './config.ts'
+import { createCoordinator } from './coordination/index.ts'
+import stateSql from './db/migrations/0001_cluster_state.sql' with { type: 'text' }
+import { internalRoutes } from './internal-routes.ts'
+import { PeerClient } from './peer-client.ts'
+import { ClusterStateRepo } from './repo.ts'
+import { clusterRoutes } from './routes.ts'
+import { ClusterService } from './service.ts'
+import { checkClusterSecrets, InternalVerifier } from './signing.ts'
+
+/**
+ * The cluster plugin: several gateway pods, one leader named by a coordination service (etcd or a
+ * Kubernetes Lease; static YAML for two hosts without one), a routing table the leader builds, and
+ * the HMAC-signed internal API the pods talk over.
+ */
+export default definePlugin<typeof ClusterConfig, ClusterService>({
+  id: 'cluster',
+  description:
+    'Joins several gateway pods: leader from etcd or a Kubernetes Lease, routing table, signed internal API.',
+  dependsOn: ['gateway'],
+  config: ClusterConfig,
+  migrations: [{ id: 'cluster_0001_state', sql: stateSql }],
+  setup(ctx, cfg) {
+    const auth = ctx.config.auth
+    checkClusterSecrets(auth, true)
+    const podId = cfg.pod_id ?? process.env.POD_NAME ?? hostname()
+    const log = ctx.log.child('cluster')
+    const repo = new ClusterStateRepo(ctx.store.db)
+    let service: ClusterService | null = null
+    const peers = new PeerClient({
+      secret: auth.cluster_secret as string,
+      podId,
+      term: () => service?.fence.term ?? 0,
+      timeoutMs: cfg.request_timeout_ms,
+      log,
+    })
+    const address = () => cfg.advertise_address ?? ctx.mainUrl()
+    service = new ClusterService({
+      cfg,
+      podId,
+      address,
+      coordinator: (addr) =>
+        createCoordinator(cfg, { podId, address: addr, log: log.child(cfg.coordination.kind) }),
+      peers,
+      gateway: ctx.api<GatewayApi>('gateway'),
+      bus: ctx.bus,
+      log,
+      repo,
+    })
+    ctx.auth.useInternalVerifier(
+      new InternalVerifier({
+        secrets: [auth.cluster_secret as string, auth.cluster_secret_previous].filter(
+          (s): s is string => typeof s === 'string' && s.length > 0,
+        ),
+        rateLimit: cfg.internal_rate_limit,
+        unlimitedPrefixes: ['/internal/v1/'],
+      }),
+    )
+    const cluster = service
+    return {
+      routes: clusterRoutes(cluster).use(internalRoutes(cluster)),
+      api: cluster,
+      start: () => cluster.start(),
+      stop: (deadline) => cluster.stop(deadline),
+    }
+  },
+})
