@@ -226,8 +226,10 @@ export class Host {
     this.socketDir ??= mkdtempSync(join(tmpdir(), 'modelgate-'))
     const socket = join(this.socketDir, `${name}.sock`)
     const server = Bun.serve({
-      // The front owns client connections and their idle timeout (Bun applies none on Unix sockets).
+      // The front owns client connections and their idle timeout. Bun's own (10 s) applies on Unix
+      // sockets too, though its types leave it out there, and would cut an event stream between heartbeats.
       unix: socket,
+      ...({ idleTimeout: 0 } as object),
       fetch: async (req) => {
         const started = performance.now()
         let res: Response

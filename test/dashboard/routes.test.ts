@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { DASHBOARD_CSP } from '../../plugins/gateway/dashboard/routes.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { readSse } from '../support/sse.ts'
+import { waitFor } from '../support/wait.ts'
 
 /**
  * The dashboard's routes on a real gateway in simple mode with an inference key: the page and its
@@ -107,6 +108,36 @@ describe('the dashboard event stream', () => {
     expect(res.status).toBe(401)
     await res.body?.cancel()
   })
+
+  it('stays open while nothing happens: its heartbeat comes 15 s in (Bun.serve would cut it at 10 s)', async () => {
+    const res = await get('/api/dashboard/events', { authorization: `Bearer ${readonly}` })
+    const reader = res.body!.getReader()
+    const decoder = new TextDecoder()
+    let text = ''
+    let ended = false
+    const pump = (async () => {
+      for (;;) {
+        const { value, done } = await reader.read()
+        if (done) break
+        text += decoder.decode(value, { stream: true })
+      }
+      ended = true
+    })()
+    try {
+      await waitFor(
+        'the first heartbeat of a quiet stream',
+        () => {
+          if (ended) throw new Error(`the stream ended: ${text}`)
+          return text.includes(': heartbeat')
+        },
+        { timeoutMs: 30_000, pollMs: 100 },
+      )
+      expect(text).not.toContain('error')
+    } finally {
+      await reader.cancel()
+      await pump.catch(() => undefined)
+    }
+  }, 40_000)
 
   it('starts with the instances, then relays a load: its status changes and its progress', async () => {
     const res = await get('/api/dashboard/events', { authorization: `Bearer ${readonly}` })
