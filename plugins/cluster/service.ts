@@ -116,6 +116,8 @@ export class ClusterService {
     this.coord = coordinator
     this.started = true
     await coordinator.start()
+    // What the coordination service says before anything is sent: peers refuse a lower term.
+    this.fence.observe(coordinator.leadership().term)
     this.unsubscribe.push(coordinator.subscribe((c) => this.onCoordinator(c)))
     this.unsubscribe.push(
       bus.on('gateway.instance.status', (e) => this.onInstance(e.instance, e.currentStatus)),

@@ -25,6 +25,8 @@ export interface GatewayOptions {
   drainMs?: number
   /** self: the argv that runs `sim engine|smi` in the YAML (default `@self`, the host's SELF). */
   self?: readonly string[]
+  /** server: the `server:` section beside host 127.0.0.1 and port 0 (e.g. a fixed port a peer must know). */
+  server?: Record<string, string | number>
 }
 
 export interface TestGateway extends TestHost {
@@ -59,7 +61,7 @@ ${o.extraYaml ?? ''}`
 export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
   const simDir = o.simDir ?? mkdtempSync(join(tmpdir(), 'modelgate-gw-sim-'))
   const yaml = gatewayYaml(o, simDir)
-  const th = await startHost(yaml, plugins, o.hostEnv ?? {}, o.dataDir)
+  const th = await startHost(yaml, plugins, o.hostEnv ?? {}, o.dataDir, { server: o.server })
   const json = async <T>(path: string, init?: RequestInit) => {
     const res = await fetch(`${th.url}${path}`, {
       ...init,
