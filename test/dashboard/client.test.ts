@@ -48,6 +48,18 @@ describe('the GPU bar', () => {
     expect(bar.segments.find((s) => s.kind === 'other')!.gib).toBe(15)
   })
 
+  it('marks a sleeping instance: its footprint is kept for its wake', () => {
+    const sleeping = new Map([
+      [
+        'a',
+        { id: 'a', status: 'sleeping', memory_baseline_by_gpu: { '0': 30 } } as unknown as InstanceRecord,
+      ],
+    ])
+    const [a, b] = gpuSegments(row(), sleeping).segments
+    expect(a).toMatchObject({ label: 'A (asleep)', asleep: true, gib: 30 })
+    expect(b).toMatchObject({ label: 'B', asleep: false })
+  })
+
   it('shows a GPU without instances as other processes and free memory', () => {
     const bar = gpuSegments(row({ models: [], kvcache: undefined, used_gb: 1.5, free_gb: 78.5 }), new Map())
     expect(bar.segments.map((s) => [s.kind, s.gib])).toEqual([

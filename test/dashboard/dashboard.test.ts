@@ -213,6 +213,27 @@ describe.skipIf(skip !== null)('the dashboard in a browser', () => {
     await page.locator(`.gpu[data-gpu="${target}"] .seg.instance[data-instance="${moved}"]`).waitFor()
   })
 
+  it("warns of a load that will not fit (danger) and shows the server's refusal next to the form", async () => {
+    const { model } = await adminApi<{ model: { gpu_ids: number[] } }>(`/api/v1/models/${instanceId}`)
+    const full = model.gpu_ids[0]!
+    await page.click('nav a:has-text("Models")')
+    await page.fill('input[name=model_path]', MODEL)
+    await page.uncheck('input[name=auto]')
+    await page.check(`input[name="gpu-${full}"]`)
+    await page.click('form.load-form button[type=submit]')
+    const verdict = page.locator('form.load-form .check[data-level="danger"]')
+    await verdict.waitFor()
+    expect(await verdict.textContent()).toContain('needs per GPU')
+    expect(await page.textContent('form.load-form button[type=submit]')).toBe('Load anyway')
+    await page.click('form.load-form button[type=submit]')
+    const error = page.locator('form.load-form .error')
+    await error.waitFor()
+    expect(await error.locator('.code').textContent()).toBe('INSUFFICIENT_MEMORY')
+    expect(await error.textContent()).toContain(`GPU ${full}`)
+    await screenshot(page, 'models-refused')
+    expect(await page.locator('table.instances tr[data-instance]').count()).toBe(1)
+  })
+
   it('made no request to any host but the gateway', () => {
     const origin = new URL(gw.url).origin
     const elsewhere = browser.requests

@@ -19,6 +19,8 @@ export interface Segment {
   instanceId?: string
   /** Of an instance's footprint, its weights and CUDA graphs (the rest: KV cache and overhead). */
   weightsGib?: number
+  /** The instance sleeps: its footprint is what the view keeps for its wake, not what it holds now. */
+  asleep?: boolean
 }
 
 export interface GpuBar {
@@ -39,7 +41,8 @@ export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, InstanceRe
   const used = row.used_gb ?? 0
   const segments: Segment[] = row.models.map((m) => ({
     kind: 'instance',
-    label: m.display_name,
+    label: records.get(m.instance_id)?.status === 'sleeping' ? `${m.display_name} (asleep)` : m.display_name,
+    asleep: records.get(m.instance_id)?.status === 'sleeping',
     gib: footprintOn(row.gpu_index, records.get(m.instance_id), m.gpu_memory_gb),
     color: m.color,
     instanceId: m.instance_id,

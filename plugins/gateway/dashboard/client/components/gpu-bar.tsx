@@ -21,6 +21,7 @@ export function GpuCard(props: {
   const describe = (s: Segment) => {
     const head = `${s.label}: ${gib(s.gib, 2)} (${percent(s.gib, bar.total)} of ${gib(bar.total)})`
     const w = s.weightsGib
+    if (s.asleep) return `${head}: kept for its wake`
     if (w === undefined || w >= s.gib) return head
     return `${head}: weights and CUDA graphs ${gib(w, 2)}, KV cache and overhead ${gib(s.gib - w, 2)}`
   }
@@ -40,7 +41,7 @@ export function GpuCard(props: {
           <button
             type="button"
             key={s.instanceId ?? s.kind}
-            class={`seg ${s.kind}`}
+            class={`seg ${s.kind}${s.asleep ? ' asleep' : ''}`}
             data-kind={s.kind}
             data-instance={s.instanceId}
             data-gib={s.gib}

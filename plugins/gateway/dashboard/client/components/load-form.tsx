@@ -217,7 +217,7 @@ export function LoadForm() {
       <div class="actions">
         <button
           type="submit"
-          class={current ? 'primary' : ''}
+          class={!current ? '' : current.warning_level === 'danger' ? 'primary danger' : 'primary'}
           disabled={busy || !f.model.trim() || (!f.auto && !f.gpuIds.length)}
         >
           {busy ? 'Working…' : label}
