@@ -5,7 +5,6 @@ import type {
   ErrorBody,
   GpuAvailable,
   InferenceKeyAnswer,
-  InstanceRecord,
   LoadRequest,
   LoadResponse,
   LoginResult,
@@ -14,7 +13,6 @@ import type {
   MultiGpu,
   SleepLevel,
   SleepResult,
-  SleepStatus,
   WakeResult,
 } from './types.ts'
 
@@ -97,17 +95,11 @@ export const api = {
   logout: () => post<{ success: boolean; message: string }>('/api/auth/logout'),
   inferenceKey: () => get<InferenceKeyAnswer>('/api/dashboard/inference-key'),
 
-  instance: (i: string) => get<{ model: InstanceRecord }>(`/api/v1/models/${id(i)}`),
   load: (body: LoadRequest) => post<LoadResponse>('/api/v1/models/load', body),
   unload: (i: string) => post<unknown>(`/api/v1/models/${id(i)}/unload`),
-  logs: (i: string, lines: number) =>
-    get<{ instance_id: string; logs: string; line_count: number }>(
-      `/api/v1/models/instances/${id(i)}/logs?lines=${lines}`,
-    ),
   sleep: (i: string, level: SleepLevel) =>
     post<SleepResult>(`/api/models/instances/${id(i)}/sleep?level=${level}`),
   wake: (i: string) => post<WakeResult>(`/api/models/instances/${id(i)}/wake`),
-  sleepStatus: (i: string) => get<SleepStatus>(`/api/models/instances/${id(i)}/sleep-status`),
   move: (i: string, target_gpu_ids: number[], drain_timeout_ms?: number) =>
     post<MoveRecord>(`/api/models/instances/${id(i)}/move`, {
       target_gpu_ids,

@@ -5,7 +5,7 @@ import { Login } from './components/login.tsx'
 import { connection, startLive } from './live.ts'
 import { pages } from './pages/index.ts'
 import { href, match, path } from './router.ts'
-import { canWrite, logout, session } from './session.ts'
+import { canWrite, logout, session, startSession } from './session.ts'
 import type { AuthInfo, Me } from './types.ts'
 
 /**
@@ -81,6 +81,9 @@ export function App() {
         <main class="login card">
           <h1>modelgate</h1>
           <ErrorNote error={s.error} />
+          <button type="button" onClick={() => startSession()}>
+            Try again
+          </button>
         </main>
       )
     case 'login':
