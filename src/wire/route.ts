@@ -53,6 +53,11 @@ export interface WireForwardAction {
   target: string
   /** The body to send (the client's, or a rewritten copy). */
   body: BodyRange
+  /**
+   * extraHead: header lines (each ending CRLF) sent before the client's own, e.g. a pod-to-pod hop's
+   * signature; absent for none. The client's fields still pass as received (minus hop-by-hop ones).
+   */
+  extraHead?: string
   firstByteTimeoutMs: number
   connectTimeoutMs: number
   /** Called exactly once when the response has fully ended (see ForwardEnd). */

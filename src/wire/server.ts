@@ -534,7 +534,7 @@ class ClientConn implements WireClient {
         head,
         target: f.target,
         upstream: upstreams.origin(f.origin),
-        extraHead: '',
+        extraHead: f.extraHead ?? '',
         body: f.body,
         firstByteTimeoutMs: f.firstByteTimeoutMs,
         connectTimeoutMs: f.connectTimeoutMs,
