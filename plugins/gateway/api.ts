@@ -1,6 +1,8 @@
 import type { Static } from 'elysia'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
+import type { BodyRange } from '../../src/wire/body-range.ts'
+import type { ForwardEnd, WireAction } from '../../src/wire/route.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
 import type { Change } from './lifecycle.ts'
 import type {
@@ -80,6 +82,8 @@ export type GpuAvailable = Static<typeof GpuAvailableSchema>
 /** MultiGpuMemory: the spec's multi-GPU memory usage (GET /api/memory/usage/multi-gpu). */
 export type MultiGpuMemory = Static<typeof MultiGpuSchema>
 
+/** INSTANCE_EVENT_TYPES: every instance event type, the default of a stream's `types`. */
+export { INSTANCE_EVENT_TYPES } from './events.ts'
 export type { InstanceEvent, InstanceEventType }
 
 /** InstanceEventsOptions: which event types (default all), and whether buffered logs are replayed first. */
@@ -162,6 +166,65 @@ export interface GatewayPodApi extends GatewayApi {
   gpuAvailable(): Promise<GpuAvailable>
   /** multiGpuMemory: GET /api/memory/usage/multi-gpu's answer (503 without a probe). */
   multiGpuMemory(): Promise<MultiGpuMemory>
+  /** inference: the inference proxy's extension point for a cluster (GatewayInferenceApi). */
+  readonly inference: GatewayInferenceApi
+}
+
+/**
+ * GatewayInferenceApi: how a cluster extends the gateway's `/v1` to models other pods serve, without
+ * the gateway knowing pods. The edge consults the one remote resolver only when no local instance
+ * can take the request; the pod a request was relayed to plans it with `planLocal`, which never
+ * consults the resolver, so a request crosses at most one hop.
+ */
+export interface GatewayInferenceApi {
+  /** useRemote installs the remote resolver (one at a time); returns its removal. */
+  useRemote(resolver: RemoteResolver): () => void
+  /**
+   * planLocal plans a model route (`path` as the gateway serves it, e.g. `/v1/chat/completions`) on
+   * this pod's instances only, exactly as `/v1` does (wake on request included); a model this pod
+   * does not hold is 400 `invalid_model` in the proxy shape.
+   */
+  planLocal(path: string, query: string, body: BodyRange): WireAction
+}
+
+/**
+ * RemoteRequest: a request no local instance can take, as the remote resolver sees it. `runningOnly`:
+ * a local instance exists but is starting or asleep; a hop is worth it only to a pod where the model
+ * runs (else the local wake or refusal stands).
+ */
+export interface RemoteRequest {
+  /** The `model` field as the client sent it (forwarded unchanged, resolved by the pod that serves it). */
+  model: string
+  /** The gateway path (e.g. `/v1/chat/completions`) and the query ('' or '?…'). */
+  path: string
+  query: string
+  body: BodyRange
+  runningOnly: boolean
+  /** The gateway proxy's deadlines (plugins.gateway.proxy): reaching a pod, and its first byte. */
+  connectTimeoutMs: number
+  firstByteTimeoutMs: number
+  /** record: once, when the relayed response has ended: the gateway counts it as it counts its own. */
+  record(info: ForwardEnd, podId: string): void
+}
+
+/** RemoteModel: a model another pod serves, as `GET /v1/models` lists it after the local ones. */
+export interface RemoteModel {
+  /** The served model name (what `model` names). */
+  id: string
+  /** When this pod first saw it in a routing table (Unix seconds). */
+  created: number
+  /** Its model path, and the instance and pod that serve it (the first pod that does; null instance: not reported yet). */
+  root: string
+  instance_id: string | null
+  pod_id: string
+}
+
+/** RemoteResolver: what the cluster installs into the gateway's `/v1` (plugins/cluster/hop.ts). */
+export interface RemoteResolver {
+  /** plan: the hop for a request (a forward, or a decision deferred while a pod is reached), or null when no other pod has the model. */
+  plan(req: RemoteRequest): WireAction | null
+  /** models: the models other pods serve now, for `GET /v1/models`. */
+  models(): RemoteModel[]
 }
 
 /**
@@ -195,6 +258,8 @@ export interface ProxyRequestEvent {
   ttft_ms: number | null
   streamed: boolean
   path: string
+  /** pod_id: the pod that served a request this pod relayed to it (a cluster hop); absent when local. */
+  pod_id?: string
 }
 
 /**

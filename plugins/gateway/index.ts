@@ -1,5 +1,6 @@
 import { definePlugin } from '../../src/host/plugin.ts'
 import type {
+  GatewayInferenceApi,
   GatewayPodApi,
   GpuAvailable,
   InstanceEvent,
@@ -34,6 +35,9 @@ import { gpuAvailableView, multiGpuView } from './views.ts'
  * (GatewayPodApi), answered exactly as this pod's own routes answer them.
  */
 class PodGateway extends GatewayService implements GatewayPodApi {
+  /** inference: the proxy's cluster extension point, set once the proxy is built (in setup). */
+  inference!: GatewayInferenceApi
+
   instanceLogs(id: string, lines: number): LogRecord {
     const inst = this.require(id)
     const recent = inst.events.recentLogs(lines)
@@ -114,6 +118,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         holdTimeoutSeconds: cfg.proxy.hold_timeout,
       },
     })
+    service.inference = inference.handlers
     return {
       rawRoutes: inference.rawRoutes,
       routes: gatewayRoutes(service, cfg.sharedcache.shm_dir)

@@ -8,7 +8,7 @@ import { readModelField, replaceModel } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
 import type { ForwardEnd, WireAction } from '../../../src/wire/route.ts'
 import { WakeOnRequest, type WakePolicy } from '../../../src/wire/wake-on-request.ts'
-import type { GatewayApi, Lease } from '../api.ts'
+import type { GatewayApi, GatewayInferenceApi, Lease, RemoteResolver } from '../api.ts'
 import { ProxyMetrics } from './metrics.ts'
 import { GATEWAY_WAKE_ANSWERS, GatewayWakes } from './wake.ts'
 
@@ -23,6 +23,11 @@ import { GATEWAY_WAKE_ANSWERS, GatewayWakes } from './wake.ts'
  * until its response has fully ended, then is counted in the metrics and announced on the bus as
  * `proxy.request`. A model that sleeps is woken by the request (`wake_on_request`: reject with
  * Retry-After, or hold until it is awake; src/wire/wake-on-request.ts, the router's mechanism too).
+ *
+ * In a cluster, a model no local instance can take is handed to the remote resolver the cluster
+ * installs (`useRemote`, GatewayInferenceApi): one hop to a pod that serves it, counted here as a
+ * proxied request labelled by the served model name. `planLocal` is the same planning without the
+ * resolver, for requests another pod relayed here, so a request never crosses a second hop.
  */
 export interface InferenceDeps {
   api: GatewayApi
@@ -84,10 +89,12 @@ export function createInference(deps: InferenceDeps): {
  * GatewayInference decides each inference request once (`planModel`, `planDirect`: an error, or a
  * forward holding a lease on the instance); the front carries the decision out.
  */
-export class GatewayInference {
+export class GatewayInference implements GatewayInferenceApi {
   private readonly metrics: ProxyMetrics
   private readonly sleepers: GatewayWakes
   private readonly wakes: WakeOnRequest
+  /** The cluster's remote resolver, consulted only when no local instance can take a request. */
+  private remote: RemoteResolver | null = null
 
   constructor(private readonly deps: InferenceDeps) {
     this.metrics = new ProxyMetrics(deps.metrics)
@@ -111,12 +118,28 @@ export class GatewayInference {
     if (enginePath === undefined) return { error: notFound('POST', path) }
     const model = readModelField(body)
     if (typeof model !== 'string') return { error: model }
-    return this.serve(model, enginePath + query, body, path, false)
+    return this.serve(model, enginePath + query, body, path, false, query)
+  }
+
+  planLocal(path: string, query: string, body: BodyRange): WireAction {
+    const enginePath = enginePaths.get(path)
+    if (enginePath === undefined) return { error: notFound('POST', path) }
+    const model = readModelField(body)
+    if (typeof model !== 'string') return { error: model }
+    return this.serve(model, enginePath + query, body, path, false, null)
+  }
+
+  useRemote(resolver: RemoteResolver): () => void {
+    this.remote = resolver
+    return () => {
+      if (this.remote === resolver) this.remote = null
+    }
   }
 
   /**
    * serve forwards to an instance of `model`, or wakes it when it sleeps (`afterWake`: the request
-   * was held for a wake; a model asleep again is refused, not woken again).
+   * was held for a wake; a model asleep again is refused, not woken again). `hopQuery`: the client's
+   * query when the request may hop to another pod (null: local instances only).
    */
   private serve(
     model: string,
@@ -124,15 +147,22 @@ export class GatewayInference {
     body: BodyRange,
     path: string,
     afterWake: boolean,
+    hopQuery: string | null,
   ): WireAction {
     let lease: Lease
     try {
       lease = this.deps.api.acquire(model)
     } catch (err) {
+      if (hopQuery !== null && this.remote !== null) {
+        const hop = this.hop(err, model, path, hopQuery, body)
+        if (hop) return hop
+      }
       if (!afterWake && err instanceof AppError && err.code === 'model_sleeping') {
         const sleeping = this.sleepers.sleeping(model, err)
         if (sleeping)
-          return this.wakes.answer(sleeping, { ready: () => this.serve(model, target, body, path, true) })
+          return this.wakes.answer(sleeping, {
+            ready: () => this.serve(model, target, body, path, true, hopQuery),
+          })
       }
       return { error: this.refusal(err, path) }
     }
@@ -142,7 +172,50 @@ export class GatewayInference {
     return this.forwardTo(lease, target, bytes, model, path)
   }
 
-  /** modelList: `GET /v1/models`, every active instance once by served name and once by id. */
+  /**
+   * hop asks the remote resolver for a request acquire refused: any pod when no local instance
+   * matches (400 invalid_model), only a pod where it runs when the local one is starting or asleep.
+   * null: no pod can take it, and the local refusal (or wake) stands.
+   */
+  private hop(err: unknown, model: string, path: string, query: string, body: BodyRange): WireAction | null {
+    if (!(err instanceof AppError)) return null
+    const code = err.code
+    const runningOnly = code !== 'invalid_model'
+    if (runningOnly && code !== 'model_sleeping' && code !== 'model_not_ready') return null
+    const { config } = this.deps
+    return this.remote!.plan({
+      model,
+      path,
+      query,
+      body,
+      runningOnly,
+      connectTimeoutMs: config.connectTimeoutMs,
+      // The serving pod applies its own deadlines (and may hold the request while its model wakes):
+      // this pod's is a backstop behind them.
+      firstByteTimeoutMs: config.firstByteTimeoutMs + (config.holdTimeoutSeconds ?? 120) * 1000,
+      record: (info, podId) => this.recordHop(model, path, podId, info),
+    })
+  }
+
+  /** recordHop counts a relayed request as a proxied one, labelled by the served model name. */
+  private recordHop(model: string, path: string, podId: string, info: ForwardEnd): void {
+    this.metrics.observe(model, info.status, info.durationMs)
+    this.deps.bus.emit('proxy.request', {
+      model,
+      instance_id: null,
+      status: info.status,
+      duration_ms: info.durationMs,
+      ttft_ms: info.ttftMs,
+      streamed: info.streamed,
+      path,
+      pod_id: podId,
+    })
+  }
+
+  /**
+   * modelList: `GET /v1/models`, every active instance once by served name and once by id, then the
+   * models other pods of the cluster serve (by served name, with the pod that serves it).
+   */
   modelList(): { object: 'list'; data: Record<string, unknown>[] } {
     const data: Record<string, unknown>[] = []
     const seen = new Set<string>()
@@ -163,6 +236,21 @@ export class GatewayInference {
           instance_id: i.id,
         })
       }
+    }
+    for (const m of this.remote?.models() ?? []) {
+      if (seen.has(m.id)) continue
+      seen.add(m.id)
+      const { id, created, root, instance_id, pod_id } = m
+      data.push({
+        id,
+        object: 'model',
+        created,
+        owned_by: 'modelgate',
+        root,
+        max_model_len: null,
+        instance_id,
+        pod_id,
+      })
     }
     return { object: 'list', data }
   }
