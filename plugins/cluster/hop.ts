@@ -216,7 +216,9 @@ export class ClusterHop implements RemoteResolver {
     const outcome = outcomeOf(info)
     if (outcome === 'unreachable') this.failedAt.set(pod, this.now())
     this.hops.inc({ model: req.model, pod, outcome })
-    if (info.status === 401 || info.status === 403)
+    if (info.error)
+      this.o.log.warn('cluster hop failed', { pod, model: req.model, status: info.status, error: info.error })
+    else if (info.status === 401 || info.status === 403)
       this.o.log.warn('cluster hop refused by the pod: do both pods have the same CLUSTER_SECRET?', {
         pod,
         status: info.status,
