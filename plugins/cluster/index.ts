@@ -1,9 +1,10 @@
 import { hostname } from 'node:os'
 import { definePlugin } from '../../src/host/plugin.ts'
-import type { GatewayApi } from '../gateway/api.ts'
+import type { GatewayPodApi } from '../gateway/api.ts'
 import { ClusterConfig } from './config.ts'
 import { createCoordinator } from './coordination/index.ts'
 import stateSql from './db/migrations/0001_cluster_state.sql' with { type: 'text' }
+import { ClusterHop, hopRoutes } from './hop.ts'
 import { internalRoutes } from './internal-routes.ts'
 import { PeerClient } from './peer-client.ts'
 import { ClusterStateRepo } from './repo.ts'
@@ -38,6 +39,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       log,
     })
     const address = () => cfg.advertise_address ?? ctx.mainUrl()
+    const gateway = ctx.api<GatewayPodApi>('gateway')
     service = new ClusterService({
       cfg,
       podId,
@@ -45,7 +47,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       coordinator: (addr) =>
         createCoordinator(cfg, { podId, address: addr, log: log.child(cfg.coordination.kind) }),
       peers,
-      gateway: ctx.api<GatewayApi>('gateway'),
+      gateway,
       bus: ctx.bus,
       log,
       repo,
@@ -60,11 +62,25 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       }),
     )
     const cluster = service
+    const hop = new ClusterHop({
+      cluster,
+      inference: gateway.inference,
+      secret: auth.cluster_secret as string,
+      metrics: ctx.metrics,
+      log: log.child('hop'),
+    })
     return {
-      routes: clusterRoutes(cluster).use(internalRoutes(cluster)),
+      routes: clusterRoutes(cluster).use(internalRoutes(cluster)).use(hopRoutes()),
+      rawRoutes: hop.rawRoutes,
       api: cluster,
-      start: () => cluster.start(),
-      stop: (deadline) => cluster.stop(deadline),
+      start: async () => {
+        await cluster.start()
+        hop.start()
+      },
+      stop: (deadline) => {
+        hop.stop()
+        return cluster.stop(deadline)
+      },
     }
   },
 })
