@@ -7,6 +7,10 @@ import stateSql from './db/migrations/0001_cluster_state.sql' with { type: 'text
 import { ClusterHop, hopRoutes } from './hop.ts'
 import { internalRoutes } from './internal-routes.ts'
 import { PeerClient } from './peer-client.ts'
+import { remoteInternalRoutes } from './remote/internal-routes.ts'
+import { LocalPod } from './remote/local-pod.ts'
+import { remoteRoutes } from './remote/routes.ts'
+import { RemoteLifecycle } from './remote/service.ts'
 import { ClusterStateRepo } from './repo.ts'
 import { clusterRoutes } from './routes.ts'
 import { ClusterService } from './service.ts'
@@ -69,8 +73,14 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       metrics: ctx.metrics,
       log: log.child('hop'),
     })
+    const local = new LocalPod(gateway)
+    const remote = new RemoteLifecycle({ cluster, local, peers, timeoutMs: cfg.request_timeout_ms })
     return {
-      routes: clusterRoutes(cluster).use(internalRoutes(cluster)).use(hopRoutes()),
+      routes: clusterRoutes(cluster)
+        .use(internalRoutes(cluster))
+        .use(remoteRoutes(remote))
+        .use(remoteInternalRoutes(local, cluster.fence))
+        .use(hopRoutes()),
       rawRoutes: hop.rawRoutes,
       api: cluster,
       start: async () => {

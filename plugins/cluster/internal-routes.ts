@@ -2,7 +2,7 @@ import { Elysia, t } from 'elysia'
 import { ControllerError } from '../../src/http/schemas.ts'
 import { ClusterEventBody, HeartbeatBody, HeartbeatReplySchema, InternalStateSchema } from './schemas.ts'
 import type { ClusterService } from './service.ts'
-import { TERM_HEADER } from './term.ts'
+import { TERM_HEADER, type TermFence } from './term.ts'
 
 /**
  * internalRoutes: the pod-to-pod half of the spec's Internal API that membership needs. The listener's
@@ -13,11 +13,19 @@ import { TERM_HEADER } from './term.ts'
 const tags = ['internal']
 const errors = { 400: ControllerError, 401: ControllerError, 403: ControllerError, 409: ControllerError }
 
+/**
+ * termAdmission: the one check every internal route group starts with (use it first in each): the
+ * request's X-Cluster-Term, refused 409 STALE_TERM below the highest term this pod has seen.
+ */
+export function termAdmission(fence: TermFence) {
+  return new Elysia().onBeforeHandle({ as: 'scoped' }, ({ request }) => {
+    fence.admit(request.headers.get(TERM_HEADER))
+  })
+}
+
 export function internalRoutes(cluster: ClusterService) {
   return new Elysia({ name: 'cluster-internal-routes' })
-    .onBeforeHandle({ as: 'scoped' }, ({ request }) => {
-      cluster.fence.admit(request.headers.get(TERM_HEADER))
-    })
+    .use(termAdmission(cluster.fence))
     .get('/internal/ping', () => ({ podId: cluster.podId, term: cluster.fence.term }), {
       response: { 200: t.Object({ podId: t.String(), term: t.Number() }), ...errors },
       detail: { tags, summary: 'Liveness of a pod, with the highest term it has seen' },
