@@ -19,8 +19,15 @@ let token: string
 beforeAll(async () => {
   gw = await startGateway({
     ports: [27100, 27119],
-    extraYaml: '  benchmarks: {}\n  cluster: { pod_id: solo, coordination: { kind: static, static: { leader: solo, peers: [] } } }\n',
-    hostEnv: { AUTH_MODE: 'simple', ADMIN_PASSWORD: 'pw', JWT_SECRET: SECRET, INFERENCE_API_KEY: KEY, CLUSTER_SECRET: 'c'.repeat(32) },
+    extraYaml:
+      '  benchmarks: {}\n  cluster: { pod_id: solo, coordination: { kind: static, static: { leader: solo, peers: [] } } }\n',
+    hostEnv: {
+      AUTH_MODE: 'simple',
+      ADMIN_PASSWORD: 'pw',
+      JWT_SECRET: SECRET,
+      INFERENCE_API_KEY: KEY,
+      CLUSTER_SECRET: 'c'.repeat(32),
+    },
   })
   port = Number(new URL(gw.url).port)
   const login = await fetch(`${gw.url}/api/auth/login`, {
