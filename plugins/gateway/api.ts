@@ -4,7 +4,7 @@ import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { BodyRange } from '../../src/wire/body-range.ts'
 import type { ForwardEnd, WireAction } from '../../src/wire/route.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
-import type { Change } from './lifecycle.ts'
+import type { Change, Lifecycle, Operation } from './lifecycle.ts'
 import type {
   GpuAvailableSchema,
   InstanceDetailSchema,
@@ -84,7 +84,7 @@ export type MultiGpuMemory = Static<typeof MultiGpuSchema>
 
 /** INSTANCE_EVENT_TYPES: every instance event type, the default of a stream's `types`. */
 export { INSTANCE_EVENT_TYPES } from './events.ts'
-export type { InstanceEvent, InstanceEventType }
+export type { InstanceEvent, InstanceEventType, Lifecycle, Operation }
 
 /** InstanceEventsOptions: which event types (default all), and whether buffered logs are replayed first. */
 export interface InstanceEventsOptions {
@@ -100,6 +100,38 @@ export type MoveEvent = Static<typeof MoveEventSchema>
 
 /** MoveRecord: a move, its latest event with its source, target and timings. */
 export type MoveRecord = Static<typeof MoveRecordSchema>
+
+/**
+ * MoveFit: what a move's target GPUs must have room for: the instance's measured footprint per GPU
+ * (null when never measured: the move is refused), or its engine's share of each GPU when larger.
+ */
+export interface MoveFit {
+  instance_id: string
+  footprint_gib: number | null
+  gpu_memory_utilization: number
+  sharedcache_enabled: boolean
+}
+
+/** GatewayMoves: a pod's blue-green moves (plugins/gateway/move), as its own move routes drive them. */
+export interface GatewayMoves {
+  /** inProgress: a move runs on this pod (one at a time). */
+  readonly inProgress: boolean
+  /** start validates (400/404/409 as the move route answers) and runs the move in the background. */
+  start(instanceId: string, targetGpuIds: number[], drainTimeoutMs: number): Promise<MoveRecord>
+  get(moveId: string): MoveRecord | undefined
+  /** subscribe: the current phase, then each one; `onEnd` after completed or failed; null when unknown. */
+  subscribe(moveId: string, fn: (e: MoveEvent) => void, onEnd: () => void): (() => void) | null
+  /** cancel applies the spec's cancel table (404 unknown, 409 too late). */
+  cancel(moveId: string, force: boolean): void
+  /** checkFits: the GPUs exist here and have room for `fit` (400 / 400 INSUFFICIENT_MEMORY / 503). */
+  checkFits(fit: MoveFit, targetGpuIds: number[]): Promise<void>
+}
+
+/** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
+export interface LoadOptions {
+  routing?: boolean
+  operation?: Operation
+}
 
 /**
  * Lease is a routing reservation on an instance: call `release` when the response has fully ended.
@@ -168,6 +200,20 @@ export interface GatewayPodApi extends GatewayApi {
   multiGpuMemory(): Promise<MultiGpuMemory>
   /** inference: the inference proxy's extension point for a cluster (GatewayInferenceApi). */
   readonly inference: GatewayInferenceApi
+  /** moves: this pod's blue-green moves, for a cluster move that stays on the owning pod. */
+  readonly moves: GatewayMoves
+  /**
+   * load as GatewayApi.load, with how the instance starts out: a cross-pod move's target loads out of
+   * routing with its move running, as the single-pod move's does.
+   */
+  load(req: LoadRequest, opts?: LoadOptions): Promise<LoadResponse>
+  /**
+   * lifecycle: an instance's lifecycle (routing on or off, the move operation, in-flight requests
+   * and the waits on them), for a move across pods; 404 MODEL_NOT_FOUND when unknown.
+   */
+  lifecycle(id: string): Lifecycle
+  /** engineHealthy: the instance's engine answers /health within `timeoutMs` (false when unknown). */
+  engineHealthy(id: string, timeoutMs: number): Promise<boolean>
 }
 
 /**

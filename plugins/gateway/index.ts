@@ -5,6 +5,7 @@ import type {
   GpuAvailable,
   InstanceEvent,
   InstanceEventsOptions,
+  Lifecycle,
   LogRecord,
   MultiGpuMemory,
 } from './api.ts'
@@ -60,6 +61,15 @@ class PodGateway extends GatewayService implements GatewayPodApi {
 
   multiGpuMemory(): Promise<MultiGpuMemory> {
     return multiGpuView(this)
+  }
+
+  lifecycle(id: string): Lifecycle {
+    return this.require(id).lifecycle
+  }
+
+  async engineHealthy(id: string, timeoutMs: number): Promise<boolean> {
+    const inst = this.instances.get(id)
+    return inst ? inst.client.health(timeoutMs) : false
   }
 }
 

@@ -6,7 +6,7 @@ import type { EventBus } from '../../../src/host/bus.ts'
 import { ReplayHub } from '../../../src/host/hub.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../../src/http/errors.ts'
-import type { LoadRequest, LoadResponse, MoveEvent, MovePhase, MoveRecord } from '../api.ts'
+import type { LoadRequest, LoadResponse, MoveEvent, MoveFit, MovePhase, MoveRecord } from '../api.ts'
 import type { ManagedInstance } from '../instance.ts'
 import type { Operation } from '../lifecycle.ts'
 import { effectiveFreeMib } from '../placement.ts'
@@ -55,6 +55,27 @@ interface Move {
 const FINISHED: ReadonlySet<MovePhase> = new Set(['completed', 'failed'])
 const TOO_LATE: ReadonlySet<MovePhase> = new Set(['completing', 'completed', 'failed'])
 const KEEP_FINISHED = 50
+
+/** moveFit: what a target must have room for, from the instance's row or record. */
+export function moveFit(r: {
+  id: string
+  gpu_memory_utilization: number
+  sharedcache_enabled: boolean
+  memory_baseline_by_gpu?: Record<string, number> | null
+  memory_metrics?: { total_gpu_memory_gib: number } | null
+}): MoveFit {
+  const baseline = r.memory_baseline_by_gpu
+  const footprint =
+    baseline && Object.keys(baseline).length
+      ? Math.max(...Object.values(baseline))
+      : (r.memory_metrics?.total_gpu_memory_gib ?? null)
+  return {
+    instance_id: r.id,
+    footprint_gib: footprint,
+    gpu_memory_utilization: r.gpu_memory_utilization,
+    sharedcache_enabled: r.sharedcache_enabled,
+  }
+}
 
 export class MoveManager {
   private readonly moves = new Map<string, Move>()
@@ -123,7 +144,7 @@ export class MoveManager {
     this.moves.set(move.record.move_id, move)
     this.emit(move, 'validating', move.record.message)
     try {
-      await this.checkTarget(source, target)
+      await this.checkFits(moveFit(source.row), target)
     } catch (err) {
       this.moves.delete(move.record.move_id)
       this.current = null
@@ -138,8 +159,12 @@ export class MoveManager {
     return record
   }
 
-  /** checkTarget: the target GPUs exist and have room for the source's measured footprint. */
-  private async checkTarget(source: ManagedInstance, target: number[]): Promise<void> {
+  /**
+   * checkFits: the target GPUs exist and have room for what the instance `fit` describes (its
+   * measured footprint, or its engine's share of each GPU when larger). A move across pods asks the
+   * target pod with the source pod's figures (moveFit of the source's record).
+   */
+  async checkFits(fit: MoveFit, target: number[]): Promise<void> {
     const snap = await this.service.gpuSnapshot()
     if (!snap.available)
       throw new AppError(503, 'GPU_PROBE_UNAVAILABLE', `No GPU probe available: ${snap.reason}`)
@@ -147,29 +172,22 @@ export class MoveManager {
     const missing = target.filter((g) => !byIndex.has(g))
     if (missing.length) throw badRequest(`GPU ${missing.join(', ')} does not exist`)
     const pending = this.service.pendingMibByGpu(snap)
-    const footprintGib = this.footprintGib(source)
+    const footprintGib = fit.footprint_gib
     if (footprintGib === null)
       throw badRequest(
-        `No memory measurement for ${source.id} (no memory_baseline_by_gpu or memory metrics); cannot check the target fits`,
+        `No memory measurement for ${fit.instance_id} (no memory_baseline_by_gpu or memory metrics); cannot check the target fits`,
       )
     for (const idx of target) {
       const g = byIndex.get(idx)!
       const freeGib = effectiveFreeMib(g, pending) / 1024
       const total = g.memoryTotalMib ? g.memoryTotalMib / 1024 : null
-      const engineNeeds =
-        source.row.sharedcache_enabled || total === null ? 0 : source.row.gpu_memory_utilization * total
+      const engineNeeds = fit.sharedcache_enabled || total === null ? 0 : fit.gpu_memory_utilization * total
       const need = Math.max(footprintGib, engineNeeds)
       if (freeGib < need)
         throw insufficientMemory(
-          `GPU ${idx} has ${freeGib.toFixed(2)} GiB free; moving ${source.id} needs ${need.toFixed(2)} GiB per GPU`,
+          `GPU ${idx} has ${freeGib.toFixed(2)} GiB free; moving ${fit.instance_id} needs ${need.toFixed(2)} GiB per GPU`,
         )
     }
-  }
-
-  private footprintGib(source: ManagedInstance): number | null {
-    const baseline = source.row.memory_baseline_by_gpu
-    if (baseline && Object.keys(baseline).length) return Math.max(...Object.values(baseline))
-    return source.row.memory_metrics?.total_gpu_memory_gib ?? null
   }
 
   private emit(move: Move, phase: MovePhase, message: string, extra: Partial<MoveEvent> = {}): void {
