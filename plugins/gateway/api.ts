@@ -282,6 +282,8 @@ export {
   InstanceDetailSchema,
   LoadBody,
   LoadResponseSchema,
+  MoveEventSchema,
+  MoveRecordSchema,
   MultiGpuSchema,
   SleepResultSchema,
   WakeResultSchema,
