@@ -112,6 +112,9 @@ export interface MoveFit {
   sharedcache_enabled: boolean
 }
 
+/** moveFit: the MoveFit of an instance record (what another pod's checkFits is asked with). */
+export { moveFit } from './move/service.ts'
+
 /** GatewayMoves: a pod's blue-green moves (plugins/gateway/move), as its own move routes drive them. */
 export interface GatewayMoves {
   /** inProgress: a move runs on this pod (one at a time). */
