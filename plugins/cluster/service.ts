@@ -77,6 +77,8 @@ export class ClusterService {
   private readonly now: () => number
   private coord: Coordinator | null = null
   private address = ''
+  /** Instances this pod reports as `standby` (out of the routing table): see standby(). */
+  private readonly standbyIds = new Set<string>()
 
   constructor(private readonly deps: ClusterDeps) {
     this.now = deps.now ?? Date.now
@@ -159,9 +161,24 @@ export class ClusterService {
       models: this.deps.gateway
         .list()
         .filter(holdsGpu)
-        .map((i) => podModel(this.deps.podId, i)),
+        .map((i) => podModel(this.deps.podId, i, this.standbyIds.has(i.id))),
       gpus: this.gpus,
     }
+  }
+
+  /**
+   * standby takes an instance out of the routing table (`standby` in this pod's state, which the
+   * leader's table skips) or puts it back, and announces it at once (model-moved): the leader rebuilds
+   * and sends its table. A move across pods switches traffic with it while both instances run: the
+   * target is put in, then the source taken out, each once every pod routes by the previous table.
+   */
+  standby(instanceId: string, on: boolean): void {
+    if (on === this.standbyIds.has(instanceId)) return
+    if (on) this.standbyIds.add(instanceId)
+    else this.standbyIds.delete(instanceId)
+    this.rebuild()
+    const name = this.deps.gateway.get(instanceId)?.served_model_name
+    this.broadcast('model-moved', { instanceId, ...(name === undefined ? {} : { modelName: name }) })
   }
 
   /** peerAddress: a pod's base URL (this pod's own included), or undefined for an unknown pod. */
@@ -429,13 +446,15 @@ function holdsGpu(i: InstanceRecord): boolean {
   return i.status !== 'failed'
 }
 
-export function podModel(podId: string, i: InstanceRecord): PodModel {
+/** podModel: an instance as its pod reports it; `standby`: serving here, but out of the routing table. */
+export function podModel(podId: string, i: InstanceRecord, standby = false): PodModel {
+  const serving = i.status === 'active' || i.status === 'sleeping'
   return {
     instanceId: i.id,
     podId,
     modelPath: i.model_path,
     modelName: i.served_model_name,
-    status: i.status === 'active' ? 'running' : i.status,
+    status: standby && serving ? 'standby' : i.status === 'active' ? 'running' : i.status,
     port: i.port,
     gpuIds: i.gpu_ids,
     tensorParallelSize: i.tensor_parallel_size,
