@@ -339,6 +339,7 @@ export class ClusterService {
           ? 'model-unloaded'
           : null
     if (!type) return
+    if (status === 'removed') this.standbyIds.delete(instance.id)
     this.rebuild()
     this.broadcast(type, { instanceId: instance.id, modelName: instance.served_model_name })
   }

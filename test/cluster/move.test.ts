@@ -11,9 +11,9 @@ import { waitFor } from '../support/wait.ts'
  * Moves across pods: three pods in one test process (real listeners, real simulated engines, each
  * with its own simulated GPUs), `static` coordination with pod c leading, admin auth, an inference
  * key and a cluster secret. Model `moving` starts on pod a; 20 streams loop through pod c's /v1 (and
- * 4 through pod a's, the source's own pod) for the whole file, each failure counted with its answer.
- * Every move is asked of pod c, followed on pod c, and cancelled through pod c, while it runs on the
- * pod that holds the model.
+ * 4 through pod a's, one of the two pods it moves between) for the whole file, each failure kept
+ * with its answer. Every move is asked of pod c, followed on pod c, and cancelled through pod c,
+ * while it runs on the pod that holds the model.
  */
 const SECRET = 'cluster-move-secret-for-tests-0123'
 const KEY = 'inference-key-for-move-tests'
@@ -353,6 +353,146 @@ describe('cluster move across pods', () => {
     expect(gone.status).toBe(404)
     for (const m of (await admin<{ models: Model[] }>('c', '/api/v1/models')).body.models)
       await admin('c', `/api/v1/models/${m.id}/unload`, { method: 'POST' })
+  }, 60_000)
+
+  /**
+   * cancelAt starts a move of `moving` to the other pod and, at the first event of `phase` on the pod
+   * that runs it, sends the cancel through pod c. `holdSource` keeps a long chat open on the source
+   * (sent to its own pod before the move), so draining lasts until it ends.
+   */
+  async function cancelAt(phase: string, force: boolean, holdSource = false) {
+    const source = { ...where }
+    const target = other(source.pod)
+    const held = holdSource ? await longChat(source.pod) : null
+    let loads = 0
+    const offLoads = pods[target].host.bus.on('gateway.instance.status', (e) => {
+      if (e.currentStatus === 'starting' && e.instance.served_model_name === MODEL) loads++
+    })
+    let cancel: Promise<{ status: number; body: { error?: { code: string } } | null }> | null = null
+    const off = pods[source.pod].host.bus.on('cluster.move.progress', (e) => {
+      if (e.phase !== phase || cancel) return
+      cancel = admin('c', `/api/cluster/moves/${e.move_id}?force=${force}`, { method: 'DELETE' })
+    })
+    const mark = traffic.mark()
+    const res = await startMove(target, 1)
+    expect(res.status).toBe(200)
+    const { events } = await follow(res.body.move_id)
+    off()
+    offLoads()
+    expect(cancel).not.toBeNull()
+    const answer = await cancel!
+    const heldOk = held ? await held.done : null
+    return {
+      source,
+      target,
+      answer,
+      events,
+      phases: events.map((e) => e.phase),
+      final: events.at(-1)!,
+      mark,
+      loads,
+      heldOk,
+    }
+  }
+
+  /** longChat: a 600-token stream to the source pod's own /v1 (3 s), open once its head has arrived. */
+  async function longChat(pod: PodId): Promise<{ done: Promise<boolean> }> {
+    const res = await fetch(`${pods[pod].url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+      body: JSON.stringify({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'long' }],
+        max_tokens: 600,
+        ignore_eos: true,
+        stream: true,
+      }),
+    })
+    expect(res.status).toBe(200)
+    // Wrapped: an async function returning the bare promise would wait for the whole answer.
+    return {
+      done: res.text().then(
+        (t) => t.endsWith('data: [DONE]\n\n'),
+        () => false,
+      ),
+    }
+  }
+
+  async function stays(r: { source: { pod: PodId; id: string }; target: PodId; mark: number }) {
+    const on = await modelsOn(r.source.pod)
+    expect(on.map((m) => [m.id, m.status])).toEqual([[r.source.id, 'active']])
+    expect(await modelsOn(r.target)).toEqual([])
+    expect(await routedTo()).toEqual(everywhere(r.source.pod))
+    await traffic.answersSince(traffic.mark(), 24)
+  }
+
+  it('cancel in validating aborts at once: nothing loads, the source serves on', async () => {
+    const r = await cancelAt('validating', false)
+    expect(r.answer.status).toBe(204)
+    expect(r.final).toMatchObject({ phase: 'failed', error: 'cancelled' })
+    expect(r.loads).toBe(0)
+    await stays(r)
+    expect(traffic.failuresSince(r.mark)).toEqual([])
+  }, 60_000)
+
+  for (const force of [false, true]) {
+    it(`cancel in spawning kills the target and keeps the source (force=${force})`, async () => {
+      const r = await cancelAt('spawning', force)
+      expect(r.answer.status).toBe(204)
+      expect(r.final).toMatchObject({ phase: 'failed', error: 'cancelled' })
+      expect(r.phases).not.toContain('switching')
+      expect(r.loads).toBe(1)
+      await stays(r)
+      expect(traffic.failuresSince(r.mark)).toEqual([])
+    }, 60_000)
+  }
+
+  for (const phase of ['switching', 'draining']) {
+    it(`cancel in ${phase} without force puts the source back in every table and unloads the target`, async () => {
+      const r = await cancelAt(phase, false, phase === 'draining')
+      expect(r.answer.status).toBe(204)
+      expect(r.final).toMatchObject({ phase: 'failed', error: 'cancelled' })
+      if (phase === 'switching') expect(r.phases).not.toContain('draining')
+      else {
+        // The chat held open on the source finished there, after the move was called off.
+        expect(r.phases.slice(-2)).toEqual(['draining', 'failed'])
+        expect(r.heldOk).toBe(true)
+      }
+      await stays(r)
+      expect(traffic.failuresSince(r.mark)).toEqual([])
+    }, 60_000)
+
+    it(`cancel in ${phase} with force completes at once and unloads the source`, async () => {
+      const r = await cancelAt(phase, true, phase === 'draining')
+      expect(r.answer.status).toBe(204)
+      expect(r.final.phase).toBe('completed')
+      if (phase === 'switching') expect(r.phases).not.toContain('draining')
+      else expect(r.phases.slice(-3)).toEqual(['draining', 'completing', 'completed'])
+      await moved(r.target)
+      // Force may drop the source's open connections (the spec says so): counted, not forbidden.
+      const cut = traffic.failuresSince(r.mark)
+      expect(cut.every((a) => a.status === 200)).toBe(true)
+      console.log(`cancel(force) in ${phase}: ${cut.length} stream(s) cut short`)
+    }, 60_000)
+  }
+
+  it('refuses a cancel when completing (too late), and once completed or unknown', async () => {
+    const r = await cancelAt('completing', false)
+    expect(r.answer.status).toBe(409)
+    expect(r.answer.body?.error?.code).toBe('MOVE_NOT_CANCELLABLE')
+    expect(r.final.phase).toBe('completed')
+    await moved(r.target)
+    expect(traffic.failuresSince(r.mark)).toEqual([])
+    const again = await admin<{ error: { code: string } }>('c', `/api/cluster/moves/${r.final.move_id}`, {
+      method: 'DELETE',
+    })
+    expect(again.status).toBe(409)
+    expect(again.body.error.code).toBe('MOVE_NOT_CANCELLABLE')
+    expect((await admin('b', '/api/cluster/moves/mv-unknown', { method: 'DELETE' })).status).toBe(404)
+    expect((await admin('b', '/api/cluster/moves/mv-unknown/events')).status).toBe(404)
+    // Its record, from a pod that did not run it.
+    const record = await admin<ClusterMoveRecord>('b', `/api/cluster/moves/${r.final.move_id}`)
+    expect(record.body).toMatchObject({ phase: 'completed', podId: r.source.pod, targetPodId: r.target })
   }, 60_000)
 
   it('rolls back when the target engine dies while it loads: the source serves on, no request fails', async () => {

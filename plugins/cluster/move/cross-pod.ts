@@ -6,50 +6,19 @@ import type { Logger } from '../../../src/host/logger.ts'
 import { conflict } from '../../../src/http/errors.ts'
 import type {
   GatewayPodApi,
-  InstanceEvent,
   InstanceRecord,
   LoadRequest,
   MoveEvent,
+  MoveFit,
   MovePhase,
 } from '../../gateway/api.ts'
-import type { Pod } from '../schemas.ts'
-import type { MovePod } from './pod-side.ts'
+import { type LinkDeps, MoveLinks } from './links.ts'
 import type { ClusterMoveRecord, TableWant } from './schemas.ts'
-import { readEvents } from './sse-read.ts'
 
-/** PeerCalls: the signed calls a move makes to another pod (PeerClient). */
-export interface PeerCalls {
-  request<T = unknown>(
-    address: string,
-    method: string,
-    pathWithQuery: string,
-    body?: unknown,
-    opts?: { signal?: AbortSignal; timeoutMs?: number },
-  ): Promise<T>
-  stream(address: string, pathWithQuery: string, signal: AbortSignal): Promise<Response>
-}
-
-/** MoveTimeouts: the deadlines of a move's waits that the operator's drain deadline does not set. */
-export interface MoveTimeouts {
-  /** A plain peer call (plugins.cluster.request_timeout_ms). */
-  requestMs: number
-  /** Every pod's routing table saying what the switch needs. */
-  tableMs: number
-  /** An unload, from SIGTERM to the engine gone. */
-  unloadMs: number
-  /** The target's event stream quiet this long (no heartbeat either): its pod is gone. */
-  idleMs: number
-}
-
-export interface CrossPodDeps {
-  podId: string
+export interface CrossPodDeps extends LinkDeps {
   gateway: GatewayPodApi
-  local: MovePod
-  peers: PeerCalls
-  pods: () => Pod[]
   bus: EventBus
   log: Logger
-  timeouts: MoveTimeouts
 }
 
 declare module '../../../src/host/bus.ts' {
@@ -89,6 +58,7 @@ const TOO_LATE: ReadonlySet<MovePhase> = new Set(['completing', 'completed', 'fa
  */
 export class CrossPodMove {
   readonly progress: ReplayHub<MoveEvent>
+  private readonly links: MoveLinks
   private readonly controller = new AbortController()
   private cancelled: Cancelled | null = null
   private target: { instanceId: string; port: number } | null = null
@@ -100,8 +70,9 @@ export class CrossPodMove {
     private readonly d: CrossPodDeps,
     readonly record: ClusterMoveRecord,
     private readonly source: InstanceRecord,
-    private readonly targetAddress: string,
+    targetAddress: string,
   ) {
+    this.links = new MoveLinks(d, record.move_id, { podId: record.targetPodId, address: targetAddress })
     this.progress = new ReplayHub<MoveEvent>({ snapshot: () => [this.event()] })
   }
 
@@ -110,12 +81,12 @@ export class CrossPodMove {
   }
 
   /** validate: the target pod has room on the target GPUs for the source's measured footprint. */
-  async validate(fit: unknown): Promise<void> {
+  async validate(fit: MoveFit): Promise<void> {
     this.emit(
       'validating',
       `checking GPU ${this.record.target_gpu_ids.join(', ')} on pod ${this.record.targetPodId}`,
     )
-    await this.call('target/check', { fit, gpuIds: this.record.target_gpu_ids })
+    await this.links.step('target/check', { fit, gpuIds: this.record.target_gpu_ids })
   }
 
   /** cancel: the spec's table (404 is the caller's): 409 once completing, else the running step stops. */
@@ -187,39 +158,18 @@ export class CrossPodMove {
       extra_args: removeFlag(r.extra_args, '--port'),
       force: true,
     }
-    const target = await this.call<{ instanceId: string; port: number }>('target/load', req)
+    const target = await this.links.step<{ instanceId: string; port: number }>('target/load', req)
     this.target = target
     rec.target_instance_id = target.instanceId
     this.checkCancel()
-    const what = `the start of the target ${target.instanceId} on pod ${rec.targetPodId}`
-    const signal = this.controller.signal
-    const events = await this.d.peers.stream(
-      this.targetAddress,
-      `/internal/models/${encodeURIComponent(target.instanceId)}/events?types=progress,status&replay_logs=false`,
-      signal,
-    )
-    let outcome = `the event stream of ${what} ended`
-    await readEvents(
-      events,
-      (type, data) => {
-        const e = data as InstanceEvent
-        if (type === 'progress') {
-          const percent = Number(e.data.percent ?? 0)
-          if (rec.phase === 'spawning' && percent !== rec.progress)
-            this.emit('spawning', `target ${target.instanceId}: ${String(e.data.phase)}`, {
-              progress: percent,
-            })
-          return false
-        }
-        const status = String(e.data.currentStatus)
-        if (status === 'active') outcome = 'active'
-        else if (status !== 'starting')
-          outcome = `target failed to start: ${String(e.data.message ?? status)}`
-        return status !== 'starting'
+    await this.links.followStart(
+      target.instanceId,
+      (percent, phase) => {
+        if (rec.phase === 'spawning' && percent !== rec.progress)
+          this.emit('spawning', `target ${target.instanceId}: ${phase}`, { progress: percent })
       },
-      { signal, idleMs: this.d.timeouts.idleMs, what },
+      this.controller.signal,
     )
-    if (outcome !== 'active') throw new Error(outcome)
   }
 
   private async switchOver(): Promise<void> {
@@ -230,12 +180,12 @@ export class CrossPodMove {
       `routing ${this.source.served_model_name} to ${target.instanceId} on pod ${rec.targetPodId}`,
     )
     this.routed = true
-    await this.call('target/serve', { instanceId: target.instanceId })
-    await this.tables(this.targetEntry(true), this.controller.signal)
+    await this.links.step('target/serve', { instanceId: target.instanceId })
+    await this.links.tables(this.targetEntry(true), this.controller.signal)
     this.checkCancel()
     this.withdrawn = true
     this.d.local.withdraw(this.source.id)
-    await this.tables(this.sourceEntry(false), this.controller.signal)
+    await this.links.tables(this.sourceEntry(false), this.controller.signal)
     this.checkCancel()
     this.sourceOff = true
     this.d.local.stopRouting(this.source.id)
@@ -260,12 +210,12 @@ export class CrossPodMove {
     const target = this.target!
     if (!this.routed) {
       this.routed = true
-      await this.call('target/serve', { instanceId: target.instanceId })
+      await this.links.step('target/serve', { instanceId: target.instanceId })
     }
-    await this.tables(this.targetEntry(true)).catch(() => {})
+    await this.links.tables(this.targetEntry(true)).catch(() => {})
     this.withdrawn = true
     this.d.local.withdraw(this.source.id)
-    await this.tables(this.sourceEntry(false)).catch(() => {})
+    await this.links.tables(this.sourceEntry(false)).catch(() => {})
     this.sourceOff = true
     this.d.local.stopRouting(this.source.id)
     await this.complete('forced to complete by cancel(force=true)')
@@ -275,7 +225,7 @@ export class CrossPodMove {
     const target = this.target!
     const source = this.source
     this.emit('completing', `unloading the source ${source.id} (${why})`)
-    await this.call('target/commit', { instanceId: target.instanceId })
+    await this.links.step('target/commit', { instanceId: target.instanceId })
     await this.d.local.release(source.id, 0, this.d.timeouts.unloadMs)
     this.emit(
       'completed',
@@ -290,9 +240,9 @@ export class CrossPodMove {
     try {
       if (this.sourceOff || this.withdrawn) {
         this.d.local.restore(source.id)
-        await this.tables(this.sourceEntry(true)).catch((e) =>
-          this.warn('the source rejoining the tables', e),
-        )
+        await this.links
+          .tables(this.sourceEntry(true))
+          .catch((e) => this.warn('the source rejoining the tables', e))
       }
       this.d.local.commit(source.id)
     } catch (err) {
@@ -301,18 +251,16 @@ export class CrossPodMove {
     if (target) {
       try {
         if (this.routed) {
-          await this.call('target/withdraw', { instanceId: target.instanceId })
-          await this.tables(this.targetEntry(false)).catch((e) =>
-            this.warn('the target leaving the tables', e),
-          )
+          await this.links.step('target/withdraw', { instanceId: target.instanceId })
+          await this.links
+            .tables(this.targetEntry(false))
+            .catch((e) => this.warn('the target leaving the tables', e))
         }
         const drainMs = this.routed ? this.record.drain_timeout_ms : 0
-        await this.call(
+        await this.links.step(
           'target/release',
           { instanceId: target.instanceId, drainTimeoutMs: drainMs },
-          {
-            timeoutMs: drainMs + this.d.timeouts.unloadMs + this.d.timeouts.requestMs,
-          },
+          drainMs + this.d.timeouts.unloadMs + this.d.timeouts.requestMs,
         )
       } catch (err) {
         this.warn(`releasing the target on pod ${this.record.targetPodId}`, err)
@@ -328,36 +276,6 @@ export class CrossPodMove {
   private targetEntry(present: boolean): TableWant {
     const port = this.target!.port
     return { model: this.source.served_model_name, podId: this.record.targetPodId, port, present }
-  }
-
-  /** tables waits until every healthy pod's routing table says what `want` asks (this pod's too). */
-  private async tables(want: TableWant, signal?: AbortSignal): Promise<void> {
-    const { tableMs, requestMs } = this.d.timeouts
-    const pods = this.d.pods().filter((p) => p.status === 'healthy' || p.podId === this.d.podId)
-    await Promise.all(
-      pods.map((p) =>
-        p.podId === this.d.podId
-          ? this.d.local.awaitTable(want, tableMs, signal)
-          : this.d.peers.request(
-              p.address,
-              'POST',
-              `/internal/moves/${this.record.move_id}/table`,
-              {
-                want,
-                timeoutMs: tableMs,
-              },
-              { timeoutMs: tableMs + requestMs, ...(signal ? { signal } : {}) },
-            ),
-      ),
-    )
-  }
-
-  /** call: one step on the target pod (its /internal/moves/:moveId/<step>). */
-  private call<T = unknown>(step: string, body: unknown, opts: { timeoutMs?: number } = {}): Promise<T> {
-    const path = `/internal/moves/${this.record.move_id}/${step}`
-    return this.d.peers.request<T>(this.targetAddress, 'POST', path, body, {
-      timeoutMs: opts.timeoutMs ?? this.d.timeouts.requestMs,
-    })
   }
 
   private checkCancel(): void {

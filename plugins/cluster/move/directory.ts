@@ -4,7 +4,8 @@ import type { GatewayPodApi } from '../../gateway/api.ts'
 import { relaySse } from '../remote/relay.ts'
 import { peerFailure } from '../remote/service.ts'
 import type { Pod } from '../schemas.ts'
-import type { CrossPodMove, PeerCalls } from './cross-pod.ts'
+import type { CrossPodMove } from './cross-pod.ts'
+import type { PeerCalls } from './links.ts'
 import type { ClusterMoveRecord } from './schemas.ts'
 
 /** DirectoryCluster: the pods a move may run on (ClusterService). */

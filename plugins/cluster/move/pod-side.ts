@@ -103,7 +103,6 @@ export class MovePod {
       timeoutMs: stopBudgetMs,
       what: `the unload of ${instanceId}`,
     })
-    this.cluster.standby(instanceId, false)
   }
 
   /**
