@@ -37,7 +37,7 @@ const Errors = {
 const MoveId = t.Object({ moveId: t.String({ maxLength: 128 }) })
 const ok = { ok: true }
 
-export function moveInternalRoutes(moves: ClusterMoves, fence: TermFence, unloadMs: number) {
+export function moveInternalRoutes(moves: ClusterMoves, fence: TermFence) {
   const pod = moves.local
   return new Elysia({ name: 'cluster-move-internal-routes' })
     .use(termAdmission(fence))
@@ -158,7 +158,7 @@ export function moveInternalRoutes(moves: ClusterMoves, fence: TermFence, unload
     .post(
       '/internal/moves/:moveId/target/release',
       async ({ body }) => {
-        await pod.release(body.instanceId, body.drainTimeoutMs, unloadMs)
+        await pod.release(body.instanceId, body.drainTimeoutMs, moves.timeouts.unloadMs)
         return ok
       },
       {

@@ -27,8 +27,16 @@ export interface ClusterMovesDeps {
   peers: PeerCalls
   bus: EventBus
   log: Logger
-  timeouts: MoveTimeouts
+  /** plugins.cluster.request_timeout_ms, and any of the other deadlines to override (tests). */
+  timeouts: Pick<MoveTimeouts, 'requestMs'> & Partial<MoveTimeouts>
 }
+
+/**
+ * The deadlines a move sets itself: every pod's table following a switch (events carry it in
+ * milliseconds; 10 s means a pod is not hearing its leader), an unload (SIGTERM grace and SIGKILL),
+ * and the silence after which the target's stream counts as a pod gone (its heartbeats come every 15 s).
+ */
+const DEFAULT_TIMEOUTS = { tableMs: 10_000, unloadMs: 120_000, idleMs: 45_000 }
 
 /** How many finished moves across pods a pod keeps for late readers of their events. */
 const KEEP_FINISHED = 50
@@ -48,18 +56,20 @@ export class ClusterMoves {
   /** Holds of the moves this pod runs (a cross-pod move's id, or the hold of a single-pod one). */
   private readonly holds = new Set<string>()
   private readonly running = new Set<Promise<void>>()
+  readonly timeouts: MoveTimeouts
 
   constructor(private readonly d: ClusterMovesDeps) {
+    this.timeouts = { ...DEFAULT_TIMEOUTS, ...d.timeouts }
     this.local = new MovePod(d.gateway, d.cluster, d.bus, d.log)
     this.lock = new MoveLock(d.cluster, () => this.activity())
-    this.directory = new MoveDirectory(d.cluster, d.peers, d.gateway, this.moves, d.timeouts.requestMs)
+    this.directory = new MoveDirectory(d.cluster, d.peers, d.gateway, this.moves, this.timeouts.requestMs)
   }
 
   get podId(): string {
     return this.d.cluster.podId
   }
 
-  /** start: the API's move, run on the pod that holds the instance; this pod remembers where. */
+  /** start: the API's move, run on the pod that holds the instance (asked over one signed hop). */
   async start(instanceId: string, body: ClusterMoveRequest): Promise<ClusterMoveRecord> {
     if (this.d.gateway.get(instanceId)) return this.startHere({ instanceId, ...body })
     const owner = this.d.cluster.ownerOf(instanceId)
@@ -72,7 +82,7 @@ export class ClusterMoves {
         '/internal/moves',
         { instanceId, ...body },
         // Validation asks the leader (which asks every pod) and the target pod's nvidia-smi.
-        { timeoutMs: this.d.timeouts.requestMs * 3 },
+        { timeoutMs: this.timeouts.requestMs * 3 },
       )
       return rec
     } catch (err) {
@@ -105,7 +115,13 @@ export class ClusterMoves {
     const life = this.d.gateway.lifecycle(source.id)
     life.begin('move')
     const move = new CrossPodMove(
-      { ...this.d, podId: this.podId, local: this.local, pods: () => this.d.cluster.pods() },
+      {
+        ...this.d,
+        timeouts: this.timeouts,
+        podId: this.podId,
+        local: this.local,
+        pods: () => this.d.cluster.pods(),
+      },
       {
         move_id: `mv-${randomBytes(4).toString('hex')}`,
         instance_id: source.id,
@@ -207,7 +223,7 @@ export class ClusterMoves {
         '/internal/moves/lock',
         { holdId, podId: this.podId },
         {
-          timeoutMs: this.d.timeouts.requestMs * 2,
+          timeoutMs: this.timeouts.requestMs * 2,
         },
       )
     } catch (err) {
