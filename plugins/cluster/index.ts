@@ -6,6 +6,9 @@ import { createCoordinator } from './coordination/index.ts'
 import stateSql from './db/migrations/0001_cluster_state.sql' with { type: 'text' }
 import { ClusterHop, hopRoutes } from './hop.ts'
 import { internalRoutes } from './internal-routes.ts'
+import { moveInternalRoutes } from './move/internal-routes.ts'
+import { clusterMoveRoutes } from './move/routes.ts'
+import { ClusterMoves } from './move/service.ts'
 import { PeerClient } from './peer-client.ts'
 import { remoteInternalRoutes } from './remote/internal-routes.ts'
 import { LocalPod } from './remote/local-pod.ts'
@@ -75,11 +78,21 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
     })
     const local = new LocalPod(gateway)
     const remote = new RemoteLifecycle({ cluster, local, peers, timeoutMs: cfg.request_timeout_ms })
+    const moves = new ClusterMoves({
+      cluster,
+      gateway,
+      peers,
+      bus: ctx.bus,
+      log: log.child('move'),
+      timeouts: { requestMs: cfg.request_timeout_ms },
+    })
     return {
       routes: clusterRoutes(cluster)
         .use(internalRoutes(cluster))
         .use(remoteRoutes(remote))
         .use(remoteInternalRoutes(local, cluster.fence))
+        .use(clusterMoveRoutes(moves))
+        .use(moveInternalRoutes(moves, cluster.fence))
         .use(hopRoutes()),
       rawRoutes: hop.rawRoutes,
       api: cluster,
@@ -87,9 +100,10 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         await cluster.start()
         hop.start()
       },
-      stop: (deadline) => {
+      stop: async (deadline) => {
+        await moves.stop(deadline)
         hop.stop()
-        return cluster.stop(deadline)
+        await cluster.stop(deadline)
       },
     }
   },
