@@ -112,8 +112,29 @@ export interface MoveFit {
   sharedcache_enabled: boolean
 }
 
-/** moveFit: the MoveFit of an instance record (what another pod's checkFits is asked with). */
-export { moveFit } from './move/service.ts'
+/**
+ * moveFit: the MoveFit of an instance record (what another pod's checkFits is asked with): its
+ * largest measured per-GPU baseline, else its measured total, else null (never measured).
+ */
+export function moveFit(r: {
+  id: string
+  gpu_memory_utilization: number
+  sharedcache_enabled: boolean
+  memory_baseline_by_gpu?: Record<string, number> | null
+  memory_metrics?: { total_gpu_memory_gib: number } | null
+}): MoveFit {
+  const baseline = r.memory_baseline_by_gpu
+  const footprint =
+    baseline && Object.keys(baseline).length
+      ? Math.max(...Object.values(baseline))
+      : (r.memory_metrics?.total_gpu_memory_gib ?? null)
+  return {
+    instance_id: r.id,
+    footprint_gib: footprint,
+    gpu_memory_utilization: r.gpu_memory_utilization,
+    sharedcache_enabled: r.sharedcache_enabled,
+  }
+}
 
 /** GatewayMoves: a pod's blue-green moves (plugins/gateway/move), as its own move routes drive them. */
 export interface GatewayMoves {

@@ -6,7 +6,15 @@ import type { EventBus } from '../../../src/host/bus.ts'
 import { ReplayHub } from '../../../src/host/hub.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../../src/http/errors.ts'
-import type { LoadRequest, LoadResponse, MoveEvent, MoveFit, MovePhase, MoveRecord } from '../api.ts'
+import {
+  type LoadRequest,
+  type LoadResponse,
+  type MoveEvent,
+  type MoveFit,
+  type MovePhase,
+  type MoveRecord,
+  moveFit,
+} from '../api.ts'
 import type { ManagedInstance } from '../instance.ts'
 import type { Operation } from '../lifecycle.ts'
 import { effectiveFreeMib } from '../placement.ts'
@@ -55,27 +63,6 @@ interface Move {
 const FINISHED: ReadonlySet<MovePhase> = new Set(['completed', 'failed'])
 const TOO_LATE: ReadonlySet<MovePhase> = new Set(['completing', 'completed', 'failed'])
 const KEEP_FINISHED = 50
-
-/** moveFit: what a target must have room for, from the instance's row or record. */
-export function moveFit(r: {
-  id: string
-  gpu_memory_utilization: number
-  sharedcache_enabled: boolean
-  memory_baseline_by_gpu?: Record<string, number> | null
-  memory_metrics?: { total_gpu_memory_gib: number } | null
-}): MoveFit {
-  const baseline = r.memory_baseline_by_gpu
-  const footprint =
-    baseline && Object.keys(baseline).length
-      ? Math.max(...Object.values(baseline))
-      : (r.memory_metrics?.total_gpu_memory_gib ?? null)
-  return {
-    instance_id: r.id,
-    footprint_gib: footprint,
-    gpu_memory_utilization: r.gpu_memory_utilization,
-    sharedcache_enabled: r.sharedcache_enabled,
-  }
-}
 
 export class MoveManager {
   private readonly moves = new Map<string, Move>()
