@@ -3,8 +3,10 @@ import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { BodyRange } from '../../src/wire/body-range.ts'
 import type { ForwardEnd, WireAction } from '../../src/wire/route.ts'
+import type { MemoryProfile } from './db/presets.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
 import type { Change, Lifecycle, Operation } from './lifecycle.ts'
+import type { PresetDetail, PresetSummary } from './presets/types.ts'
 import type {
   GpuAvailableSchema,
   InstanceDetailSchema,
@@ -151,6 +153,22 @@ export interface GatewayMoves {
   checkFits(fit: MoveFit, targetGpuIds: number[]): Promise<void>
 }
 
+/** GatewayProfiles: this pod's memory profiles, for the cluster's reconcile and bundles. */
+export interface GatewayProfiles {
+  list(): MemoryProfile[]
+  /** merge keeps the newest profile of each key (by created_at); an id already here is skipped. */
+  merge(p: MemoryProfile): 'imported' | 'skipped'
+}
+
+/** GatewayPresets: this pod's configuration presets, for the cluster's apply and sync. */
+export interface GatewayPresets {
+  list(): PresetSummary[]
+  /** detail throws 404 (AppError) for an unknown id. */
+  detail(id: string): PresetDetail
+}
+
+export type { MemoryProfile, PresetDetail, PresetSummary }
+
 /** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
 export interface LoadOptions {
   routing?: boolean
@@ -226,6 +244,10 @@ export interface GatewayPodApi extends GatewayApi {
   readonly inference: GatewayInferenceApi
   /** moves: this pod's blue-green moves, for a cluster move that stays on the owning pod. */
   readonly moves: GatewayMoves
+  /** profiles: the memory profiles kept on this pod. */
+  readonly profiles: GatewayProfiles
+  /** presets: the configuration presets kept on this pod. */
+  readonly presets: GatewayPresets
   /**
    * load as GatewayApi.load, with how the instance starts out: a cross-pod move's target loads out of
    * routing with its move running, as the single-pod move's does.

@@ -2,6 +2,8 @@ import { definePlugin } from '../../src/host/plugin.ts'
 import type {
   GatewayInferenceApi,
   GatewayPodApi,
+  GatewayPresets,
+  GatewayProfiles,
   GpuAvailable,
   InstanceEvent,
   InstanceEventsOptions,
@@ -38,6 +40,9 @@ import { gpuAvailableView, multiGpuView } from './views.ts'
 class PodGateway extends GatewayService implements GatewayPodApi {
   /** inference: the proxy's cluster extension point, set once the proxy is built (in setup). */
   inference!: GatewayInferenceApi
+  /** profiles and presets: set in setup once their stores exist. */
+  profiles!: GatewayProfiles
+  presets!: GatewayPresets
 
   instanceLogs(id: string, lines: number): LogRecord {
     const inst = this.require(id)
@@ -115,6 +120,8 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
       readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
     })
+    service.profiles = profiles
+    service.presets = presets
     const inference = createInference({
       api: service,
       bus: ctx.bus,

@@ -22,32 +22,9 @@ import type { InstanceState, WaitOptions } from '../lifecycle.ts'
  * as `gateway.preset.progress` bus events beside the instances' own events, and on `progress`, whose
  * replay is the latest event (a client that connects mid-load sees where it is).
  */
-export interface PresetEntry {
-  id: string
-  modelPath: string
-  servedModelName: string
-  maxTokens: number | null
-  sourceType: PresetSourceType
-  gpuIds: number[]
-  tensorParallelSize: number
-  extraArgs: string[]
-  loadOrder: number
-  enableSleepMode: boolean
-  gpuMemoryUtilization: number | null
-}
+import type { PresetDetail, PresetEntry, PresetSummary } from './types.ts'
 
-export interface PresetSummary {
-  id: string
-  name: string
-  description: string | null
-  modelCount: number
-  createdAt: string
-  updatedAt: string
-}
-
-export interface PresetDetail extends PresetSummary {
-  entries: PresetEntry[]
-}
+export type { PresetDetail, PresetEntry, PresetSummary }
 
 export type PresetPhase = 'unloading' | 'loading' | 'completed' | 'failed'
 

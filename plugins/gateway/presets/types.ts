@@ -1,0 +1,29 @@
+import type { PresetSourceType } from '../db/presets.ts'
+
+/** The preset records (a leaf module, so GatewayPodApi can name them without an import cycle). */
+export interface PresetEntry {
+  id: string
+  modelPath: string
+  servedModelName: string
+  maxTokens: number | null
+  sourceType: PresetSourceType
+  gpuIds: number[]
+  tensorParallelSize: number
+  extraArgs: string[]
+  loadOrder: number
+  enableSleepMode: boolean
+  gpuMemoryUtilization: number | null
+}
+
+export interface PresetSummary {
+  id: string
+  name: string
+  description: string | null
+  modelCount: number
+  createdAt: string
+  updatedAt: string
+}
+
+export interface PresetDetail extends PresetSummary {
+  entries: PresetEntry[]
+}
