@@ -12,20 +12,19 @@
  * sending the same non-streamed chat back to back for `--duration-ms`. Every concurrency runs in
  * ROUNDS rounds with the two paths in alternating order; the table shows medians over rounds, and
  * the added latency is the median of the per-round differences (hop − local), each round printed
- * beside it. The second half of bench:cluster (failover time over leader kills) is not here yet.
+ * beside it. The second half of bench:cluster (failover time over leader kills) is cluster-failover.ts.
  *
  *   bun test/perf/cluster-hop.ts [--rounds 5] [--duration-ms 3000] [--quick]
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
-import type { Subprocess } from 'bun'
+import { join } from 'node:path'
 import { freePort } from '../sim/helpers.ts'
+import { PodProcess } from '../support/pods.ts'
 import { waitFor } from '../support/wait.ts'
 import { numberArg } from './args.ts'
 
 const BUN = process.execPath
-const MAIN = resolve(import.meta.dir, '../../src/main.ts')
 const QUICK = process.argv.includes('--quick')
 const ROUNDS = Math.max(1, numberArg('--rounds', QUICK ? 1 : 5) || 1)
 const DURATION_MS = numberArg('--duration-ms', QUICK ? 1500 : 3000)
@@ -86,63 +85,34 @@ function arg(name: string): string {
   return process.argv[i + 1]!
 }
 
-/** Pod: one `modelgate serve` process. */
-interface Pod {
-  id: string
-  url: string
-  proc: Subprocess
-}
-
-function podYaml(dir: string, id: string, ports: Record<string, number>, engines: number): string {
-  const sim = join(dir, `sim-${id}`)
-  const peers = Object.entries(ports)
-    .map(([pod, p]) => `{ pod_id: ${pod}, address: 'http://127.0.0.1:${p}' }`)
-    .join(', ')
-  return `
-server: { host: 127.0.0.1, port: ${ports[id]} }
-data_dir: ${join(dir, `data-${id}`)}
-log: { level: warn }
-plugins:
-  gateway:
-    engine:
-      command: ['@self', sim, engine, --sim-dir, '${sim}', --sim-gpus, 1x80]
-      env: { SIM_LOAD_DELAY_MS: '200', SIM_TOKENS_PER_SEC: '100000', SIM_TTFT_MS: '0' }
-      port_range: { start: ${engines}, end: ${engines + 9} }
-    gpu:
-      smi_command: ['@self', sim, smi, --sim-dir, '${sim}', --sim-gpus, 1x80]
-  cluster:
-    pod_id: ${id}
-    advertise_address: http://127.0.0.1:${ports[id]}
-    expected_size: 2
-    coordination:
-      kind: static
-      static: { leader: a, peers: [${peers}] }
-`
-}
-
-async function startPod(
+/** startPod: one `modelgate serve` process (test/support/pods.ts), `static` coordination, pod a leading. */
+function startPod(
   dir: string,
   id: string,
   ports: Record<string, number>,
   engines: number,
-): Promise<Pod> {
-  const config = join(dir, `${id}.yaml`)
-  writeFileSync(config, podYaml(dir, id, ports, engines))
-  const proc = Bun.spawn([BUN, MAIN, 'serve', '--config', config], {
-    env: { ...process.env, CLUSTER_SECRET: SECRET },
-    stdout: Bun.file(join(dir, `${id}.log`)),
-    stderr: Bun.file(join(dir, `${id}.err`)),
+): Promise<PodProcess> {
+  const peers = Object.entries(ports)
+    .map(([pod, p]) => `{ pod_id: ${pod}, address: 'http://127.0.0.1:${p}' }`)
+    .join(', ')
+  return PodProcess.start({
+    dir,
+    id,
+    port: ports[id]!,
+    enginePorts: [engines, engines + 9],
+    gpus: '1x80',
+    logLevel: 'warn',
+    env: { CLUSTER_SECRET: SECRET },
+    simEnv: { SIM_LOAD_DELAY_MS: '200', SIM_TOKENS_PER_SEC: '100000', SIM_TTFT_MS: '0' },
+    cluster: [
+      `    pod_id: ${id}`,
+      `    advertise_address: http://127.0.0.1:${ports[id]}`,
+      `    expected_size: 2`,
+      `    coordination:`,
+      `      kind: static`,
+      `      static: { leader: a, peers: [${peers}] }`,
+    ].join('\n'),
   })
-  const url = `http://127.0.0.1:${ports[id]}`
-  await waitFor(
-    `pod ${id} to answer /api/health`,
-    async () => {
-      if (proc.exitCode !== null) throw new Error(`pod ${id} exited with ${proc.exitCode} (see ${dir})`)
-      return (await fetch(`${url}/api/health`).catch(() => null))?.status === 200
-    },
-    { timeoutMs: 30_000, pollMs: 50 },
-  )
-  return { id, url, proc }
 }
 
 async function runLoad(url: string, concurrency: number, durationMs: number): Promise<Load> {
@@ -176,11 +146,11 @@ const fmt = (v: number, digits = 0) => (Number.isFinite(v) ? v.toFixed(digits) :
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'modelgate-bench-cluster-'))
-  const pods: Pod[] = []
+  const pods: PodProcess[] = []
   try {
     const ports = { a: await freePort(), b: await freePort() }
     pods.push(await startPod(dir, 'a', ports, 28400), await startPod(dir, 'b', ports, 28410))
-    const [a, b] = pods as [Pod, Pod]
+    const [a, b] = pods as [PodProcess, PodProcess]
     const loaded = await fetch(`${b.url}/api/v1/models/load`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -229,10 +199,7 @@ async function main(): Promise<void> {
       }
     report(paths, results)
   } finally {
-    for (const p of pods) p.proc.kill('SIGTERM')
-    await Promise.all(
-      pods.map((p) => Promise.race([p.proc.exited, Bun.sleep(20_000).then(() => p.proc.kill('SIGKILL'))])),
-    )
+    await Promise.all(pods.map((p) => p.stop()))
     rmSync(dir, { recursive: true, force: true })
   }
 }
