@@ -39,6 +39,8 @@ import { CLUSTER_HEADERS, signRequest } from './signing.ts'
  */
 export const HOP_PREFIX = '/internal/v1'
 const NONCE = '?hop='
+/** CLIENT_CLUSTER_HEADERS: a client's own copies are not forwarded on a hop (they would sit beside ours and be refused). */
+const CLIENT_CLUSTER_HEADERS: readonly string[] = Object.values(CLUSTER_HEADERS)
 /** A pod that refused or timed a connection goes last for this long. */
 export const FAILED_POD_MS = 10_000
 /** A hop's connect deadline when the gateway's is 0 (disabled): a hop always has one. */
@@ -199,6 +201,7 @@ export class ClusterHop implements RemoteResolver {
       origin: entry.podAddress,
       target,
       body: req.body,
+      dropHeaders: CLIENT_CLUSTER_HEADERS,
       extraHead:
         `${CLUSTER_HEADERS.signature}: ${signature}\r\n${CLUSTER_HEADERS.timestamp}: ${stamp}\r\n` +
         `${CLUSTER_HEADERS.pod}: ${cluster.podId}\r\n${CLUSTER_HEADERS.term}: ${cluster.fence.term}\r\n`,

@@ -75,6 +75,8 @@ export interface WireForward {
    * when relaying to the framework (PEER_HEADER; a client's own copy is never forwarded).
    */
   extraHead: string
+  /** drop: lower-case names of the client's fields not to forward beside SKIP_REQUEST (null: none). */
+  drop?: readonly string[] | undefined
   body: BodyRange
   /** 0: no first-byte deadline. */
   firstByteTimeoutMs: number
@@ -147,7 +149,8 @@ function requestInto(f: WireForward): number {
   pos = putLatin1(slab, pos, ' HTTP/1.1\r\n')
   pos = putLatin1(slab, pos, f.upstream.hostLine)
   if (f.extraHead !== '') pos = putLatin1(slab, pos, f.extraHead)
-  const extra = h.connection === '' ? null : connectionTokens(h.connection)
+  let extra: readonly string[] | null = h.connection === '' ? null : connectionTokens(h.connection)
+  if (f.drop) extra = extra ? [...extra, ...f.drop] : f.drop
   // run: text index where the current run of kept field lines starts (-1: none)
   let run = -1
   for (let k = 0; k < fields.length; k += 4) {
@@ -186,7 +189,7 @@ function putLatin1(buf: Uint8Array, pos: number, s: string): number {
 }
 
 /** skippedField: the field name at text[a, a+len) is not forwarded (SKIP_REQUEST, or named in Connection). */
-function skippedField(text: string, a: number, len: number, extra: string[] | null): boolean {
+function skippedField(text: string, a: number, len: number, extra: readonly string[] | null): boolean {
   const names = SKIP_BY_LENGTH[len]
   if (names) for (const name of names) if (nameAt(text, a, name)) return true
   if (extra) for (const name of extra) if (name.length === len && nameAt(text, a, name)) return true

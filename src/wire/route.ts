@@ -58,6 +58,11 @@ export interface WireForwardAction {
    * signature; absent for none. The client's fields still pass as received (minus hop-by-hop ones).
    */
   extraHead?: string
+  /**
+   * dropHeaders: lower-case names of the client's fields not to forward (besides hop-by-hop ones),
+   * e.g. a hop drops a client's own X-Cluster-* fields, which would sit beside the hop's signature.
+   */
+  dropHeaders?: readonly string[]
   firstByteTimeoutMs: number
   connectTimeoutMs: number
   /** Called exactly once when the response has fully ended (see ForwardEnd). */

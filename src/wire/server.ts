@@ -535,6 +535,7 @@ class ClientConn implements WireClient {
         target: f.target,
         upstream: upstreams.origin(f.origin),
         extraHead: f.extraHead ?? '',
+        drop: f.dropHeaders,
         body: f.body,
         firstByteTimeoutMs: f.firstByteTimeoutMs,
         connectTimeoutMs: f.connectTimeoutMs,

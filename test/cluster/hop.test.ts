@@ -203,6 +203,28 @@ describe('cluster inference hop', () => {
     expect(body.choices[0]!.message.content.split(' ').filter(Boolean).length).toBe(12)
   })
 
+  it("drops a client's own X-Cluster-* headers from the hop (ours alone reach pod b), so the chat still goes through", async () => {
+    const before = await served('b', 'only-b')
+    const res = await fetch(`${pods.a.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        authorization: `Bearer ${KEY}`,
+        'X-Cluster-Signature': 'f'.repeat(64),
+        'x-cluster-timestamp': '1',
+        'X-Cluster-Pod': 'mallory',
+        'X-CLUSTER-TERM': '999999',
+      },
+      body: chatBody('only-b', false),
+    })
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { model: string }).model).toBe('only-b')
+    expect(await served('b', 'only-b')).toBe(before + 1)
+    // The client's term was not believed: pod b's term is what it was.
+    const status = await admin<{ term: number }>('b', '/api/cluster')
+    expect(status.body.term).toBeLessThan(999999)
+  })
+
   it('asks for the inference key at the edge, before any hop', async () => {
     const before = await served('b', 'only-b')
     const res = await chat('a', 'only-b', true, null)
