@@ -71,7 +71,7 @@ async function main(): Promise<void> {
   try {
     const ids = ['p1', 'p2', 'p3']
     const ports = await Promise.all(ids.map(() => freePort()))
-    ids.forEach((id, i) =>
+    for (const [i, id] of ids.entries())
       opts.set(id, {
         dir,
         id,
@@ -89,8 +89,7 @@ async function main(): Promise<void> {
           `      kind: etcd`,
           `      etcd: { endpoints: ['${etcd.url}'], prefix: ${PREFIX} }`,
         ].join('\n'),
-      }),
-    )
+      })
     await Promise.all(ids.map(async (id) => pods.set(id, await PodProcess.start(opts.get(id)!))))
     const rounds: Round[] = []
     for (let k = 0; k < KILLS; k++) {
