@@ -39,6 +39,24 @@ export const GatewayConfig = T.Object(
           },
           { additionalProperties: false, default: {} },
         ),
+        liveness: T.Object(
+          {
+            interval_ms: T.Integer({
+              default: 10000,
+              minimum: 0,
+              description:
+                "GET /health of every active or sleeping engine this often (0: off). vLLM's API server answers 503 " +
+                'once its engine core died, and may stay up like that (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH)',
+            }),
+            failures: T.Integer({
+              default: 3,
+              minimum: 1,
+              description: 'consecutive failed probes that fail the instance and stop its process group',
+            }),
+            timeout_ms: T.Integer({ default: 5000, minimum: 100, description: 'deadline of one probe' }),
+          },
+          { additionalProperties: false, default: {} },
+        ),
         log_buffer_lines: T.Integer({ default: 2000, minimum: 100, maximum: 100000 }),
       },
       { additionalProperties: false, default: {} },

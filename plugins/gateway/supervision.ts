@@ -180,10 +180,16 @@ export class Supervision {
     inst.lifecycle.to('failed', message)
   }
 
-  /** watchExit turns an unexpected engine exit into a failed instance with its last error lines. */
+  /**
+   * watchExit turns an unexpected engine exit into a failed instance with its last error lines, and
+   * watches the liveness of a serving engine until it exits.
+   */
   watchExit(inst: ManagedInstance): void {
     const proc = inst.process!
+    const exited = new AbortController()
+    void this.watchLiveness(inst, exited.signal)
     void proc.exited.then(async (code) => {
+      exited.abort()
       proc.flushLogs()
       const state = inst.lifecycle.state
       if (state === 'stopping' || state === 'failed' || state === 'removed') return
@@ -199,4 +205,60 @@ export class Supervision {
       this.sharedCache.cleanup(inst)
     })
   }
+
+  /**
+   * watchLiveness probes /health of an active or sleeping engine every `engine.liveness.interval_ms`
+   * (a sleeping vLLM still answers 200). When its engine core dies, vLLM's API server answers 503 and
+   * may live on (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH, or until a request meets the dead core): without
+   * this an idle or sleeping instance would stay `active`/`sleeping` until someone used it. After
+   * `failures` failed probes in a row the instance fails with what the probes saw and its last error
+   * lines, and its process group is stopped (its GPU memory freed). Probes pause while a state change
+   * or an operation (sleep, wake, move) is under way: those have their own deadlines.
+   */
+  private async watchLiveness(inst: ManagedInstance, exited: AbortSignal): Promise<void> {
+    const { interval_ms: intervalMs, failures, timeout_ms: timeoutMs } = this.config.engine.liveness
+    if (intervalMs === 0) return
+    let misses = 0
+    let seen = ''
+    while (!exited.aborted) {
+      await pause(intervalMs, exited)
+      const state = inst.lifecycle.state
+      if (exited.aborted || state === 'failed' || state === 'removed' || state === 'stopping') return
+      if ((state !== 'active' && state !== 'sleeping') || inst.lifecycle.operation !== null) {
+        misses = 0
+        continue
+      }
+      const probe = await inst.client.probe({ timeoutMs, signal: exited })
+      if (exited.aborted || inst.lifecycle.state !== state || inst.lifecycle.operation !== null) continue
+      if (probe.ok) {
+        misses = 0
+        continue
+      }
+      misses++
+      seen = probe.error
+      if (misses < failures) continue
+      const reason = [
+        `engine failed ${failures} liveness probes in a row, ${intervalMs} ms apart (last: ${seen}); its engine core is presumed dead`,
+        ...inst.logs.lastErrorLines(5),
+      ].join('\n')
+      this.fail(inst, reason)
+      await inst.process?.stop(this.config.engine.stop_grace_seconds * 1000)
+      this.sharedCache.cleanup(inst)
+      return
+    }
+  }
+}
+
+/** pause resolves after `ms`, or at once when `signal` aborts (its timer cleared: nothing lingers). */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve()
+    const done = () => {
+      clearTimeout(timer)
+      signal.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    signal.addEventListener('abort', done, { once: true })
+  })
 }
