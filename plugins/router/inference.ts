@@ -114,9 +114,7 @@ export class RouterInference {
       {
         ready: () => this.send(entry, req, true),
         refused: (err) => this.refusal(entry, err, req.startedAt),
-        holding: (on) => {
-          entry.inFlight += on ? 1 : -1
-        },
+        holding: (on) => (on ? entry.begin() : entry.end()),
         gone: () => this.record(entry, 499, req.startedAt),
       },
     )
@@ -144,7 +142,7 @@ export class RouterInference {
     return (info) => {
       if (ended) return
       ended = true
-      entry.inFlight--
+      entry.end()
       if (lease) {
         lease.release()
         this.deps.bus.emit('proxy.request', {
@@ -175,7 +173,7 @@ export class RouterInference {
       }
       return { error: this.refusal(entry, upstream, req.startedAt) }
     }
-    entry.inFlight++
+    entry.begin()
     const { cfg } = this.deps
     return {
       forward: {

@@ -30,8 +30,9 @@ export class ModelEntry {
   lastWakeMs: number | null = null
   /** bumped at every operation start, so a slow probe never overwrites a newer state. */
   generation = 0
-  /** requests the router is proxying right now. */
-  inFlight = 0
+  /** requests the router is proxying right now (begin/end keep it; idle() waits for 0). */
+  private open = 0
+  private idleWaiters: (() => void)[] = []
   /** epoch ms of the last request arrival or end (null: no traffic yet). */
   lastActivity: number | null = null
   readonly traffic = new TrafficCounter()
@@ -42,6 +43,31 @@ export class ModelEntry {
     /** Unix seconds, for the OpenAI-style `created`. */
     public created: number,
   ) {}
+
+  /** inFlight: requests the router is proxying right now. */
+  get inFlight(): number {
+    return this.open
+  }
+
+  /** begin counts a request the router starts proxying (or holds for a wake). */
+  begin(): void {
+    this.open++
+  }
+
+  /** end uncounts it; the last one wakes every idle() waiter. */
+  end(): void {
+    this.open = Math.max(0, this.open - 1)
+    if (this.open > 0 || this.idleWaiters.length === 0) return
+    const waiters = this.idleWaiters
+    this.idleWaiters = []
+    for (const w of waiters) w()
+  }
+
+  /** idle resolves once no request of the router's is in flight (at once when none is). */
+  idle(): Promise<void> {
+    if (this.open === 0) return Promise.resolve()
+    return new Promise((resolve) => this.idleWaiters.push(resolve))
+  }
 
   get gateway(): GatewayBackend | null {
     return this.backend.kind === 'gateway' ? (this.backend as GatewayBackend) : null

@@ -1,5 +1,5 @@
 import { EngineCallError, waitHealthy } from '../../src/engine/vllm-client.ts'
-import { abortable } from '../../src/host/abortable.ts'
+import { abortable, WaitError } from '../../src/host/abortable.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
@@ -35,8 +35,6 @@ export interface SleepControllerDeps {
   now: () => number
 }
 
-/** DRAIN_POLL_MS: how often a drain re-reads a configured model's in-flight count. */
-const DRAIN_POLL_MS = 25
 /** STOP_WAIT_MS caps how long stop waits for sleep or wake operations under way. */
 const STOP_WAIT_MS = 5000
 /** WAKE_RETRY_MS: after a failed wake, requests are refused (502 wake_failed) this long before a new try. */
@@ -174,32 +172,32 @@ export class SleepController {
   }
 
   /**
-   * drain waits until the requests the router forwards to a configured endpoint have ended.
-   * ModelEntry's count has no change notification (model-table.ts), so it is re-read every
-   * DRAIN_POLL_MS; the wait ends at control_timeout (ActionRefused: the model keeps serving), when
-   * a request arrives (`cancel`) or when the router stops.
+   * drain waits until the requests the router forwards to a configured endpoint have ended (the
+   * entry wakes it when its last one ends); the wait ends at control_timeout (ActionRefused: the
+   * model keeps serving), when a request arrives (`cancel`) or when the router stops.
    */
   private async drain(e: ModelEntry, cancel: AbortSignal): Promise<void> {
     const open = e.inFlight
     if (open === 0) return
     const { cfg, log, lifetime } = this.deps
-    const timeoutMs = cfg.control_timeout * 1000
-    const until = performance.now() + timeoutMs
     log.info('waiting for requests in flight before sleeping', { model: e.name, in_flight: open })
-    const stop = AbortSignal.any([cancel, lifetime])
-    while (e.inFlight > 0) {
+    try {
+      await abortable(e.idle(), {
+        signal: AbortSignal.any([cancel, lifetime]),
+        timeoutMs: cfg.control_timeout * 1000,
+        what: 'the requests in flight',
+      })
+    } catch (err) {
+      if (!(err instanceof WaitError)) throw err
+      if (lifetime.aborted) throw new EngineCallError('the router is stopping', null)
       if (cancel.aborted)
         throw new ActionRefused(
           `A request arrived while the sleep waited for ${e.inFlight} request(s) in flight; the model keeps serving`,
         )
-      if (lifetime.aborted) throw new EngineCallError('the router is stopping', null)
-      const left = until - performance.now()
-      if (left <= 0)
-        throw new ActionRefused(
-          `Model still has ${e.inFlight} request(s) in flight after ${cfg.control_timeout} s; ` +
-            'it was not put to sleep and keeps serving',
-        )
-      await abortable(Bun.sleep(Math.min(DRAIN_POLL_MS, left)), { signal: stop }).catch(() => {})
+      throw new ActionRefused(
+        `Model still has ${e.inFlight} request(s) in flight after ${cfg.control_timeout} s; ` +
+          'it was not put to sleep and keeps serving',
+      )
     }
   }
 
