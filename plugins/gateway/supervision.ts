@@ -3,7 +3,7 @@ import type { LogStream } from '../../src/engine/supervisor.ts'
 import { waitHealthy } from '../../src/engine/vllm-client.ts'
 import { PHASE_PROGRESS } from '../../src/engine/vllm-log.ts'
 import type { GpuProbe } from '../../src/gpu/smi.ts'
-import { abortable } from '../../src/host/abortable.ts'
+import { pause } from '../../src/host/abortable.ts'
 import type { GatewayConfig } from './config.ts'
 import type { ManagedInstance } from './instance.ts'
 import { usedMibByGpuForPids } from './placement.ts'
@@ -111,7 +111,7 @@ export class Supervision {
   private async probeOnHint(inst: ManagedInstance, r: Readiness): Promise<void> {
     const { signal } = r.claimed
     for (const delay of [0, ...HINT_RETRY_MS]) {
-      if (delay) await abortable(Bun.sleep(delay), { signal }).catch(() => {})
+      if (delay) await pause(delay, signal)
       if (signal.aborted || inst.lifecycle.state !== 'starting') return
       // An abort (the polling claimed readiness) may end the call with an error rather than false.
       const healthy = await inst.client.health(2000, { signal }).catch(() => false)
@@ -247,18 +247,4 @@ export class Supervision {
       return
     }
   }
-}
-
-/** pause resolves after `ms`, or at once when `signal` aborts (its timer cleared: nothing lingers). */
-function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve()
-    const done = () => {
-      clearTimeout(timer)
-      signal.removeEventListener('abort', done)
-      resolve()
-    }
-    const timer = setTimeout(done, ms)
-    signal.addEventListener('abort', done, { once: true })
-  })
 }

@@ -1,4 +1,4 @@
-import { abortable } from '../host/abortable.ts'
+import { pause } from '../host/abortable.ts'
 
 /**
  * VllmClient is the one client of an engine's HTTP endpoints other than inference: /health,
@@ -409,7 +409,7 @@ export async function waitHealthy(
     const probeMs = Math.min(opts.probeMs ?? 2000, Math.max(200, until - Date.now()))
     if (await client.health(probeMs, { signal })) return 'healthy'
     if (stopped()) return 'stopped'
-    await abortable(Bun.sleep(Math.min(delay, Math.max(0, until - Date.now()))), { signal }).catch(() => {})
+    await pause(Math.min(delay, Math.max(0, until - Date.now())), signal)
     delay = Math.min(opts.maxMs, Math.round(delay * 1.5))
   }
   return 'timeout'

@@ -59,3 +59,20 @@ export function abortable<T>(p: Promise<T>, opts: AbortableOptions = {}): Promis
     )
   })
 }
+
+/**
+ * pause resolves after `ms`, or at once when `signal` aborts; it never rejects, and its timer is
+ * cleared on an abort (nothing lingers to hold the process). For loops that wait between tries.
+ */
+export function pause(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve()
+    const done = () => {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    signal?.addEventListener('abort', done, { once: true })
+  })
+}
