@@ -8,6 +8,8 @@ import type { BenchmarkRun } from './schemas.ts'
  */
 export interface BenchmarksApi {
   get(id: string): BenchmarkRun | null
+  /** existing: which of `ids` are runs on this pod (finished or not). */
+  existing(ids: readonly string[]): string[]
   exportBundle(): Bundle
   importBundle(bundle: Bundle): ImportResult
 }

@@ -327,6 +327,7 @@ export class BenchmarkService {
         return null
       }
     },
+    existing: (ids) => ids.filter((id) => this.repo.exists(id)),
     exportBundle: () => this.exportBundle(),
     importBundle: (b) => this.importBundle(b),
   }

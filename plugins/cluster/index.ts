@@ -1,9 +1,13 @@
 import { hostname } from 'node:os'
 import { definePlugin } from '../../src/host/plugin.ts'
+import type { BenchmarksApi } from '../benchmarks/api.ts'
 import type { GatewayPodApi } from '../gateway/api.ts'
 import { ClusterConfig } from './config.ts'
 import { createCoordinator } from './coordination/index.ts'
 import stateSql from './db/migrations/0001_cluster_state.sql' with { type: 'text' }
+import { fleetInternalRoutes } from './fleet/internal-routes.ts'
+import { fleetRoutes } from './fleet/routes.ts'
+import { ClusterFleet } from './fleet/service.ts'
 import { ClusterHop, hopRoutes } from './hop.ts'
 import { internalRoutes } from './internal-routes.ts'
 import { moveInternalRoutes } from './move/internal-routes.ts'
@@ -86,6 +90,14 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       log: log.child('move'),
       timeouts: { requestMs: cfg.request_timeout_ms },
     })
+    const fleet = new ClusterFleet({
+      cluster,
+      gateway,
+      benchmarks: () => ctx.optionalApi<BenchmarksApi>('benchmarks'),
+      peers,
+      version: ctx.version,
+      timeoutMs: cfg.request_timeout_ms,
+    })
     return {
       routes: clusterRoutes(cluster)
         .use(internalRoutes(cluster))
@@ -93,6 +105,8 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         .use(remoteInternalRoutes(local, cluster.fence))
         .use(clusterMoveRoutes(moves))
         .use(moveInternalRoutes(moves, cluster.fence))
+        .use(fleetRoutes(fleet))
+        .use(fleetInternalRoutes(fleet, cluster.fence))
         .use(hopRoutes()),
       rawRoutes: hop.rawRoutes,
       api: cluster,

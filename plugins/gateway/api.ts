@@ -156,8 +156,11 @@ export interface GatewayMoves {
 /** GatewayProfiles: this pod's memory profiles, for the cluster's reconcile and bundles. */
 export interface GatewayProfiles {
   list(): MemoryProfile[]
-  /** merge keeps the newest profile of each key (by created_at); an id already here is skipped. */
-  merge(p: MemoryProfile): 'imported' | 'skipped'
+  /**
+   * importAll keeps the newest profile of each key (model_path, max_tokens, gpu_name,
+   * tensor_parallel_size; by created_at); an id already here is skipped. 400 for a bad created_at.
+   */
+  importAll(profiles: readonly MemoryProfile[]): { imported: number; skipped: number }
 }
 
 /** GatewayPresets: this pod's configuration presets, for the cluster's apply and sync. */

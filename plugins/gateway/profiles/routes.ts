@@ -273,15 +273,7 @@ export function profileRoutes(
               `bundle version ${body.version} is newer than this server reads (${PROFILE_BUNDLE_VERSION})`,
               'UNSUPPORTED_BUNDLE_VERSION',
             )
-          const bad = body.profiles.find((p) => Number.isNaN(Date.parse(p.created_at)))
-          if (bad) throw badRequest(`profile ${bad.id}: created_at is not a timestamp`)
-          const result = { imported: 0, skipped: 0 }
-          // Timestamps are normalised so every comparison is between instants, whatever offset a pod wrote.
-          const ordered = body.profiles
-            .map((p) => ({ ...p, created_at: new Date(p.created_at).toISOString() }))
-            .sort((a, b) => Date.parse(a.created_at) - Date.parse(b.created_at))
-          for (const p of ordered) result[store.merge(p as MemoryProfile)]++
-          return result
+          return store.importAll(body.profiles as MemoryProfile[])
         },
         {
           body: ProfileBundleSchema,

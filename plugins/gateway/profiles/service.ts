@@ -112,6 +112,22 @@ export class ProfileStore {
   }
 
   /**
+   * importAll merges profiles from elsewhere (an import bundle, a cluster reconcile), oldest first so
+   * the newest of each key is the one left: see merge. Timestamps are normalised so every comparison
+   * is between instants, whatever offset a pod wrote; one that is not a timestamp is a 400.
+   */
+  importAll(profiles: readonly MemoryProfile[]): { imported: number; skipped: number } {
+    const bad = profiles.find((p) => Number.isNaN(Date.parse(p.created_at)))
+    if (bad) throw badRequest(`profile ${bad.id}: created_at is not a timestamp`)
+    const result = { imported: 0, skipped: 0 }
+    const ordered = profiles
+      .map((p) => ({ ...p, created_at: new Date(p.created_at).toISOString() }))
+      .sort((a, b) => Date.parse(a.created_at) - Date.parse(b.created_at))
+    for (const p of ordered) result[this.merge(p)]++
+    return result
+  }
+
+  /**
    * merge adds a profile from elsewhere (an import bundle): skipped when its id exists or a profile
    * of the same key is at least as new; otherwise stored, and the older profiles of its key removed,
    * so the newest survives on every pod that imports the same set.
