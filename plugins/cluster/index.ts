@@ -14,6 +14,8 @@ import { moveInternalRoutes } from './move/internal-routes.ts'
 import { clusterMoveRoutes } from './move/routes.ts'
 import { ClusterMoves } from './move/service.ts'
 import { PeerClient } from './peer-client.ts'
+import { placementRoutes, presetSyncInternalRoutes } from './placement/routes.ts'
+import { PresetPlacement } from './placement/service.ts'
 import { remoteInternalRoutes } from './remote/internal-routes.ts'
 import { LocalPod } from './remote/local-pod.ts'
 import { remoteRoutes } from './remote/routes.ts'
@@ -98,6 +100,15 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       version: ctx.version,
       timeoutMs: cfg.request_timeout_ms,
     })
+    const placement = new PresetPlacement({
+      cluster,
+      gateway,
+      remote,
+      peers,
+      bus: ctx.bus,
+      log: log.child('presets'),
+      timeoutMs: cfg.request_timeout_ms,
+    })
     return {
       routes: clusterRoutes(cluster)
         .use(internalRoutes(cluster))
@@ -107,14 +118,18 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         .use(moveInternalRoutes(moves, cluster.fence))
         .use(fleetRoutes(fleet))
         .use(fleetInternalRoutes(fleet, cluster.fence))
+        .use(placementRoutes(placement))
+        .use(presetSyncInternalRoutes((p) => gateway.presets.sync(p), cluster.fence))
         .use(hopRoutes()),
       rawRoutes: hop.rawRoutes,
       api: cluster,
       start: async () => {
         await cluster.start()
         hop.start()
+        placement.start()
       },
       stop: async (deadline) => {
+        await placement.stop()
         await moves.stop(deadline)
         hop.stop()
         await cluster.stop(deadline)

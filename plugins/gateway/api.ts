@@ -6,7 +6,7 @@ import type { ForwardEnd, WireAction } from '../../src/wire/route.ts'
 import type { MemoryProfile } from './db/presets.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
 import type { Change, Lifecycle, Operation } from './lifecycle.ts'
-import type { PresetDetail, PresetSummary } from './presets/types.ts'
+import type { PresetDetail, PresetSummary, PresetSyncResult } from './presets/types.ts'
 import type {
   GpuAvailableSchema,
   InstanceDetailSchema,
@@ -161,6 +161,22 @@ export interface GatewayProfiles {
    * tensor_parallel_size; by created_at); an id already here is skipped. 400 for a bad created_at.
    */
   importAll(profiles: readonly MemoryProfile[]): { imported: number; skipped: number }
+  /**
+   * estimate: the memory one engine claims on each of its GPUs of a kind, by the pre-load check's
+   * rule (the newest matching profile re-sized to the utilization and device), or, without a
+   * profile, gpu_memory_utilization (default the gateway's) × the device.
+   */
+  estimate(q: NeedQuery): { gib: number; profile: { id: string; name: string } | null }
+}
+
+/** NeedQuery: a load's key for GatewayProfiles.estimate, on one GPU kind. */
+export interface NeedQuery {
+  model_path: string
+  max_tokens?: number | undefined
+  gpu_name: string
+  gpu_total_gib: number
+  tensor_parallel_size: number
+  gpu_memory_utilization?: number | undefined
 }
 
 /** GatewayPresets: this pod's configuration presets, for the cluster's apply and sync. */
@@ -168,9 +184,11 @@ export interface GatewayPresets {
   list(): PresetSummary[]
   /** detail throws 404 (AppError) for an unknown id. */
   detail(id: string): PresetDetail
+  /** sync: presets from the leader, upserted by id when newer; nothing deleted (PresetService.sync). */
+  sync(presets: readonly PresetDetail[]): PresetSyncResult
 }
 
-export type { MemoryProfile, PresetDetail, PresetSummary }
+export type { MemoryProfile, PresetDetail, PresetSummary, PresetSyncResult }
 
 /** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
 export interface LoadOptions {

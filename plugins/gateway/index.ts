@@ -22,7 +22,7 @@ import { orphanRoutes } from './orphans/routes.ts'
 import { OrphanService } from './orphans/service.ts'
 import { presetRoutes } from './presets/routes.ts'
 import { PresetService } from './presets/service.ts'
-import { makePreloadCheck } from './profiles/check.ts'
+import { estimateNeed, makePreloadCheck } from './profiles/check.ts'
 import { profileRoutes } from './profiles/routes.ts'
 import { ProfileRecorder, ProfileStore } from './profiles/service.ts'
 import { createInference } from './proxy/routes.ts'
@@ -120,7 +120,11 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
       readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
     })
-    service.profiles = profiles
+    service.profiles = {
+      list: () => profiles.list(),
+      importAll: (ps) => profiles.importAll(ps),
+      estimate: (q) => estimateNeed(profiles, q, checkOptions.defaultUtilization),
+    }
     service.presets = presets
     const inference = createInference({
       api: service,

@@ -34,7 +34,7 @@ const Entry = t.Object({
   gpuMemoryUtilization: t.Nullable(t.Number()),
 })
 
-const Detail = t.Composite([Summary, t.Object({ entries: t.Array(Entry) })])
+export const PresetDetailSchema = t.Composite([Summary, t.Object({ entries: t.Array(Entry) })])
 
 const LOAD_DOCS =
   'Answers 202 at once and works in the background: unload every current model (any status) and wait until ' +
@@ -123,7 +123,7 @@ export function presetRoutes(presets: PresetService) {
       )
       .get('/:id', ({ params }) => ({ configuration: presets.detail(params.id) }), {
         params: IdParams,
-        response: { 200: t.Object({ configuration: Detail }), 404: ControllerError },
+        response: { 200: t.Object({ configuration: PresetDetailSchema }), 404: ControllerError },
         detail: { tags, summary: 'A configuration with its entries' },
       })
       .post(

@@ -22,9 +22,9 @@ import type { InstanceState, WaitOptions } from '../lifecycle.ts'
  * as `gateway.preset.progress` bus events beside the instances' own events, and on `progress`, whose
  * replay is the latest event (a client that connects mid-load sees where it is).
  */
-import type { PresetDetail, PresetEntry, PresetSummary } from './types.ts'
+import type { PresetDetail, PresetEntry, PresetSummary, PresetSyncResult } from './types.ts'
 
-export type { PresetDetail, PresetEntry, PresetSummary }
+export type { PresetDetail, PresetEntry, PresetSummary, PresetSyncResult }
 
 export type PresetPhase = 'unloading' | 'loading' | 'completed' | 'failed'
 
@@ -44,6 +44,8 @@ export interface PresetProgressEvent {
 declare module '../../../src/host/bus.ts' {
   interface BusEvents {
     'gateway.preset.progress': PresetProgressEvent
+    /** a preset saved or deleted through this pod's API (not by a sync) */
+    'gateway.presets.changed': { id: string; change: 'saved' | 'deleted' }
   }
 }
 
@@ -181,6 +183,7 @@ export class PresetService {
       })
     })
     this.log.info('configuration saved', { id, name, models: running.length })
+    this.bus.emit('gateway.presets.changed', { id, change: 'saved' })
     return { id, name, description, modelCount: running.length, createdAt: now, updatedAt: now }
   }
 
@@ -190,6 +193,65 @@ export class PresetService {
       tx.delete(gatewayPresetEntries).where(eq(gatewayPresetEntries.preset_id, id)).run()
       tx.delete(gatewayPresets).where(eq(gatewayPresets.id, id)).run()
     })
+    this.bus.emit('gateway.presets.changed', { id, change: 'deleted' })
+  }
+
+  /**
+   * sync takes presets from the cluster's leader, keeping their ids: a new id is created, a known one
+   * replaced when the incoming updatedAt is newer (entries and all), and nothing is deleted (a pod's
+   * own presets stay). A preset whose name another preset here already has (another id) is left out
+   * and reported: names are unique per pod.
+   */
+  sync(presets: readonly PresetDetail[]): PresetSyncResult {
+    const result: PresetSyncResult = { created: 0, updated: 0, unchanged: 0, conflicts: [] }
+    for (const p of presets) {
+      const here = this.db.select().from(gatewayPresets).where(eq(gatewayPresets.id, p.id)).get()
+      if (here && Date.parse(here.updated_at) >= Date.parse(p.updatedAt)) {
+        result.unchanged++
+        continue
+      }
+      const clash = this.db
+        .select({ id: gatewayPresets.id, name: gatewayPresets.name })
+        .from(gatewayPresets)
+        .all()
+        .find((x) => x.id !== p.id && x.name.toLowerCase() === p.name.toLowerCase())
+      if (clash) {
+        result.conflicts.push({ id: p.id, name: p.name, reason: `a configuration '${p.name}' exists here` })
+        continue
+      }
+      this.db.transaction((tx) => {
+        tx.delete(gatewayPresetEntries).where(eq(gatewayPresetEntries.preset_id, p.id)).run()
+        tx.delete(gatewayPresets).where(eq(gatewayPresets.id, p.id)).run()
+        tx.insert(gatewayPresets)
+          .values({
+            id: p.id,
+            name: p.name,
+            description: p.description,
+            created_at: p.createdAt,
+            updated_at: p.updatedAt,
+          })
+          .run()
+        for (const e of p.entries)
+          tx.insert(gatewayPresetEntries)
+            .values({
+              id: e.id,
+              preset_id: p.id,
+              model_path: e.modelPath,
+              served_model_name: e.servedModelName,
+              max_tokens: e.maxTokens,
+              source_type: e.sourceType,
+              gpu_ids: e.gpuIds,
+              tensor_parallel_size: e.tensorParallelSize,
+              extra_args: e.extraArgs,
+              enable_sleep_mode: e.enableSleepMode,
+              gpu_memory_utilization: e.gpuMemoryUtilization,
+              load_order: e.loadOrder,
+            })
+            .run()
+      })
+      result[here ? 'updated' : 'created']++
+    }
+    return result
   }
 
   /** startLoad begins loading a preset in the background; 409 while another preset load runs. */

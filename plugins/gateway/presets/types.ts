@@ -27,3 +27,12 @@ export interface PresetSummary {
 export interface PresetDetail extends PresetSummary {
   entries: PresetEntry[]
 }
+
+/** PresetSyncResult: what a pod did with the presets a leader sent (POST /internal/presets/sync). */
+export interface PresetSyncResult {
+  created: number
+  updated: number
+  unchanged: number
+  /** left out: their name belongs to another preset on this pod */
+  conflicts: { id: string; name: string; reason: string }[]
+}

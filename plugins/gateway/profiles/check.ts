@@ -1,7 +1,7 @@
 import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
 import type { GpuInfo, GpuSnapshot } from '../../../src/gpu/smi.ts'
 import { badRequest, insufficientMemory } from '../../../src/http/errors.ts'
-import type { LoadRequest } from '../api.ts'
+import type { LoadRequest, NeedQuery } from '../api.ts'
 import type { PreloadCheck } from '../service.ts'
 import { gpuTotalGib, type MemoryProfile, type ProfileStore, round4 } from './service.ts'
 
@@ -213,4 +213,26 @@ export function makePreloadCheck(
     if (r.warning_level === 'danger')
       throw insufficientMemory(`${r.message}. Free memory first, or pass "force": true to load anyway`)
   }
+}
+
+/**
+ * estimateNeed: the memory one engine of this load claims on each of its GPUs of this kind, by the
+ * pre-load check's rule: the newest matching profile re-sized to this utilization and device; with
+ * no profile, vLLM's own claim, gpu_memory_utilization × device (its weights are not known).
+ */
+export function estimateNeed(
+  profiles: ProfileStore,
+  q: NeedQuery,
+  defaultUtilization: number,
+): { gib: number; profile: { id: string; name: string } | null } {
+  const util = q.gpu_memory_utilization ?? defaultUtilization
+  const profile = profiles.find({
+    model_path: q.model_path,
+    max_tokens: q.max_tokens,
+    gpu_name: q.gpu_name,
+    tensor_parallel_size: q.tensor_parallel_size,
+  })
+  if (!profile) return { gib: round4(util * q.gpu_total_gib), profile: null }
+  const est = estimate(profile, util, q.gpu_total_gib)
+  return { gib: round4(est.gib), profile: { id: profile.id, name: profile.profile_name } }
 }
