@@ -3,13 +3,14 @@ import type { ClusterMoveRecord } from '../../plugins/cluster/move/schemas.ts'
 import type { RoutingTable } from '../../plugins/cluster/schemas.ts'
 import type { MoveEvent } from '../../plugins/gateway/api.ts'
 import { freePort, signalGroup } from '../sim/helpers.ts'
+import { etcdAvailable, startEtcd, type TestEtcd } from '../support/etcd.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { readSse } from '../support/sse.ts'
 import { waitFor } from '../support/wait.ts'
 
 /**
  * Moves across pods: three pods in one test process (real listeners, real simulated engines, each
- * with its own simulated GPUs), `static` coordination with pod c leading, admin auth, an inference
+ * with its own simulated GPUs) led through a real etcd (whichever pod wins leads), admin auth, an inference
  * key and a cluster secret. Model `moving` starts on pod a; 20 streams loop through pod c's /v1 (and
  * 4 through pod a's, one of the two pods it moves between) for the whole file, each failure kept
  * with its answer. Every move is asked of pod c, followed on pod c, and cancelled through pod c,
@@ -29,20 +30,18 @@ const IDS = ['a', 'b', 'c'] as const
 type PodId = (typeof IDS)[number]
 const MODEL = 'moving'
 
-function clusterYaml(id: string, ports: Record<string, number>): string {
-  const list = Object.entries(ports)
-    .map(([pod, p]) => `{ pod_id: ${pod}, address: 'http://127.0.0.1:${p}' }`)
-    .join(', ')
+function clusterYaml(id: string, ports: Record<string, number>, etcdUrl: string): string {
   // A long heartbeat: tables reach the pods by events (a move waits on them), not by the clock.
   return `
   cluster:
+    cluster_id: move
     pod_id: ${id}
     advertise_address: http://127.0.0.1:${ports[id]}
     expected_size: 3
     heartbeat_interval_ms: 60000
     coordination:
-      kind: static
-      static: { leader: c, peers: [${list}] }`
+      kind: etcd
+      etcd: { endpoints: ['${etcdUrl}'], prefix: /modelgate-move-test }`
 }
 
 const pods = {} as Record<PodId, TestGateway>
@@ -216,13 +215,15 @@ class Traffic {
   }
 }
 
-describe('cluster move across pods', () => {
+describe.skipIf(!etcdAvailable())('cluster move across pods', () => {
+  let etcd: TestEtcd
   beforeAll(async () => {
+    etcd = await startEtcd()
     for (const id of IDS) ports[id] = await freePort()
     for (const [i, id] of IDS.entries()) {
       pods[id] = await startGateway({
         ports: [8730 + i * 10, 8739 + i * 10],
-        extraYaml: clusterYaml(id, ports),
+        extraYaml: clusterYaml(id, ports, etcd.url),
         hostEnv: AUTH,
         server: { port: ports[id] },
         env: { SIM_LOAD_DELAY_MS: '800', SIM_TOKENS_PER_SEC: '200' },
@@ -265,6 +266,7 @@ describe('cluster move across pods', () => {
   afterAll(async () => {
     await traffic?.stop()
     for (const id of IDS) await pods[id]?.stop()
+    await etcd?.stop()
   })
 
   it('moves the model from pod a to pod b under traffic with no failed request, every table pointing at b', async () => {
