@@ -163,7 +163,11 @@ export class PeerClient {
       )
     }
     if (err instanceof WaitError) return err
-    const reason = err instanceof Error ? err.message : String(err)
+    // Bun's fetch appends advice for developers ("For more information, pass `verbose: true`...").
+    const reason = (err instanceof Error ? err.message : String(err)).replace(
+      /\s*For more information, pass `verbose: true`.*$/s,
+      '',
+    )
     this.opts.log.debug('peer call failed', { peer: address, call: what, error: reason })
     return new PeerError(
       502,
