@@ -20,7 +20,10 @@ export const PodModelSchema = t.Object({
   podId: t.String(),
   modelPath: t.String(),
   modelName: t.String({ description: 'the served model name (what /v1 calls it)' }),
-  status: t.String({ description: "the gateway's instance status; `running` for a serving instance" }),
+  status: t.String({
+    description:
+      "the gateway's instance status; `running` for a serving instance, `standby` for one serving on its pod but out of the routing table (a cross-pod move's target before the switch, or its source after)",
+  }),
   port: t.Number({ description: "the engine's port on its pod" }),
   gpuIds: t.Array(t.Number()),
   tensorParallelSize: t.Number(),
