@@ -69,6 +69,12 @@ function respond(req: Request, file: Served, headers: Record<string, string>): R
     : new Response(file.bytes, { headers: common })
 }
 
+/** FEATURES: the optional plugins the dashboard has pages for. */
+export const FEATURES = ['benchmarks', 'router', 'cluster'] as const
+export const Features = t.Object({
+  plugins: t.Array(t.Union([t.Literal('benchmarks'), t.Literal('router'), t.Literal('cluster')])),
+})
+
 export function dashboardRoutes(ctx: PluginContext, service: GatewayService) {
   let bundle: Promise<Map<string, Served>> | null = null
   /** files: the bundle, built (from source) or read (compiled) on first use; a failure is retried. */
@@ -128,6 +134,17 @@ export function dashboardRoutes(ctx: PluginContext, service: GatewayService) {
           '`progress` {instance_id, phase, percent, message} from each instance (load, wake); `operation` ' +
           '{instance_id, operation: sleep|wake|move, running}; `move` (the move_progress record); `traffic` ' +
           `{requests} at most every 2 s while proxied requests end. Heartbeat comments every 15 s.`,
+      },
+    })
+    .get('/api/dashboard/features', () => ({ plugins: FEATURES.filter((id) => ctx.has(id)) }), {
+      response: { 200: Features, 401: ControllerError },
+      detail: {
+        tags,
+        summary: 'Which optional plugins are on, for the dashboard’s navigation',
+        description:
+          `200: {plugins: the ones of ${FEATURES.join(', ')} that are enabled}. The dashboard shows their pages ` +
+          'only when on.',
+        'x-required-role': 'admin-readonly',
       },
     })
     .get(

@@ -1,4 +1,6 @@
+import { signal } from '@preact/signals'
 import { useEffect } from 'preact/hooks'
+import { api } from './api.ts'
 import { Denied } from './components/denied.tsx'
 import { ErrorNote } from './components/error-note.tsx'
 import { Login } from './components/login.tsx'
@@ -8,6 +10,9 @@ import { href, match, path } from './router.ts'
 import { canWrite, logout, session, startSession } from './session.ts'
 import type { AuthInfo, Me } from './types.ts'
 
+/** features: the optional plugins that are on (null until the gateway said). */
+const features = signal<Set<string> | null>(null)
+
 /**
  * App: the shell. Before a session it shows the login (or the access-denied page); once logged in,
  * the navigation built from the page registry, who is logged in, whether the live stream is up, and
@@ -15,8 +20,21 @@ import type { AuthInfo, Me } from './types.ts'
  */
 function Shell({ info, user }: { info: AuthInfo; user: Me }) {
   useEffect(() => startLive(), [])
+  useEffect(() => {
+    api
+      .features()
+      .then((f) => {
+        features.value = new Set(f.plugins)
+      })
+      .catch(() => {
+        features.value = new Set()
+      })
+  }, [])
   const p = path.value
+  const on = features.value
+  const shown = pages.filter((page) => !page.requires || on?.has(page.requires))
   const found = pages.map((page) => ({ page, params: match(page.path, p) })).find((m) => m.params)
+  const off = found?.page.requires && on && !on.has(found.page.requires) ? found.page.requires : null
   useEffect(() => {
     document.title = `${found?.page.title ?? 'Not found'} · modelgate`
   }, [found?.page.title])
@@ -27,7 +45,7 @@ function Shell({ info, user }: { info: AuthInfo; user: Me }) {
         <a class="brand" href={href('/')}>
           modelgate
         </a>
-        {pages
+        {shown
           .filter((page) => page.nav)
           .map((page) => (
             <a
@@ -65,7 +83,17 @@ function Shell({ info, user }: { info: AuthInfo; user: Me }) {
             </button>
           )}
         </header>
-        {Current ? <Current params={found.params ?? {}} /> : <p class="muted">No page at {p}.</p>}
+        {off ? (
+          <p class="muted note">
+            The {off} plugin is not enabled on this gateway (plugins.{off} in its YAML).
+          </p>
+        ) : found?.page.requires && !on ? (
+          <p class="muted">Loading…</p>
+        ) : Current ? (
+          <Current params={found.params ?? {}} />
+        ) : (
+          <p class="muted">No page at {p}.</p>
+        )}
       </div>
     </div>
   )

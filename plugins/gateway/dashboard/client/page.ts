@@ -14,4 +14,6 @@ export interface Page {
   /** nav: the label in the navigation; absent for pages reached by a link (an instance's page). */
   nav?: string
   component: ComponentType<{ params: Record<string, string> }>
+  /** requires: the optional plugin the page shows; without it the page is left out of the navigation. */
+  requires?: 'benchmarks' | 'router' | 'cluster'
 }

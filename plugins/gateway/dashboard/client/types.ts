@@ -2,8 +2,16 @@ import type { Static } from 'elysia'
 import type { AuthService, LoginResult, Principal } from '../../../../src/http/auth.ts'
 import type { ControllerErrorBody, ProxyErrorBody } from '../../../../src/http/errors.ts'
 import type { GpuAvailableSchema, MultiGpuSchema } from '../../schemas.ts'
-import type { InferenceKey } from '../routes.ts'
+import type { Features as FeaturesSchema, InferenceKey } from '../routes.ts'
 
+export type {
+  BenchmarkRun,
+  CreateRun,
+  RunSummary,
+  Scenario,
+  ScenarioMetrics,
+} from '../../../benchmarks/schemas.ts'
+export type { ClusterStatus, Pod, RoutingTable } from '../../../cluster/schemas.ts'
 /**
  * The records the dashboard reads and sends, derived from the declarations the routes validate
  * with (TypeBox schemas, or the interfaces a route's schema is checked against): a field renamed on
@@ -22,6 +30,9 @@ export type {
   SleepStatus,
   WakeResult,
 } from '../../api.ts'
+export type { MemoryProfile } from '../../db/presets.ts'
+export type { PresetProgressEvent } from '../../presets/service.ts'
+export type { PresetDetail, PresetSummary } from '../../presets/types.ts'
 export type { CheckRequest, CheckResult } from '../../profiles/check.ts'
 export type { DashboardEventMap, DashboardEventName } from '../events.ts'
 export type { LoginResult }
@@ -32,6 +43,7 @@ export type GpuRow = MultiGpu['gpus'][number]
 export type ModelMemory = GpuRow['models'][number]
 export type KvCache = MultiGpu['kvcache']
 export type InferenceKeyAnswer = Static<typeof InferenceKey>
+export type Features = Static<typeof FeaturesSchema>
 
 /** AuthInfo: GET /api/auth/info. */
 export type AuthInfo = ReturnType<AuthService['info']>

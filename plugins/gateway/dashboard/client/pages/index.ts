@@ -1,11 +1,24 @@
 import type { Page } from '../page.ts'
+import { benchmarkPage, benchmarksPage, comparePage } from './benchmarks.tsx'
 import { chatPage } from './chat.tsx'
+import { clusterPage } from './cluster.tsx'
 import { gpusPage } from './gpus.tsx'
 import { instancePage } from './instance.tsx'
 import { modelsPage } from './models.tsx'
+import { presetsPage } from './presets.tsx'
 
 /**
- * pages: the registry the shell routes and builds its navigation from, in navigation order. Pages
- * still to come take their place here: benchmarks, presets and memory profiles, router, cluster.
+ * pages: the registry the shell routes and builds its navigation from, in navigation order. A page
+ * that `requires` an optional plugin is shown only when that plugin is on.
  */
-export const pages: readonly Page[] = [gpusPage, modelsPage, instancePage, chatPage]
+export const pages: readonly Page[] = [
+  gpusPage,
+  modelsPage,
+  instancePage,
+  chatPage,
+  benchmarksPage,
+  comparePage,
+  benchmarkPage,
+  presetsPage,
+  clusterPage,
+]

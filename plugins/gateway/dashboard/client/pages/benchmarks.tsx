@@ -1,0 +1,423 @@
+import { useEffect, useState } from 'preact/hooks'
+import { type ApiError, api } from '../api.ts'
+import { BarChart, type BarGroup } from '../components/chart.tsx'
+import { ErrorNote } from '../components/error-note.tsx'
+import { ProgressBar } from '../components/progress.tsx'
+import { ms, since } from '../format.ts'
+import { sortedInstances } from '../live.ts'
+import type { Page } from '../page.ts'
+import { href, navigate } from '../router.ts'
+import { canWrite } from '../session.ts'
+import { followStream } from '../sse.ts'
+import type { BenchmarkRun, CreateRun, RunSummary, Scenario, ScenarioMetrics } from '../types.ts'
+
+/**
+ * Benchmarks: the runs (pick two to compare), a form to start one, a run's page with each scenario's
+ * live progress (its event stream) and, once measured, its figures and charts (TTFT, TPOT and E2E
+ * percentiles, goodput), and two runs side by side.
+ */
+const FINISHED = new Set(['completed', 'failed', 'cancelled'])
+const PERCENTILES = ['p50', 'p90', 'p99'] as const
+const LATENCIES = [
+  ['ttft', 'Time to first token'],
+  ['tpot', 'Time per output token'],
+  ['e2e', 'End-to-end latency'],
+] as const
+
+const metric = (m: ScenarioMetrics | undefined, key: string): number | null =>
+  m ? ((m as unknown as Record<string, number | null>)[key] ?? null) : null
+
+function BenchmarksPage() {
+  const [runs, setRuns] = useState<RunSummary[] | null>(null)
+  const [error, setError] = useState<ApiError | null>(null)
+  const [picked, setPicked] = useState<string[]>([])
+  useEffect(() => {
+    api
+      .benchmarks()
+      .then((r) => setRuns(r.benchmarks))
+      .catch(setError)
+  }, [])
+  const toggle = (id: string) =>
+    setPicked((p) => (p.includes(id) ? p.filter((x) => x !== id) : [...p, id].slice(-2)))
+  return (
+    <div class="page">
+      {canWrite.value && <CreateForm />}
+      <section class="card">
+        <h2>Runs</h2>
+        <ErrorNote error={error} />
+        <table class="runs">
+          <thead>
+            <tr>
+              <th />
+              <th>Name</th>
+              <th>Status</th>
+              <th>Models</th>
+              <th>Requests</th>
+              <th>Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {runs?.length === 0 && (
+              <tr>
+                <td colSpan={6} class="muted">
+                  No run yet.
+                </td>
+              </tr>
+            )}
+            {runs?.map((r) => (
+              <tr key={r.id} data-run={r.id} data-status={r.status}>
+                <td>
+                  <input
+                    type="checkbox"
+                    aria-label={`compare ${r.name}`}
+                    checked={picked.includes(r.id)}
+                    onChange={() => toggle(r.id)}
+                  />
+                </td>
+                <td>
+                  <a href={href(`/benchmarks/${r.id}`)}>{r.name}</a>
+                </td>
+                <td>{r.status}</td>
+                <td>{r.model_names.join(', ')}</td>
+                <td>
+                  {r.successful_requests}/{r.total_requests}
+                </td>
+                <td title={r.created_at}>{since(r.created_at)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <a
+          class={`button ${picked.length === 2 ? '' : 'disabled'}`}
+          aria-disabled={picked.length !== 2}
+          href={picked.length === 2 ? href(`/benchmarks/compare/${picked[0]}/${picked[1]}`) : undefined}
+        >
+          Compare the two selected
+        </a>
+      </section>
+    </div>
+  )
+}
+
+function CreateForm() {
+  const active = sortedInstances.value.filter((i) => i.status === 'active')
+  const [f, setF] = useState({
+    name: '',
+    instanceId: '',
+    routingMode: 'direct',
+    inputTokens: 128,
+    outputTokens: 64,
+    concurrency: 4,
+    totalRequests: 20,
+    warmupRequests: 2,
+    slaMs: 5000,
+  })
+  const [error, setError] = useState<ApiError | null>(null)
+  const [busy, setBusy] = useState(false)
+  const set = (patch: Partial<typeof f>) => setF({ ...f, ...patch })
+  const instanceId = f.instanceId || active[0]?.id || ''
+  const submit = async (e: Event) => {
+    e.preventDefault()
+    setBusy(true)
+    setError(null)
+    const body: CreateRun = {
+      mode: 'isolated',
+      ...(f.name.trim() ? { name: f.name.trim() } : {}),
+      scenarios: [
+        {
+          instanceId,
+          routingMode: f.routingMode as 'direct' | 'proxy',
+          inputTokens: f.inputTokens,
+          outputTokens: f.outputTokens,
+          concurrency: f.concurrency,
+          totalRequests: f.totalRequests,
+          warmupRequests: f.warmupRequests,
+          slaThresholdMs: f.slaMs,
+        },
+      ],
+    }
+    try {
+      const r = await api.createBenchmark(body)
+      navigate(`/benchmarks/${r.benchmark.id}`)
+    } catch (err) {
+      setError(err as ApiError)
+    } finally {
+      setBusy(false)
+    }
+  }
+  const num = (key: keyof typeof f, label: string, min = 1) => (
+    <label>
+      {label}
+      <input
+        name={key}
+        type="number"
+        min={min}
+        value={f[key] as number}
+        onInput={(e) => set({ [key]: Number((e.target as HTMLInputElement).value) })}
+      />
+    </label>
+  )
+  return (
+    <form class="card bench-form" onSubmit={submit}>
+      <h2>New run</h2>
+      <div class="fields">
+        <label>
+          Name
+          <input
+            name="name"
+            value={f.name}
+            onInput={(e) => set({ name: (e.target as HTMLInputElement).value })}
+          />
+        </label>
+        <label>
+          Model
+          <select
+            name="instanceId"
+            value={instanceId}
+            onChange={(e) => set({ instanceId: e.currentTarget.value })}
+          >
+            {active.map((i) => (
+              <option key={i.id} value={i.id}>
+                {i.served_model_name} ({i.id})
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Route
+          <select
+            name="routingMode"
+            value={f.routingMode}
+            onChange={(e) => set({ routingMode: e.currentTarget.value })}
+          >
+            <option value="direct">engine port (direct)</option>
+            <option value="proxy">through /v1 (proxy)</option>
+          </select>
+        </label>
+        {num('inputTokens', 'Input tokens')}
+        {num('outputTokens', 'Output tokens')}
+        {num('concurrency', 'Concurrency')}
+        {num('totalRequests', 'Requests')}
+        {num('warmupRequests', 'Warm-up', 0)}
+        {num('slaMs', 'E2E SLA (ms)')}
+      </div>
+      <button type="submit" disabled={busy || !instanceId}>
+        Start benchmark
+      </button>
+      {!active.length && <p class="muted small">No active model to measure: load one first.</p>}
+      <ErrorNote error={error} />
+    </form>
+  )
+}
+
+interface Live {
+  completed: number
+  total: number
+  phase: string
+}
+
+function RunPage({ params }: { params: Record<string, string> }) {
+  const id = params.id ?? ''
+  const [run, setRun] = useState<BenchmarkRun | null>(null)
+  const [error, setError] = useState<ApiError | null>(null)
+  const [live, setLive] = useState<Record<string, Live>>({})
+  useEffect(() => {
+    let closed = false
+    const load = () =>
+      api
+        .benchmark(id)
+        .then((r) => !closed && setRun(r.benchmark))
+        .catch((err) => !closed && setError(err))
+    void load()
+    const stop = followStream(`/api/benchmarks/${encodeURIComponent(id)}/events`, {
+      onMessage: (m) => {
+        const d = JSON.parse(m.data) as Record<string, unknown>
+        const sid = d.scenario_id as string | undefined
+        if (sid && (m.event === 'scenario:progress' || m.event === 'scenario:warmup'))
+          setLive((l) => ({
+            ...l,
+            [sid]: {
+              completed: d.completed as number,
+              total: d.total as number,
+              phase: m.event === 'scenario:warmup' ? 'warm-up' : 'measuring',
+            },
+          }))
+        if (
+          m.event.startsWith('scenario:') &&
+          m.event !== 'scenario:progress' &&
+          m.event !== 'scenario:warmup'
+        )
+          void load()
+        if (m.event.startsWith('benchmark:') && m.event !== 'benchmark:started') {
+          void load()
+          stop()
+        }
+      },
+      onDown: (err, final) => final && setError(err),
+    })
+    return () => {
+      closed = true
+      stop()
+    }
+  }, [id])
+  if (error) return <ErrorNote error={error} />
+  if (!run) return <p class="muted">Reading the run…</p>
+  return (
+    <div class="page" data-run={run.id} data-status={run.status}>
+      <section class="card">
+        <h2>
+          {run.name} <span class={`status status-${run.status}`}>{run.status}</span>
+        </h2>
+        <p class="muted small">
+          {run.mode} · {run.successful_requests}/{run.total_requests} requests succeeded
+          {run.duration_seconds !== null && ` · ${run.duration_seconds.toFixed(1)} s`}
+          {run.error && ` · ${run.error}`}
+        </p>
+      </section>
+      {run.scenarios.map((s, i) => (
+        <ScenarioView key={s.id} index={i} s={s} live={live[s.id]} finished={FINISHED.has(run.status)} />
+      ))}
+    </div>
+  )
+}
+
+function ScenarioView(props: { s: Scenario; index: number; live: Live | undefined; finished: boolean }) {
+  const { s, live } = props
+  const m = s.metrics
+  const running = s.status === 'running' || (!props.finished && !m)
+  return (
+    <section class="card scenario" data-scenario={s.id} data-scenario-status={s.status}>
+      <h3>
+        Scenario {props.index + 1}: {s.model_name}{' '}
+        <span class="muted small">
+          {s.routing_mode} · {s.input_tokens}→{s.output_tokens} tokens · concurrency {s.concurrency} ·{' '}
+          {s.total_requests} requests
+        </span>
+      </h3>
+      {running && (
+        <ProgressBar
+          percent={live ? (live.completed / Math.max(1, live.total)) * 100 : 0}
+          label={live ? `${live.phase} ${live.completed}/${live.total}` : s.status}
+        />
+      )}
+      {s.error && <p class="error">{s.error}</p>}
+      {m && <Figures runs={[{ label: s.model_name, m }]} />}
+    </section>
+  )
+}
+
+/** Figures: a table of the headline figures and the latency and goodput charts, for one or two runs. */
+function Figures({ runs }: { runs: { label: string; m: ScenarioMetrics }[] }) {
+  const groups = (prefix: string): BarGroup[] =>
+    PERCENTILES.map((p) => ({
+      label: p,
+      bars: runs.map((r, i) => ({ label: r.label, value: metric(r.m, `${prefix}_${p}`), series: i })),
+    }))
+  const rows: [string, (m: ScenarioMetrics) => string][] = [
+    ['Requests ok / failed', (m) => `${m.successful_requests} / ${m.failed_requests}`],
+    ['TTFT p50 / p99', (m) => `${ms(m.ttft_p50)} / ${ms(m.ttft_p99)}`],
+    ['TPOT p50 / p99', (m) => `${ms(m.tpot_p50)} / ${ms(m.tpot_p99)}`],
+    ['E2E p50 / p99', (m) => `${ms(m.e2e_p50)} / ${ms(m.e2e_p99)}`],
+    ['Output tokens/s', (m) => (m.tokens_per_second_total ?? 0).toFixed(1)],
+    [
+      'Goodput',
+      (m) => `${m.goodput_percent.toFixed(1)}% (${m.goodput_requests_per_second.toFixed(2)} req/s)`,
+    ],
+  ]
+  return (
+    <div class="figures">
+      <table class="metrics">
+        <thead>
+          <tr>
+            <th />
+            {runs.map((r, i) => (
+              <th key={r.label} class={`series-${i}`}>
+                {r.label}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map(([label, f]) => (
+            <tr key={label}>
+              <th>{label}</th>
+              {runs.map((r) => (
+                <td key={r.label} data-figure={label}>
+                  {f(r.m)}
+                </td>
+              ))}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <div class="charts">
+        {LATENCIES.map(([prefix, title]) => (
+          <BarChart key={prefix} id={prefix} title={title} unit="ms" groups={groups(prefix)} />
+        ))}
+        <BarChart
+          id="goodput"
+          title="Goodput"
+          unit="% of requests within SLA"
+          groups={[
+            {
+              label: 'goodput',
+              bars: runs.map((r, i) => ({ label: r.label, value: r.m.goodput_percent, series: i })),
+            },
+          ]}
+        />
+      </div>
+    </div>
+  )
+}
+
+function ComparePage({ params }: { params: Record<string, string> }) {
+  const [runs, setRuns] = useState<BenchmarkRun[] | null>(null)
+  const [error, setError] = useState<ApiError | null>(null)
+  useEffect(() => {
+    Promise.all([api.benchmark(params.a ?? ''), api.benchmark(params.b ?? '')])
+      .then((r) => setRuns(r.map((x) => x.benchmark)))
+      .catch(setError)
+  }, [params.a, params.b])
+  if (error) return <ErrorNote error={error} />
+  if (!runs) return <p class="muted">Reading the runs…</p>
+  const count = Math.max(...runs.map((r) => r.scenarios.length))
+  return (
+    <div class="page compare">
+      {Array.from({ length: count }, (_, i) => {
+        const both = runs.flatMap((r) => {
+          const m = r.scenarios[i]?.metrics
+          return m ? [{ label: r.name, m }] : []
+        })
+        return (
+          <section class="card" key={i}>
+            <h3>Scenario {i + 1}</h3>
+            {both.length ? <Figures runs={both} /> : <p class="muted">Not measured in either run.</p>}
+          </section>
+        )
+      })}
+    </div>
+  )
+}
+
+export const benchmarksPage: Page = {
+  id: 'benchmarks',
+  title: 'Benchmarks',
+  nav: 'Benchmarks',
+  path: '/benchmarks',
+  component: BenchmarksPage,
+  requires: 'benchmarks',
+}
+export const benchmarkPage: Page = {
+  id: 'benchmark',
+  title: 'Benchmark run',
+  path: '/benchmarks/:id',
+  component: RunPage,
+  requires: 'benchmarks',
+}
+export const comparePage: Page = {
+  id: 'benchmark-compare',
+  title: 'Two runs side by side',
+  path: '/benchmarks/compare/:a/:b',
+  component: ComparePage,
+  requires: 'benchmarks',
+}
