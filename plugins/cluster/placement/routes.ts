@@ -73,7 +73,10 @@ export function placementRoutes(placement: PresetPlacement) {
   )
 }
 
-export function presetSyncInternalRoutes(sync: (presets: PresetDetail[]) => PresetSyncResult, fence: TermFence) {
+export function presetSyncInternalRoutes(
+  sync: (presets: PresetDetail[]) => PresetSyncResult,
+  fence: TermFence,
+) {
   return new Elysia({ name: 'cluster-presets-internal-routes' })
     .use(termAdmission(fence))
     .post('/internal/presets/sync', ({ body }) => sync(body.presets as PresetDetail[]), {
