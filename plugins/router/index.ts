@@ -1,5 +1,6 @@
 import { definePlugin } from '../../src/host/plugin.ts'
 import { RouterConfig } from './config.ts'
+import { routerDashboardRoutes } from './dashboard.ts'
 import { routerRoutes } from './routes.ts'
 import { RouterService } from './service.ts'
 
@@ -54,6 +55,7 @@ export const routerPlugin = (opts: RouterOptions = {}) =>
             description: DESCRIPTION,
           },
         ],
+        routes: routerDashboardRoutes(service, () => ctx.config.auth.inference_api_key),
         api: service,
         start: () => service.start(),
         stop: () => service.stop(),

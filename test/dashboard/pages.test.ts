@@ -217,6 +217,7 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
 
   it('hides the cluster and router pages (their plugins are off) and says so at their address', async () => {
     expect(await page.locator('nav a:has-text("Cluster")').count()).toBe(0)
+    expect(await page.locator('nav a:has-text("Router")').count()).toBe(0)
     expect(await page.locator('nav a:has-text("Benchmarks")').count()).toBe(1)
     await page.evaluate(() => {
       location.hash = '/cluster'
@@ -305,5 +306,105 @@ describe.skipIf(skip !== null)('the cluster page in a browser', () => {
     expect(await page.locator('nav a:has-text("Cluster")').count()).toBe(1)
     await screenshot(page, 'cluster')
     await page.close()
+  })
+})
+
+describe.skipIf(skip !== null)('the router page in a browser', () => {
+  let gw: TestGateway
+  let browser: TestBrowser
+  let routerPort = 0
+  let admin = ''
+  const MODEL = 'routed-model'
+
+  beforeAll(async () => {
+    routerPort = await freePort()
+    gw = await startGateway({
+      ports: [21250, 21259],
+      env: { SIM_TOKENS_PER_SEC: '400' },
+      hostEnv: { ...AUTH, INFERENCE_API_KEY: KEY },
+      extraYaml: `  router: { host: 127.0.0.1, port: ${routerPort}, from_gateway: true, auto_sleep: { min_sleep_duration: 0 } }\n`,
+    })
+    admin = (await gw.host.auth.issueToken('ops', ['admin'])).token
+    const r = await gw.json<{ instance_id: string }>('/api/v1/models/load', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${admin}` },
+      body: JSON.stringify({
+        model_path: 'facebook/opt-125m',
+        served_model_name: MODEL,
+        enable_sleep_mode: true,
+      }),
+    })
+    await waitFor(
+      'the model active',
+      async () =>
+        (
+          await gw.json<{ model: { status: string } }>(`/api/v1/models/${r.body.instance_id}`, {
+            headers: { authorization: `Bearer ${admin}` },
+          })
+        ).body.model.status === 'active',
+      { timeoutMs: 30_000, wake: (n) => gw.host.bus.on('gateway.instance.status', n) },
+    )
+    // Three chats through the router's own /v1.
+    for (let i = 0; i < 3; i++) {
+      const c = await fetch(`http://127.0.0.1:${routerPort}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+      })
+      expect(c.status).toBe(200)
+      await c.text()
+    }
+    browser = await openBrowser()
+  }, 60_000)
+  afterAll(async () => {
+    await browser?.close()
+    await gw?.stop()
+  })
+
+  it('shows the traffic and state of the router’s model, sleeps and wakes it, all through the gateway’s origin', async () => {
+    const page = await browser.newPage()
+    const statuses: number[] = []
+    page.on('response', (r) => statuses.push(r.status()))
+    await visit(page, gw.url, admin, '/router')
+    const row = page.locator(`table.router-models tr[data-model="${MODEL}"]`)
+    await row.waitFor()
+    expect(await row.getAttribute('data-state')).toBe('active')
+    expect(await row.locator('td[data-figure="requests"]').textContent()).toBe('3/3')
+    await screenshot(page, 'router')
+    await row.locator('button:has-text("Sleep")').click()
+    await page.locator(`tr[data-model="${MODEL}"][data-state="sleeping"]`).waitFor({ timeout: 20_000 })
+    await screenshot(page, 'router-sleeping')
+    await page.locator(`tr[data-model="${MODEL}"] button:has-text("Wake")`).click()
+    await page.locator(`tr[data-model="${MODEL}"][data-state="active"]`).waitFor({ timeout: 20_000 })
+    // A read-only user sees the page without its buttons, and meets no 403.
+    const viewer = (await gw.host.auth.issueToken('viewer', ['admin-readonly'])).token
+    const ro = await browser.newPage()
+    const roStatuses: number[] = []
+    ro.on('response', (r) => roStatuses.push(r.status()))
+    await visit(ro, gw.url, viewer, '/router')
+    await ro.locator(`tr[data-model="${MODEL}"]`).waitFor()
+    expect(await ro.locator('table.router-models button').count()).toBe(0)
+    expect(roStatuses.filter((s) => s === 403)).toEqual([])
+    const origin = new URL(gw.url).origin
+    expect(browser.requests.filter((r) => new URL(r.url()).origin !== origin).map((r) => r.url())).toEqual([])
+    expect(statuses.filter((s) => s >= 400)).toEqual([])
+    await ro.close()
+    await page.close()
+  })
+
+  it('refuses the router actions to the read-only role and without a token', async () => {
+    const viewer = (await gw.host.auth.issueToken('viewer', ['admin-readonly'])).token
+    const ro = await gw.json(`/api/dashboard/router/models/${MODEL}/sleep`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${viewer}` },
+    })
+    expect(ro.status).toBe(403)
+    const anon = await fetch(`${gw.url}/api/dashboard/router`)
+    expect(anon.status).toBe(401)
+    const unknown = await gw.json<{ error: { code: string } }>('/api/dashboard/router/models/no-such/sleep', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${admin}` },
+    })
+    expect(unknown.status).toBe(404)
   })
 })

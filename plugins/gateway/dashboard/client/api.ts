@@ -20,6 +20,8 @@ import type {
   Pod,
   PresetDetail,
   PresetSummary,
+  RouterAction,
+  RouterOverview,
   RoutingTable,
   RunSummary,
   SleepLevel,
@@ -53,8 +55,12 @@ export const auth = {
 export async function errorFrom(res: Response): Promise<ApiError> {
   const text = await res.text().catch(() => '')
   try {
-    const body = JSON.parse(text) as ErrorBody
-    if (body?.error?.message) return new ApiError(res.status, body.error.code ?? '', body.error.message)
+    const body = JSON.parse(text) as ErrorBody | { status?: string; message?: string }
+    if ('error' in body && body.error?.message)
+      return new ApiError(res.status, body.error.code ?? '', body.error.message)
+    // The router's action result: {status: 'error', model, message}.
+    if ('status' in body && body.status === 'error' && typeof body.message === 'string')
+      return new ApiError(res.status, 'ACTION_REFUSED', body.message)
   } catch {
     // not JSON: fall through
   }
@@ -140,6 +146,10 @@ export const api = {
   benchmark: (i: string) => get<{ benchmark: BenchmarkRun }>(`/api/benchmarks/${id(i)}`),
   createBenchmark: (body: CreateRun) => post<{ benchmark: BenchmarkRun }>('/api/benchmarks', body),
   deleteBenchmark: (i: string) => call<unknown>('DELETE', `/api/benchmarks/${id(i)}`),
+
+  router: () => get<RouterOverview>('/api/dashboard/router'),
+  routerSleep: (name: string) => post<RouterAction>(`/api/dashboard/router/models/${id(name)}/sleep`),
+  routerWake: (name: string) => post<RouterAction>(`/api/dashboard/router/models/${id(name)}/wake`),
 
   cluster: () => get<ClusterStatus>('/api/cluster'),
   clusterPods: () => get<{ pods: Pod[] }>('/api/cluster/pods'),

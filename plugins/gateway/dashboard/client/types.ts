@@ -12,6 +12,11 @@ export type {
   ScenarioMetrics,
 } from '../../../benchmarks/schemas.ts'
 export type { ClusterStatus, Pod, RoutingTable } from '../../../cluster/schemas.ts'
+
+import type { RouterOverviewSchema } from '../../../router/dashboard.ts'
+import type { ActionResultSchema } from '../../../router/schemas.ts'
+export type RouterOverview = Static<typeof RouterOverviewSchema>
+export type RouterAction = Static<typeof ActionResultSchema>
 /**
  * The records the dashboard reads and sends, derived from the declarations the routes validate
  * with (TypeBox schemas, or the interfaces a route's schema is checked against): a field renamed on

@@ -6,6 +6,7 @@ import { gpusPage } from './gpus.tsx'
 import { instancePage } from './instance.tsx'
 import { modelsPage } from './models.tsx'
 import { presetsPage } from './presets.tsx'
+import { routerPage } from './router.tsx'
 
 /**
  * pages: the registry the shell routes and builds its navigation from, in navigation order. A page
@@ -20,5 +21,6 @@ export const pages: readonly Page[] = [
   comparePage,
   benchmarkPage,
   presetsPage,
+  routerPage,
   clusterPage,
 ]
