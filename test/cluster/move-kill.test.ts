@@ -13,7 +13,7 @@ import { waitFor } from '../support/wait.ts'
 /**
  * A move across pods whose target POD dies (kill -9 of its modelgate process, as a host crash would)
  * while the target engine is spawning: three `modelgate serve` processes on a real etcd, the model on
- * pod a, chats looping through pod c for the whole test. The move must roll back: the source serves on,
+ * one pod (the target is never the leader), chats looping through the third pod for the whole test. The move must roll back: the source serves on,
  * every table still sends the model to pod a, and no chat fails.
  */
 const SECRET = 'move-kill-cluster-secret-0123456789'
@@ -36,6 +36,10 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
   const pods = {} as Record<PodId, PodProcess>
   const tokens = {} as Record<PodId, string>
   let instanceId = ''
+  /** S holds the model, T is the move's target (never the leader: killing it must not stop the cluster's lock), E takes the chats. */
+  let S: PodId
+  let T: PodId
+  let E: PodId
 
   const headers = (id: PodId) => ({
     authorization: `Bearer ${tokens[id]}`,
@@ -64,8 +68,9 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
           port: ports[id],
           enginePorts: [21500 + i * 10, 21509 + i * 10],
           env: ENV,
-          // Pod b's engine takes 30 s to load: time to kill its pod while it spawns.
-          simEnv: { SIM_LOAD_DELAY_MS: id === 'b' ? '30000' : '300', SIM_TOKENS_PER_SEC: '400' },
+          // Pod a holds the model (its engine loads at once); b's and c's take 20 s: time to kill the
+          // target's pod while it spawns.
+          simEnv: { SIM_LOAD_DELAY_MS: id === 'a' ? '300' : '20000', SIM_TOKENS_PER_SEC: '400' },
           cluster: [
             '    cluster_id: move-kill',
             `    pod_id: ${id}`,
@@ -84,9 +89,23 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
         tokens[id] = ((await login.json()) as { token: string }).token
       }),
     )
-    const load = await fetch(`${pods.a.url}/api/v1/models/load`, {
+    const leader = await waitFor(
+      'one leader all three agree on',
+      async () => {
+        const v = await Promise.all(
+          IDS.map((id) => get<{ leaderId: string | null; healthyPodCount: number }>(id, '/api/cluster')),
+        )
+        const l = v[0]!.leaderId
+        return l && v.every((x) => x.leaderId === l && x.healthyPodCount === 3) ? (l as PodId) : undefined
+      },
+      { timeoutMs: 30_000, pollMs: 100 },
+    )
+    S = 'a'
+    T = leader === 'b' ? 'c' : 'b'
+    E = T === 'b' ? 'c' : 'b'
+    const load = await fetch(`${pods[S].url}/api/v1/models/load`, {
       method: 'POST',
-      headers: headers('a'),
+      headers: headers(S),
       body: JSON.stringify({
         model_path: 'facebook/opt-125m',
         served_model_name: MODEL,
@@ -97,12 +116,12 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
     expect(load.status).toBe(202)
     instanceId = ((await load.json()) as { instance_id: string }).instance_id
     await waitFor(
-      'the model active on pod a and in every table',
+      'the model active on its pod and in every table',
       async () => {
-        const m = await get<{ model: { status: string } }>('a', `/api/v1/models/${instanceId}`)
+        const m = await get<{ model: { status: string } }>(S, `/api/v1/models/${instanceId}`)
         if (m.model.status !== 'active') return false
         const tables = await Promise.all(IDS.map(routedTo))
-        return tables.every((t) => JSON.stringify(t) === '["a"]')
+        return tables.every((t) => JSON.stringify(t) === JSON.stringify([S]))
       },
       { timeoutMs: 30_000, pollMs: 100 },
     )
@@ -114,18 +133,18 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
     if (dir) rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
-  it('rolls back: the source serves on, every table still points at pod a, no chat through pod c fails', async () => {
-    const traffic = startTraffic(pods.c.url, 3)
-    await waitFor('chats to flow through pod c', () => traffic.ok >= 5, { timeoutMs: 10_000 })
-    const move = await fetch(`${pods.c.url}/api/cluster/models/${instanceId}/move`, {
+  it('rolls back: the source serves on, every table still points at its pod, no chat through the third pod fails', async () => {
+    const traffic = startTraffic(pods[E].url, 3)
+    await waitFor('chats to flow through the third pod', () => traffic.ok >= 5, { timeoutMs: 10_000 })
+    const move = await fetch(`${pods[E].url}/api/cluster/models/${instanceId}/move`, {
       method: 'POST',
-      headers: headers('c'),
-      body: JSON.stringify({ targetPodId: 'b', targetGpuIds: [0], drainTimeoutMs: 10_000 }),
+      headers: headers(E),
+      body: JSON.stringify({ targetPodId: T, targetGpuIds: [0], drainTimeoutMs: 10_000 }),
     })
     const record = (await move.json()) as { move_id: string }
     expect(move.status).toBe(200)
-    const events = await fetch(`${pods.c.url}/api/cluster/moves/${record.move_id}/events`, {
-      headers: headers('c'),
+    const events = await fetch(`${pods[E].url}/api/cluster/moves/${record.move_id}/events`, {
+      headers: headers(E),
     })
     let killedAt = 0
     const messages = await readSse<MoveEvent>(
@@ -133,8 +152,8 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
       'the move to fail after its target pod died',
       (ms) => {
         if (!killedAt && ms.some((m) => m.data.phase === 'spawning')) {
-          // kill -9 of pod b's modelgate (and its engine) while the target spawns.
-          pods.b.killNow()
+          // kill -9 of the target pod's modelgate (and its engine) while the target spawns.
+          pods[T].killNow()
           killedAt = performance.now()
         }
         return ms.some((m) => m.data.phase === 'failed' || m.data.phase === 'completed')
@@ -153,22 +172,22 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
     expect(last.error).toContain('unreachable')
     expect(last.error).not.toContain('verbose')
     // The source was never touched.
-    const m = await get<{ model: { status: string } }>('a', `/api/v1/models/${instanceId}`)
+    const m = await get<{ model: { status: string } }>(S, `/api/v1/models/${instanceId}`)
     expect(m.model.status).toBe('active')
-    expect(await routedTo('a')).toEqual(['a'])
-    expect(await routedTo('c')).toEqual(['a'])
+    expect(await routedTo(S)).toEqual([S])
+    expect(await routedTo(E)).toEqual([S])
     // A few more chats after the rollback, then none may have failed.
     const after = traffic.ok
     await waitFor('chats after the rollback', () => traffic.ok >= after + 5, { timeoutMs: 10_000 })
     const result = await traffic.stop()
     expect(result.failures).toEqual([])
-    // Another move is possible again (the leader's lock was released): to pod c's GPU, and it completes.
-    const next = await fetch(`${pods.c.url}/api/cluster/models/${instanceId}/move`, {
+    // Another move is accepted again (the leader's one move lock was released): to the third pod.
+    const next = await fetch(`${pods[E].url}/api/cluster/models/${instanceId}/move`, {
       method: 'POST',
-      headers: headers('c'),
-      body: JSON.stringify({ targetPodId: 'c', targetGpuIds: [1], drainTimeoutMs: 10_000 }),
+      headers: headers(E),
+      body: JSON.stringify({ targetPodId: E, targetGpuIds: [1], drainTimeoutMs: 10_000 }),
     })
-    expect(next.status).toBe(200)
+    expect(next.status, await next.clone().text()).toBe(200)
   }, 120_000)
 
   /** startTraffic: `n` loops of chats to `url` until stopped; each failure kept with its answer. */
