@@ -7,6 +7,7 @@ import { CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
 import { freePort } from '../sim/helpers.ts'
 import { etcdAvailable, startEtcd, type TestEtcd } from '../support/etcd.ts'
 import { PodProcess } from '../support/pods.ts'
+import { chatLoops } from '../support/traffic.ts'
 import { waitFor } from '../support/wait.ts'
 
 /**
@@ -229,7 +230,7 @@ describe.skipIf(skip)('three modelgate processes led through a real etcd', () =>
 
   it('kill -9 of the leader: a new leader within 20 s with a higher term, identical tables within 26 s, and no chat through C to B fails', async () => {
     const before = await status(B)
-    const traffic = startTraffic(C, 3)
+    const traffic = chatLoops(pods.get(C)!.url, { key: KEY, model: MODEL, loops: 3 })
     // The chats are flowing before the leader dies.
     await waitFor('chats to flow through C', () => traffic.ok >= 5, { timeoutMs: 10_000 })
     const killedAt = performance.now()
@@ -393,32 +394,5 @@ describe.skipIf(skip)('three modelgate processes led through a real etcd', () =>
       content = j.choices[0]?.message.content ?? ''
     } catch {}
     return { status: r.status, model, content, text }
-  }
-
-  /** startTraffic: `n` loops of chats through `pod` until stopped; each failure kept with its answer. */
-  function startTraffic(pod: string, n: number) {
-    const state = { ok: 0, failures: [] as string[], running: true }
-    const loop = async () => {
-      while (state.running) {
-        try {
-          const c = await chatThrough(pod)
-          if (c.status === 200 && c.content.length > 0) state.ok++
-          else state.failures.push(`${c.status} ${c.text.slice(0, 300)}`)
-        } catch (err) {
-          state.failures.push(String(err))
-        }
-      }
-    }
-    const loops = Array.from({ length: n }, loop)
-    return {
-      get ok() {
-        return state.ok
-      },
-      async stop() {
-        state.running = false
-        await Promise.all(loops)
-        return state
-      },
-    }
   }
 })

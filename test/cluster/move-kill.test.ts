@@ -8,6 +8,7 @@ import { freePort } from '../sim/helpers.ts'
 import { etcdAvailable, startEtcd, type TestEtcd } from '../support/etcd.ts'
 import { PodProcess } from '../support/pods.ts'
 import { readSse } from '../support/sse.ts'
+import { chatLoops } from '../support/traffic.ts'
 import { waitFor } from '../support/wait.ts'
 
 /**
@@ -134,7 +135,7 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
   }, 60_000)
 
   it('rolls back: the source serves on, every table still points at its pod, no chat through the third pod fails', async () => {
-    const traffic = startTraffic(pods[E].url, 3)
+    const traffic = chatLoops(pods[E].url, { key: KEY, model: MODEL, loops: 3 })
     await waitFor('chats to flow through the third pod', () => traffic.ok >= 5, { timeoutMs: 10_000 })
     const move = await fetch(`${pods[E].url}/api/cluster/models/${instanceId}/move`, {
       method: 'POST',
@@ -189,41 +190,4 @@ describe.skipIf(!etcdAvailable())('a cross-pod move whose target pod is killed w
     })
     expect(next.status, await next.clone().text()).toBe(200)
   }, 120_000)
-
-  /** startTraffic: `n` loops of chats to `url` until stopped; each failure kept with its answer. */
-  function startTraffic(url: string, n: number) {
-    const state = { ok: 0, failures: [] as string[], running: true }
-    const loop = async () => {
-      while (state.running) {
-        try {
-          const r = await fetch(`${url}/v1/chat/completions`, {
-            method: 'POST',
-            headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-            body: JSON.stringify({
-              model: MODEL,
-              messages: [{ role: 'user', content: 'hi' }],
-              max_tokens: 8,
-            }),
-            signal: AbortSignal.timeout(15_000),
-          })
-          const text = await r.text()
-          if (r.status === 200) state.ok++
-          else state.failures.push(`${r.status} ${text.slice(0, 300)}`)
-        } catch (err) {
-          state.failures.push(String(err))
-        }
-      }
-    }
-    const loops = Array.from({ length: n }, loop)
-    return {
-      get ok() {
-        return state.ok
-      },
-      async stop() {
-        state.running = false
-        await Promise.all(loops)
-        return state
-      },
-    }
-  }
 })
