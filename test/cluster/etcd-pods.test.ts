@@ -3,8 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { ClusterStatus, RoutingTable } from '../../plugins/cluster/schemas.ts'
-import { CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
 import { freePort } from '../sim/helpers.ts'
+import { signedFetch } from '../support/cluster.ts'
 import { etcdAvailable, startEtcd, type TestEtcd } from '../support/etcd.ts'
 import { PodProcess } from '../support/pods.ts'
 import { chatLoops } from '../support/traffic.ts'
@@ -361,22 +361,9 @@ describe.skipIf(skip)('three modelgate processes led through a real etcd', () =>
     }
   })
 
-  /** signedPost: a correctly signed internal request carrying `term` in X-Cluster-Term. */
-  function signedPost(target: string, path: string, body: string, term: number, from: string) {
-    const ts = Date.now()
-    const bytes = Buffer.from(body)
-    return fetch(`${pods.get(target)!.url}${path}`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        [CLUSTER_HEADERS.signature]: signRequest(SECRET, 'POST', path, ts, bytes),
-        [CLUSTER_HEADERS.timestamp]: String(ts),
-        [CLUSTER_HEADERS.pod]: from,
-        [CLUSTER_HEADERS.term]: String(term),
-      },
-      body: bytes,
-    })
-  }
+  /** signedPost: a correctly signed internal request from `from` carrying `term` in X-Cluster-Term. */
+  const signedPost = (target: string, path: string, body: string, term: number, from: string) =>
+    signedFetch(pods.get(target)!.url, SECRET, 'POST', path, body, { from, term })
 
   async function chatThrough(pod: string) {
     const r = await fetch(`${pods.get(pod)!.url}/v1/chat/completions`, {

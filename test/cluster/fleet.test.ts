@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
 import { CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
 import type { MemoryProfile } from '../../plugins/gateway/api.ts'
-import { freePort } from '../sim/helpers.ts'
+import { type EtcdPods, startEtcdPods } from '../support/cluster.ts'
 import { etcdAvailable, startEtcd, type TestEtcd } from '../support/etcd.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
@@ -30,7 +30,6 @@ const skip = !etcdAvailable()
 describe.skipIf(skip)('profiles and benchmarks across the fleet', () => {
   let etcd: TestEtcd
   const pods = {} as Record<PodId, TestGateway>
-  const ports = {} as Record<PodId, number>
   const tokens = {} as Record<PodId, string>
   let readonlyToken = ''
   let single: TestGateway | undefined
@@ -75,47 +74,26 @@ describe.skipIf(skip)('profiles and benchmarks across the fleet', () => {
     })
   const sorted = (ps: MemoryProfile[]) => [...ps].sort((x, y) => (x.id < y.id ? -1 : 1))
 
+  let cluster: EtcdPods<PodId>
   beforeAll(async () => {
     etcd = await startEtcd()
-    for (const id of IDS) ports[id] = await freePort()
-    await Promise.all(
-      IDS.map(async (id, i) => {
-        pods[id] = await startGateway({
-          ports: [21000 + i * 10, 21009 + i * 10],
-          hostEnv: AUTH,
-          server: { port: ports[id] },
-          env: { SIM_TOKENS_PER_SEC: '400', SIM_TTFT_MS: '5' },
-          extraYaml: [
-            '  benchmarks: {}',
-            '  cluster:',
-            '    cluster_id: fleet',
-            `    pod_id: ${id}`,
-            `    advertise_address: http://127.0.0.1:${ports[id]}`,
-            '    expected_size: 3',
-            '    coordination:',
-            '      kind: etcd',
-            `      etcd: { endpoints: ['${etcd.url}'], prefix: /modelgate-fleet-test, session_ttl_seconds: 3 }`,
-            '',
-          ].join('\n'),
-        })
-        tokens[id] = await login(pods[id], 'admin', PASSWORD)
-      }),
-    )
+    cluster = await startEtcdPods({
+      ids: IDS,
+      etcd,
+      clusterId: 'fleet',
+      enginePortBase: 21000,
+      hostEnv: AUTH,
+      env: { SIM_TOKENS_PER_SEC: '400', SIM_TTFT_MS: '5' },
+      extraYaml: '  benchmarks: {}\n',
+      sessionTtlSeconds: 3,
+    })
+    Object.assign(pods, cluster.pods)
+    Object.assign(tokens, cluster.tokens)
     readonlyToken = (await pods.c.host.auth.issueToken('viewer', ['admin-readonly'])).token
-    await waitFor(
-      'every pod to see three healthy pods',
-      async () => {
-        const views = await Promise.all(
-          IDS.map((id) => admin<{ healthyPodCount: number; leaderId: string | null }>(id, '/api/cluster')),
-        )
-        return views.every((v) => v.body.healthyPodCount === 3 && v.body.leaderId !== null)
-      },
-      { timeoutMs: 30_000, pollMs: 100 },
-    )
   }, 90_000)
 
   afterAll(async () => {
-    await Promise.all([...IDS.map((id) => pods[id]?.stop()), single?.stop()])
+    await Promise.all([cluster?.stop(), single?.stop()])
     await etcd?.stop()
   }, 60_000)
 
@@ -322,10 +300,11 @@ describe.skipIf(skip)('profiles and benchmarks across the fleet', () => {
     })
     expect(unsigned.status).toBe(401)
     const term = (await admin<{ term: number }>('b', '/api/cluster')).body.term
+    // The same signed request twice: the first is obeyed, the second refused as a replay.
     const ts = Date.now()
     const headers = {
-      [CLUSTER_HEADERS.term]: String(term),
       'content-type': 'application/json',
+      [CLUSTER_HEADERS.term]: String(term),
       [CLUSTER_HEADERS.signature]: signRequest(SECRET, 'POST', path, ts, body),
       [CLUSTER_HEADERS.timestamp]: String(ts),
       [CLUSTER_HEADERS.pod]: 'a',

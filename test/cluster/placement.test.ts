@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { ApplyResult } from '../../plugins/cluster/placement/service.ts'
-import { CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
-import { freePort } from '../sim/helpers.ts'
+import { type EtcdPods, signedFetch, startEtcdPods } from '../support/cluster.ts'
 import { etcdAvailable, startEtcd, type TestEtcd } from '../support/etcd.ts'
-import { startGateway, type TestGateway } from '../support/gateway.ts'
+import type { TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
 
 /**
@@ -30,7 +29,6 @@ const skip = !etcdAvailable()
 describe.skipIf(skip)('a preset applied to the cluster', () => {
   let etcd: TestEtcd
   const pods = {} as Record<PodId, TestGateway>
-  const ports = {} as Record<PodId, number>
   const tokens = {} as Record<PodId, string>
   let L: PodId
   let F1: PodId
@@ -88,76 +86,36 @@ describe.skipIf(skip)('a preset applied to the cluster', () => {
     )
 
   /** signedSync: POST /internal/presets/sync to `pod` as the leader would, with `withTerm`. */
-  function signedSync(pod: PodId, presets: unknown[], withTerm: number) {
-    const path = '/internal/presets/sync'
-    const body = Buffer.from(JSON.stringify({ presets }))
-    const ts = Date.now()
-    return fetch(`${pods[pod].url}${path}`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        [CLUSTER_HEADERS.signature]: signRequest(SECRET, 'POST', path, ts, body),
-        [CLUSTER_HEADERS.timestamp]: String(ts),
-        [CLUSTER_HEADERS.pod]: L,
-        [CLUSTER_HEADERS.term]: String(withTerm),
-      },
-      body,
-    })
-  }
+  const signedSync = (pod: PodId, presets: unknown[], withTerm: number) =>
+    signedFetch(
+      pods[pod].url,
+      SECRET,
+      'POST',
+      '/internal/presets/sync',
+      { presets },
+      { from: L, term: withTerm },
+    )
 
+  let cluster: EtcdPods<PodId>
   beforeAll(async () => {
     etcd = await startEtcd()
-    for (const id of IDS) ports[id] = await freePort()
-    await Promise.all(
-      IDS.map(async (id, i) => {
-        pods[id] = await startGateway({
-          ports: [21100 + i * 10, 21109 + i * 10],
-          hostEnv: AUTH,
-          server: { port: ports[id] },
-          env: { SIM_LOAD_DELAY_MS: '200' },
-          extraYaml: [
-            '  cluster:',
-            '    cluster_id: placement',
-            `    pod_id: ${id}`,
-            `    advertise_address: http://127.0.0.1:${ports[id]}`,
-            '    expected_size: 3',
-            '    coordination:',
-            '      kind: etcd',
-            `      etcd: { endpoints: ['${etcd.url}'], prefix: /modelgate-placement-test }`,
-            '',
-          ].join('\n'),
-        })
-        const login = await pods[id].json<{ token: string }>('/api/auth/login', {
-          method: 'POST',
-          body: JSON.stringify({ username: 'admin', password: PASSWORD }),
-        })
-        tokens[id] = login.body.token
-      }),
-    )
-    const lead = await waitFor(
-      'three healthy pods agreeing on a leader',
-      async () => {
-        const v = await Promise.all(
-          IDS.map((id) =>
-            admin<{ healthyPodCount: number; leaderId: string | null; term: number }>(id, '/api/cluster'),
-          ),
-        )
-        const first = v[0]!.body
-        return v.every(
-          (x) => x.body.healthyPodCount === 3 && x.body.leaderId && x.body.leaderId === first.leaderId,
-        )
-          ? first
-          : undefined
-      },
-      { timeoutMs: 30_000, pollMs: 100 },
-    )
-    L = lead.leaderId as PodId
-    term = lead.term
+    cluster = await startEtcdPods({
+      ids: IDS,
+      etcd,
+      clusterId: 'placement',
+      enginePortBase: 21100,
+      hostEnv: AUTH,
+      env: { SIM_LOAD_DELAY_MS: '200' },
+    })
+    Object.assign(pods, cluster.pods)
+    Object.assign(tokens, cluster.tokens)
+    L = cluster.leader
+    term = cluster.term
     ;[F1, F2] = IDS.filter((id) => id !== L) as [PodId, PodId]
   }, 90_000)
 
   afterAll(async () => {
-    await Promise.all(IDS.map((id) => pods[id]?.stop()))
+    await cluster?.stop()
     await etcd?.stop()
   }, 60_000)
 

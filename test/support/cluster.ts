@@ -1,0 +1,124 @@
+import { CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
+import { freePort } from '../sim/helpers.ts'
+import type { TestEtcd } from './etcd.ts'
+import { startGateway, type TestGateway } from './gateway.ts'
+import { waitFor } from './wait.ts'
+
+/**
+ * Test support for clusters of in-process pods: several gateways (real listeners, real simulated
+ * engines, their own data dirs and simulated GPUs) led through a real etcd, each logged in as admin;
+ * and a correctly signed internal call, as a pod (or a deposed leader) would send it.
+ */
+export interface EtcdPodsOptions<Id extends string> {
+  ids: readonly Id[]
+  etcd: TestEtcd
+  clusterId: string
+  /** the first engine port; pod i gets [base + 10 i, base + 10 i + 9] */
+  enginePortBase: number
+  /** AUTH_MODE simple with ADMIN_PASSWORD, CLUSTER_SECRET, JWT_SECRET... */
+  hostEnv: Record<string, string> & { ADMIN_PASSWORD: string }
+  /** the simulated engine's environment */
+  env?: Record<string, string>
+  /** more of `plugins:` (indented by two spaces), e.g. `  benchmarks: {}\n` */
+  extraYaml?: string
+  sessionTtlSeconds?: number
+}
+
+export interface EtcdPods<Id extends string> {
+  pods: Record<Id, TestGateway>
+  tokens: Record<Id, string>
+  /** leader: the pod all agree leads, and its term, once every pod sees all of them healthy */
+  leader: Id
+  term: number
+  stop(): Promise<void>
+}
+
+export async function startEtcdPods<Id extends string>(o: EtcdPodsOptions<Id>): Promise<EtcdPods<Id>> {
+  const pods = {} as Record<Id, TestGateway>
+  const tokens = {} as Record<Id, string>
+  const ports = {} as Record<Id, number>
+  for (const id of o.ids) ports[id] = await freePort()
+  const ttl = o.sessionTtlSeconds ? `, session_ttl_seconds: ${o.sessionTtlSeconds}` : ''
+  await Promise.all(
+    o.ids.map(async (id, i) => {
+      pods[id] = await startGateway({
+        ports: [o.enginePortBase + i * 10, o.enginePortBase + i * 10 + 9],
+        hostEnv: o.hostEnv,
+        server: { port: ports[id] },
+        ...(o.env ? { env: o.env } : {}),
+        extraYaml: [
+          (o.extraYaml ?? '').replace(/\n$/, ''),
+          '  cluster:',
+          `    cluster_id: ${o.clusterId}`,
+          `    pod_id: ${id}`,
+          `    advertise_address: http://127.0.0.1:${ports[id]}`,
+          `    expected_size: ${o.ids.length}`,
+          '    coordination:',
+          '      kind: etcd',
+          `      etcd: { endpoints: ['${o.etcd.url}'], prefix: /modelgate-${o.clusterId}${ttl} }`,
+          '',
+        ]
+          .filter((l, n) => n > 0 || l !== '')
+          .join('\n'),
+      })
+      const login = await pods[id].json<{ token: string }>('/api/auth/login', {
+        method: 'POST',
+        body: JSON.stringify({ username: 'admin', password: o.hostEnv.ADMIN_PASSWORD }),
+      })
+      if (login.status !== 200) throw new Error(`login on pod ${id}: ${login.status}`)
+      tokens[id] = login.body.token
+    }),
+  )
+  const lead = await waitFor(
+    `all ${o.ids.length} pods healthy and agreeing on a leader`,
+    async () => {
+      const v = await Promise.all(
+        o.ids.map((id) =>
+          pods[id].json<{ healthyPodCount: number; leaderId: string | null; term: number }>('/api/cluster', {
+            headers: { authorization: `Bearer ${tokens[id]}` },
+          }),
+        ),
+      )
+      const first = v[0]!.body
+      return v.every(
+        (x) => x.body.healthyPodCount === o.ids.length && x.body.leaderId && x.body.leaderId === first.leaderId,
+      )
+        ? first
+        : undefined
+    },
+    { timeoutMs: 30_000, pollMs: 100 },
+  )
+  return {
+    pods,
+    tokens,
+    leader: lead.leaderId as Id,
+    term: lead.term,
+    async stop() {
+      await Promise.all(o.ids.map((id) => pods[id]?.stop()))
+    },
+  }
+}
+
+/** signedFetch: an internal call signed with `secret`, from pod `from` carrying term `term`. */
+export function signedFetch(
+  baseUrl: string,
+  secret: string,
+  method: string,
+  path: string,
+  body: unknown,
+  o: { from: string; term: number },
+): Promise<Response> {
+  const bytes = Buffer.from(body === undefined ? '' : typeof body === 'string' ? body : JSON.stringify(body))
+  const ts = Date.now()
+  return fetch(`${baseUrl}${path}`, {
+    method,
+    headers: {
+      'content-type': 'application/json',
+      [CLUSTER_HEADERS.signature]: signRequest(secret, method, path, ts, bytes),
+      [CLUSTER_HEADERS.timestamp]: String(ts),
+      [CLUSTER_HEADERS.pod]: o.from,
+      [CLUSTER_HEADERS.term]: String(o.term),
+    },
+    ...(method === 'GET' ? {} : { body: bytes }),
+  })
+}
