@@ -81,7 +81,8 @@ export async function startEtcdPods<Id extends string>(o: EtcdPodsOptions<Id>): 
       )
       const first = v[0]!.body
       return v.every(
-        (x) => x.body.healthyPodCount === o.ids.length && x.body.leaderId && x.body.leaderId === first.leaderId,
+        (x) =>
+          x.body.healthyPodCount === o.ids.length && x.body.leaderId && x.body.leaderId === first.leaderId,
       )
         ? first
         : undefined
