@@ -32,6 +32,12 @@ export const GatewayConfig = T.Object(
           description: 'deadline to become healthy',
         }),
         stop_grace_seconds: T.Number({ default: 15, minimum: 0, description: 'SIGTERM → SIGKILL delay' }),
+        on_shutdown: T.Union([T.Literal('stop'), T.Literal('leave')], {
+          default: 'stop',
+          description:
+            'stop: modelgate stops its engines when it shuts down; leave: they keep serving (no GPU memory is freed) ' +
+            'and the next start on the same data_dir adopts them, so a modelgate upgrade does not reload the models',
+        }),
         health_poll_ms: T.Object(
           {
             initial: T.Integer({ default: 200, minimum: 10 }),

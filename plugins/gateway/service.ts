@@ -461,6 +461,8 @@ export class GatewayService implements GatewayApi {
   /** stop unloads every engine (TERM then KILL per group) within the shutdown deadline. */
   async stop(deadline: AbortSignal): Promise<void> {
     this.stopping = true
+    this.supervision.halt()
+    if (this.deps.config.engine.on_shutdown === 'leave') return this.leave()
     const grace = this.deps.config.engine.stop_grace_seconds * 1000
     await Promise.all(
       [...this.instances.values()].map(async (inst) => {
@@ -477,8 +479,27 @@ export class GatewayService implements GatewayApi {
     await Promise.allSettled([...this.background])
   }
 
-  /** kill: synchronous SIGKILL of every engine group (forced exit). */
+  /**
+   * leave: engine.on_shutdown `leave`: stop following the engines and leave them serving, their rows
+   * as they are, for the next start on this data_dir to adopt (recovery.ts checks pid and start time).
+   */
+  private async leave(): Promise<void> {
+    const left: string[] = []
+    for (const inst of this.instances.values()) {
+      inst.process?.close()
+      if (inst.status !== 'failed' && inst.status !== 'stopping')
+        left.push(`${inst.id} (${inst.status}, pid ${inst.row.pid})`)
+    }
+    if (left.length)
+      this.deps.log.warn('leaving engines running for the next start to adopt (engine.on_shutdown: leave)', {
+        instances: left.join(', '),
+      })
+    await Promise.allSettled([...this.background])
+  }
+
+  /** kill: synchronous SIGKILL of every engine group (forced exit), unless engines are to be left running. */
   kill(): void {
+    if (this.deps.config.engine.on_shutdown === 'leave') return
     for (const inst of this.instances.values()) inst.process?.kill()
   }
 }

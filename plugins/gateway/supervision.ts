@@ -38,12 +38,19 @@ interface Readiness {
 
 export class Supervision {
   private readonly readiness = new WeakMap<ManagedInstance, Readiness>()
+  /** halted: the gateway is shutting down; liveness watches end. */
+  private readonly halted = new AbortController()
 
   constructor(
     private readonly config: GatewayConfig,
     private readonly probe: GpuProbe,
     private readonly sharedCache: SharedCache,
   ) {}
+
+  /** halt ends every liveness watch (shutdown: the engines are stopped or left, not failed). */
+  halt(): void {
+    this.halted.abort()
+  }
 
   onLogLine(inst: ManagedInstance, stream: LogStream, line: string): void {
     inst.events.emit('log', { stream, content: line })
@@ -187,9 +194,11 @@ export class Supervision {
   watchExit(inst: ManagedInstance): void {
     const proc = inst.process!
     const exited = new AbortController()
-    void this.watchLiveness(inst, exited.signal)
+    void this.watchLiveness(inst, AbortSignal.any([exited.signal, this.halted.signal]))
     void proc.exited.then(async (code) => {
       exited.abort()
+      // Shut down, with engines left running: what happens to them is the next start's to see.
+      if (this.halted.signal.aborted && this.config.engine.on_shutdown === 'leave') return
       proc.flushLogs()
       const state = inst.lifecycle.state
       if (state === 'stopping' || state === 'failed' || state === 'removed') return

@@ -25,6 +25,8 @@ export interface GatewayOptions {
   drainMs?: number
   /** self: the argv that runs `sim engine|smi` in the YAML (default `@self`, the host's SELF). */
   self?: readonly string[]
+  /** onShutdown: `engine.on_shutdown` (default stop). */
+  onShutdown?: 'stop' | 'leave'
   /** liveness: `engine.liveness` (default: the shipped one, a probe every 10 s). */
   liveness?: { interval_ms: number; failures?: number; timeout_ms?: number }
   /** server: the `server:` section beside host 127.0.0.1 and port 0 (e.g. a fixed port a peer must know). */
@@ -55,6 +57,7 @@ plugins:
       stop_grace_seconds: ${o.stopGraceSeconds ?? 3}
       health_poll_ms: { initial: 50, max: 200 }
       ${o.liveness ? `liveness: ${JSON.stringify(o.liveness)}` : ''}
+      ${o.onShutdown ? `on_shutdown: ${o.onShutdown}` : ''}
     gpu:
       smi_command: [${self}, sim, smi, --sim-dir, '${o.smiSimDir ?? simDir}', --sim-gpus, '${gpus}']
       cache_ms: 0
