@@ -67,18 +67,22 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
     await gw?.stop()
   })
 
-  const chartValues = (p: Page, chart: string) =>
+  const chartValues = (p: Page, chart: string, scope = '') =>
     p
-      .locator(`[data-chart="${chart}"] rect[data-bar]`)
+      .locator(`${scope} [data-chart="${chart}"] rect[data-bar]`.trim())
       .evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))))
 
   it('starts a run from the page, shows its progress live, then its charts with the figures the API has', async () => {
     await page.locator('form.bench-form').waitFor()
     await page.fill('form.bench-form input[name=name]', 'first run')
-    await page.fill('form.bench-form input[name=totalRequests]', '24')
-    await page.fill('form.bench-form input[name=concurrency]', '2')
-    await page.fill('form.bench-form input[name=outputTokens]', '24')
-    await page.fill('form.bench-form input[name=warmupRequests]', '0')
+    const first = page.locator('form.bench-form [data-scenario-form="0"]')
+    await first.locator('input[name=totalRequests]').fill('24')
+    await first.locator('input[name=concurrency]').fill('2')
+    await first.locator('input[name=outputTokens]').fill('24')
+    await first.locator('input[name=warmupRequests]').fill('0')
+    // A second scenario: a copy of the first at concurrency 1.
+    await page.click('form.bench-form button:has-text("Add scenario")')
+    await page.locator('form.bench-form [data-scenario-form="1"] input[name=concurrency]').fill('1')
     await page.evaluate(() => {
       const seen: number[] = []
       ;(window as unknown as { seen: number[] }).seen = seen
@@ -88,7 +92,7 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
       }).observe(document.body, { subtree: true, childList: true, attributes: true })
     })
     await page.click('form.bench-form button[type=submit]')
-    await page.locator('.scenario [role=progressbar]').waitFor()
+    await page.locator('.scenario [role=progressbar]').first().waitFor()
     await screenshot(page, 'benchmark-running')
     const run = page.locator('[data-run][data-status="completed"]')
     await run.waitFor({ timeout: 30_000 })
@@ -97,23 +101,32 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
     expect(seen.length).toBeGreaterThan(1)
     expect(Math.max(...seen)).toBeGreaterThan(Math.min(...seen))
     const { benchmark } = await api<{ benchmark: BenchmarkRun }>(`/api/benchmarks/${id}`)
+    expect(benchmark.scenarios.map((x) => [x.concurrency, x.total_requests, x.output_tokens])).toEqual([
+      [2, 24, 24],
+      [1, 24, 24],
+    ])
+    expect(await page.locator('.scenario [data-chart="e2e"]').count()).toBe(2)
     const m = benchmark.scenarios[0]!.metrics!
     expect(m.successful_requests).toBe(24)
     await page.locator('[data-chart="ttft"] rect[data-bar]').first().waitFor()
-    expect(await chartValues(page, 'ttft')).toEqual([m.ttft_p50, m.ttft_p90, m.ttft_p99])
-    expect(await chartValues(page, 'tpot')).toEqual([m.tpot_p50, m.tpot_p90, m.tpot_p99])
-    expect(await chartValues(page, 'e2e')).toEqual([m.e2e_p50, m.e2e_p90, m.e2e_p99])
-    expect(await chartValues(page, 'goodput')).toEqual([m.goodput_percent])
+    const one = `[data-scenario="${benchmark.scenarios[0]!.id}"]`
+    expect(await chartValues(page, 'ttft', one)).toEqual([m.ttft_p50, m.ttft_p90, m.ttft_p99])
+    expect(await chartValues(page, 'tpot', one)).toEqual([m.tpot_p50, m.tpot_p90, m.tpot_p99])
+    expect(await chartValues(page, 'e2e', one)).toEqual([m.e2e_p50, m.e2e_p90, m.e2e_p99])
+    expect(await chartValues(page, 'goodput', one)).toEqual([m.goodput_percent])
+    const m2 = benchmark.scenarios[1]!.metrics!
+    const two = `[data-scenario="${benchmark.scenarios[1]!.id}"]`
+    expect(await chartValues(page, 'e2e', two)).toEqual([m2.e2e_p50, m2.e2e_p90, m2.e2e_p99])
     // Drawn to scale from 0: each bar's rendered height over the tallest is its value over the largest.
     const heights = await page
-      .locator('[data-chart="e2e"] rect[data-bar]')
+      .locator(`${one} [data-chart="e2e"] rect[data-bar]`)
       .evaluateAll((els) => els.map((e) => e.getBoundingClientRect().height))
     const top = Math.max(...heights)
     const largest = Math.max(m.e2e_p50, m.e2e_p90, m.e2e_p99)
     expect(heights[0]! / top).toBeCloseTo(m.e2e_p50 / largest, 1)
     expect(heights[2]! / top).toBeCloseTo(m.e2e_p99 / largest, 1)
     const axisBottoms = await page
-      .locator('[data-chart="e2e"] rect[data-bar]')
+      .locator(`${one} [data-chart="e2e"] rect[data-bar]`)
       .evaluateAll((els) => els.map((e) => Math.round(e.getBoundingClientRect().bottom)))
     expect(new Set(axisBottoms).size).toBe(1)
     await screenshot(page, 'benchmark-run')
@@ -159,8 +172,13 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
     const values = await chartValues(page, 'e2e')
     const m2 = second.scenarios[0]!.metrics!
     for (const v of [m2.e2e_p50, m2.e2e_p90, m2.e2e_p99]) expect(values).toContain(v)
-    expect(await page.locator('.compare table.metrics th.series-0').textContent()).toBeTruthy()
-    expect(await page.locator('.compare table.metrics th.series-1').textContent()).toBeTruthy()
+    // Scenario 1 of both runs side by side: one column each, named after its run.
+    const heads = await page
+      .locator('.compare section')
+      .first()
+      .locator('table.metrics thead th')
+      .allTextContents()
+    expect(heads.slice(1).sort()).toEqual(['first run', 'second run'])
     await screenshot(page, 'benchmark-compare')
   })
 

@@ -99,42 +99,56 @@ function BenchmarksPage() {
   )
 }
 
+interface ScenarioFields {
+  instanceId: string
+  routingMode: 'direct' | 'proxy'
+  inputTokens: number
+  outputTokens: number
+  concurrency: number
+  totalRequests: number
+  warmupRequests: number
+  slaMs: number
+}
+
+const FIRST: ScenarioFields = {
+  instanceId: '',
+  routingMode: 'direct',
+  inputTokens: 128,
+  outputTokens: 64,
+  concurrency: 4,
+  totalRequests: 20,
+  warmupRequests: 2,
+  slaMs: 5000,
+}
+
+/** CreateForm: a run of one or more scenarios (each a model, a route, a load shape and an SLA). */
 function CreateForm() {
   const active = sortedInstances.value.filter((i) => i.status === 'active')
-  const [f, setF] = useState({
-    name: '',
-    instanceId: '',
-    routingMode: 'direct',
-    inputTokens: 128,
-    outputTokens: 64,
-    concurrency: 4,
-    totalRequests: 20,
-    warmupRequests: 2,
-    slaMs: 5000,
-  })
+  const [name, setName] = useState('')
+  const [mode, setMode] = useState<'isolated' | 'contention'>('isolated')
+  const [list, setList] = useState<ScenarioFields[]>([FIRST])
   const [error, setError] = useState<ApiError | null>(null)
   const [busy, setBusy] = useState(false)
-  const set = (patch: Partial<typeof f>) => setF({ ...f, ...patch })
-  const instanceId = f.instanceId || active[0]?.id || ''
+  const fallback = active[0]?.id ?? ''
+  const set = (n: number, patch: Partial<ScenarioFields>) =>
+    setList((l) => l.map((x, k) => (k === n ? { ...x, ...patch } : x)))
   const submit = async (e: Event) => {
     e.preventDefault()
     setBusy(true)
     setError(null)
     const body: CreateRun = {
-      mode: 'isolated',
-      ...(f.name.trim() ? { name: f.name.trim() } : {}),
-      scenarios: [
-        {
-          instanceId,
-          routingMode: f.routingMode as 'direct' | 'proxy',
-          inputTokens: f.inputTokens,
-          outputTokens: f.outputTokens,
-          concurrency: f.concurrency,
-          totalRequests: f.totalRequests,
-          warmupRequests: f.warmupRequests,
-          slaThresholdMs: f.slaMs,
-        },
-      ],
+      mode,
+      ...(name.trim() ? { name: name.trim() } : {}),
+      scenarios: list.map((f) => ({
+        instanceId: f.instanceId || fallback,
+        routingMode: f.routingMode,
+        inputTokens: f.inputTokens,
+        outputTokens: f.outputTokens,
+        concurrency: f.concurrency,
+        totalRequests: f.totalRequests,
+        warmupRequests: f.warmupRequests,
+        slaThresholdMs: f.slaMs,
+      })),
     }
     try {
       const r = await api.createBenchmark(body)
@@ -145,7 +159,7 @@ function CreateForm() {
       setBusy(false)
     }
   }
-  const num = (key: keyof typeof f, label: string, min = 1) => (
+  const num = (n: number, f: ScenarioFields, key: keyof ScenarioFields, label: string, min = 1) => (
     <label>
       {label}
       <input
@@ -153,7 +167,7 @@ function CreateForm() {
         type="number"
         min={min}
         value={f[key] as number}
-        onInput={(e) => set({ [key]: Number((e.target as HTMLInputElement).value) })}
+        onInput={(e) => set(n, { [key]: Number((e.target as HTMLInputElement).value) })}
       />
     </label>
   )
@@ -163,47 +177,69 @@ function CreateForm() {
       <div class="fields">
         <label>
           Name
-          <input
-            name="name"
-            value={f.name}
-            onInput={(e) => set({ name: (e.target as HTMLInputElement).value })}
-          />
+          <input name="name" value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
         </label>
         <label>
-          Model
-          <select
-            name="instanceId"
-            value={instanceId}
-            onChange={(e) => set({ instanceId: e.currentTarget.value })}
-          >
-            {active.map((i) => (
-              <option key={i.id} value={i.id}>
-                {i.served_model_name} ({i.id})
-              </option>
-            ))}
+          Scenarios run
+          <select name="mode" value={mode} onChange={(e) => setMode(e.currentTarget.value as typeof mode)}>
+            <option value="isolated">one after another (isolated)</option>
+            <option value="contention">all at once (contention)</option>
           </select>
         </label>
-        <label>
-          Route
-          <select
-            name="routingMode"
-            value={f.routingMode}
-            onChange={(e) => set({ routingMode: e.currentTarget.value })}
-          >
-            <option value="direct">engine port (direct)</option>
-            <option value="proxy">through /v1 (proxy)</option>
-          </select>
-        </label>
-        {num('inputTokens', 'Input tokens')}
-        {num('outputTokens', 'Output tokens')}
-        {num('concurrency', 'Concurrency')}
-        {num('totalRequests', 'Requests')}
-        {num('warmupRequests', 'Warm-up', 0)}
-        {num('slaMs', 'E2E SLA (ms)')}
       </div>
-      <button type="submit" disabled={busy || !instanceId}>
-        Start benchmark
-      </button>
+      {list.map((f, n) => (
+        <fieldset class="bench-scenario" data-scenario-form={n} key={n}>
+          <legend>Scenario {n + 1}</legend>
+          <div class="fields">
+            <label>
+              Model
+              <select
+                name="instanceId"
+                value={f.instanceId || fallback}
+                onChange={(e) => set(n, { instanceId: e.currentTarget.value })}
+              >
+                {active.map((i) => (
+                  <option key={i.id} value={i.id}>
+                    {i.served_model_name} ({i.id})
+                  </option>
+                ))}
+              </select>
+            </label>
+            <label>
+              Route
+              <select
+                name="routingMode"
+                value={f.routingMode}
+                onChange={(e) =>
+                  set(n, { routingMode: e.currentTarget.value as ScenarioFields['routingMode'] })
+                }
+              >
+                <option value="direct">engine port (direct)</option>
+                <option value="proxy">through /v1 (proxy)</option>
+              </select>
+            </label>
+            {num(n, f, 'inputTokens', 'Input tokens')}
+            {num(n, f, 'outputTokens', 'Output tokens')}
+            {num(n, f, 'concurrency', 'Concurrency')}
+            {num(n, f, 'totalRequests', 'Requests')}
+            {num(n, f, 'warmupRequests', 'Warm-up', 0)}
+            {num(n, f, 'slaMs', 'E2E SLA (ms)')}
+          </div>
+          {list.length > 1 && (
+            <button type="button" onClick={() => setList((l) => l.filter((_, k) => k !== n))}>
+              Remove scenario
+            </button>
+          )}
+        </fieldset>
+      ))}
+      <div class="actions">
+        <button type="button" onClick={() => setList((l) => [...l, { ...l[l.length - 1]! }])}>
+          Add scenario
+        </button>
+        <button type="submit" class="primary" disabled={busy || !fallback}>
+          Start benchmark
+        </button>
+      </div>
       {!active.length && <p class="muted small">No active model to measure: load one first.</p>}
       <ErrorNote error={error} />
     </form>
