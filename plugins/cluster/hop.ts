@@ -90,8 +90,7 @@ export class ClusterHop implements RemoteResolver {
     this.rawRoutes = [
       {
         match: (path, method) => method === 'POST' && path.startsWith(`${HOP_PREFIX}/`),
-        wire: (req) =>
-          inference.planLocal(req.path.slice(HOP_PREFIX.length), withoutNonce(req.query), req.body),
+        wire: (req) => inference.planLocal(req.path.slice(HOP_PREFIX.length), withoutNonce(req.query), req),
       },
     ]
   }

@@ -2,7 +2,7 @@ import type { Static } from 'elysia'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { BodyRange } from '../../src/wire/body-range.ts'
-import type { ForwardEnd, WireAction } from '../../src/wire/route.ts'
+import type { ForwardEnd, WireAction, WireRequest } from '../../src/wire/route.ts'
 import type { MemoryProfile } from './db/presets.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
 import type { Change, Lifecycle, Operation } from './lifecycle.ts'
@@ -297,7 +297,7 @@ export interface GatewayInferenceApi {
    * this pod's instances only, exactly as `/v1` does (wake on request included); a model this pod
    * does not hold is 400 `invalid_model` in the proxy shape.
    */
-  planLocal(path: string, query: string, body: BodyRange): WireAction
+  planLocal(path: string, query: string, req: WireRequest): WireAction
 }
 
 /**

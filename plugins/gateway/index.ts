@@ -137,6 +137,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
         wakeOnRequest: cfg.proxy.wake_on_request,
         holdTimeoutSeconds: cfg.proxy.hold_timeout,
+        maxJsonDepth: ctx.config.server.max_json_depth,
       },
     })
     service.inference = inference.handlers

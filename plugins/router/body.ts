@@ -1,12 +1,12 @@
 import type { AppError } from '../../src/http/errors.ts'
-import type { BodyRange } from '../../src/wire/body-range.ts'
+import type { ScanFailure, ScannedJson } from '../../src/wire/json-scan.ts'
 import { invalidJson, invalidParameter } from './errors.ts'
 
 /**
- * readInferenceBody parses an inference request body once (native JSON parser) and returns the
- * two fields the router needs: `model`, and whether a present `max_tokens` is a positive integer.
- * The bytes themselves are forwarded unchanged. (src/wire/model-field.ts returns only the model
- * string, and parsing twice would double the hot path's cost: hence this thin adapter.)
+ * readInferenceBody reads the two fields the router needs from an inference body's scan (the
+ * listener validated it as JSON within its depth limit and located its top-level fields in place,
+ * src/wire/json-scan.ts; nothing else of the body is parsed): `model`, and whether a present
+ * `max_tokens` is a positive integer. The bytes themselves are forwarded unchanged.
  */
 export interface InferenceFields {
   model: string
@@ -14,20 +14,14 @@ export interface InferenceFields {
   invalid: AppError | null
 }
 
-export function readInferenceBody(raw: BodyRange): InferenceFields | AppError {
-  let parsed: unknown
-  try {
-    parsed = JSON.parse(raw.text())
-  } catch {
-    return invalidJson()
-  }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
-    return invalidParameter('The request body must be a JSON object')
-  const body = parsed as { model?: unknown; max_tokens?: unknown }
-  const model = body.model
-  if (typeof model !== 'string' || model.length === 0)
+export function readInferenceBody(json: ScannedJson | ScanFailure): InferenceFields | AppError {
+  if (json === 'invalid') return invalidJson()
+  if (json === 'too_deep') return invalidParameter('The request body is nested too deeply')
+  if (json === 'not_object') return invalidParameter('The request body must be a JSON object')
+  const model = json.string('model')
+  if (model === undefined || model.length === 0)
     return invalidParameter("'model' is required and must be a non-empty string")
-  const maxTokens = body.max_tokens
+  const maxTokens = json.value('max_tokens')
   const invalid =
     maxTokens === undefined ||
     maxTokens === null ||

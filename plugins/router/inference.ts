@@ -84,7 +84,7 @@ export class RouterInference {
    * until the model is awake).
    */
   wire(req: WireRequest): WireAction {
-    const fields = readInferenceBody(req.body)
+    const fields = readInferenceBody(req.json())
     if (fields instanceof AppError) return { error: fields }
     const entry = this.deps.table.get(fields.model)
     const denied = this.deps.gate.check(entry, req.header('authorization'))

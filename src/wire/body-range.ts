@@ -1,3 +1,5 @@
+import { type ScanFailure, type ScannedJson, scanJson } from './json-scan.ts'
+
 /**
  * BodyRange: a request body as the bytes [start, end) of a received Buffer, read and copied in
  * place. It is not a view (`subarray`) on purpose: a Buffer fresh from a socket gets its own
@@ -68,6 +70,25 @@ export class BodyRange {
       } else if (c === 0x5d || c === 0x7d) depth--
     }
     return false
+  }
+
+  /** scanJson: the body validated as a JSON object and its routing fields located, in place (json-scan.ts). */
+  scanJson(maxDepth: number): ScannedJson | ScanFailure {
+    return scanJson(this.buf, this.start, this.end, maxDepth)
+  }
+
+  /**
+   * splice: a copy of the body with the bytes of `span` (absolute indexes, as a scanJson span of
+   * this body gives them) replaced by `value`.
+   */
+  splice(span: readonly [number, number], value: Uint8Array): BodyRange {
+    const [a, b] = span
+    if (!(this.start <= a && a <= b && b <= this.end)) throw new RangeError('splice span out of the body')
+    const out = Buffer.allocUnsafe(this.end - this.start - (b - a) + value.length)
+    this.buf.copy(out, 0, this.start, a)
+    out.set(value, a - this.start)
+    this.buf.copy(out, a - this.start + value.length, b, this.end)
+    return new BodyRange(out, 0, out.length)
   }
 
   /** bytes: the body as an array (itself when the range is all of it, else a view), for the rare paths that need one. */

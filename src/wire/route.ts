@@ -1,5 +1,6 @@
 import type { AppError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
+import type { ScanFailure, ScannedJson } from './json-scan.ts'
 
 /**
  * The contract between the wire front (server.ts) and a plugin's hot routes. A route that can
@@ -21,6 +22,11 @@ export interface WireRequest {
   readonly startedAt: number
   /** header returns the first value of a lower-case header name, or null. */
   header(name: string): string | null
+  /**
+   * json: the body scanned as a JSON object within the listener's depth limit (server.max_json_depth),
+   * its routing fields located without parsing the rest (json-scan.ts); scanned once, when first asked.
+   */
+  json(): ScannedJson | ScanFailure
 }
 
 /** ForwardEnd: the outcome of one forwarded request, reported once when its response has fully ended. */

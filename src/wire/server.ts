@@ -4,6 +4,7 @@ import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import { type WireClient, WireExchange } from './exchange.ts'
 import { PEER_HEADER } from './headers.ts'
+import type { ScanFailure, ScannedJson } from './json-scan.ts'
 import { upstreams, writeAll } from './pool.ts'
 import {
   header,
@@ -259,11 +260,19 @@ interface Running {
 }
 
 class ParsedWireRequest implements WireRequest {
+  private scanned: ScannedJson | ScanFailure | undefined = undefined
+
   constructor(
     private readonly head: RequestHead,
     readonly body: BodyRange,
     readonly startedAt: number,
+    private readonly maxJsonDepth: number,
   ) {}
+
+  json(): ScannedJson | ScanFailure {
+    this.scanned ??= this.body.scanJson(this.maxJsonDepth)
+    return this.scanned
+  }
 
   get method(): string {
     return this.head.method
@@ -407,7 +416,7 @@ class ClientConn implements WireClient {
     // Matched once, when the parser asked for this head's body limit.
     const route = this.route
     if (route) {
-      const req = new ParsedWireRequest(head, r.body, startedAt)
+      const req = new ParsedWireRequest(head, r.body, startedAt, this.front.limits.maxJsonDepth)
       let action: WireAction | null
       try {
         const denied = internal ? null : this.front.opts.guard?.(req)

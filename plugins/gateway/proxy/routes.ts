@@ -4,9 +4,10 @@ import type { Logger } from '../../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../../src/host/plugin.ts'
 import { AppError, proxyError, toAppError } from '../../../src/http/errors.ts'
 import type { BodyRange } from '../../../src/wire/body-range.ts'
-import { readModelField, replaceModel } from '../../../src/wire/model-field.ts'
+import type { ScannedJson } from '../../../src/wire/json-scan.ts'
+import { DEFAULT_JSON_DEPTH, modelOf, replaceModel, scanRefusal } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
-import type { ForwardEnd, WireAction } from '../../../src/wire/route.ts'
+import type { ForwardEnd, WireAction, WireRequest } from '../../../src/wire/route.ts'
 import { WakeOnRequest, type WakePolicy } from '../../../src/wire/wake-on-request.ts'
 import type { GatewayApi, GatewayInferenceApi, Lease, RemoteResolver } from '../api.ts'
 import { ProxyMetrics } from './metrics.ts'
@@ -43,6 +44,8 @@ export interface InferenceDeps {
     wakeOnRequest?: WakePolicy
     /** proxy.hold_timeout: seconds a held request waits (default 120). */
     holdTimeoutSeconds?: number
+    /** server.max_json_depth (the listener's limit, which req.json() applies), named in its refusal. */
+    maxJsonDepth?: number
   }
 }
 
@@ -71,7 +74,7 @@ export function createInference(deps: InferenceDeps): {
   const rawRoutes: RawRoute[] = [
     {
       match: (path, method) => method === 'POST' && enginePaths.has(path),
-      wire: (req) => handlers.planModel(req.path, req.query, req.body),
+      wire: (req) => handlers.planModel(req),
     },
     {
       match: (path, method) => method === 'GET' && path === '/v1/models',
@@ -113,20 +116,24 @@ export class GatewayInference implements GatewayInferenceApi {
     })
   }
 
-  planModel(path: string, query: string, body: BodyRange): WireAction {
-    const enginePath = enginePaths.get(path)
-    if (enginePath === undefined) return { error: notFound('POST', path) }
-    const model = readModelField(body)
-    if (typeof model !== 'string') return { error: model }
-    return this.serve(model, enginePath + query, body, path, false, query)
+  planModel(req: WireRequest): WireAction {
+    return this.plan(req.path, req.query, req, req.query)
   }
 
-  planLocal(path: string, query: string, body: BodyRange): WireAction {
+  planLocal(path: string, query: string, req: WireRequest): WireAction {
+    return this.plan(path, query, req, null)
+  }
+
+  /** plan: a model route's request, its model read from the body's scan (never parsed whole). */
+  private plan(path: string, query: string, req: WireRequest, hopQuery: string | null): WireAction {
     const enginePath = enginePaths.get(path)
     if (enginePath === undefined) return { error: notFound('POST', path) }
-    const model = readModelField(body)
+    const json = req.json()
+    if (typeof json === 'string')
+      return { error: scanRefusal(json, this.deps.config.maxJsonDepth ?? DEFAULT_JSON_DEPTH) }
+    const model = modelOf(json)
     if (typeof model !== 'string') return { error: model }
-    return this.serve(model, enginePath + query, body, path, false, null)
+    return this.serve(model, enginePath + query, req.body, path, false, hopQuery, json)
   }
 
   useRemote(resolver: RemoteResolver): () => void {
@@ -148,6 +155,7 @@ export class GatewayInference implements GatewayInferenceApi {
     path: string,
     afterWake: boolean,
     hopQuery: string | null,
+    json: ScannedJson,
   ): WireAction {
     let lease: Lease
     try {
@@ -161,14 +169,14 @@ export class GatewayInference implements GatewayInferenceApi {
         const sleeping = this.sleepers.sleeping(model, err)
         if (sleeping)
           return this.wakes.answer(sleeping, {
-            ready: () => this.serve(model, target, body, path, true, hopQuery),
+            ready: () => this.serve(model, target, body, path, true, hopQuery, json),
           })
       }
       return { error: this.refusal(err, path) }
     }
     // The engine answers only to its served name: an instance id or model path is swapped for it.
     const served = lease.servedModelName
-    const bytes = served && model !== served ? replaceModel(body, served) : body
+    const bytes = served && model !== served ? replaceModel(body, served, json) : body
     return this.forwardTo(lease, target, bytes, model, path)
   }
 
