@@ -1,5 +1,6 @@
 import type { AuthService } from '../../src/http/auth.ts'
 import type { AppError } from '../../src/http/errors.ts'
+import type { Admission } from '../../src/wire/route.ts'
 import type { ModelEntry } from './model-table.ts'
 
 /**
@@ -21,8 +22,23 @@ export class GatewayKeyGate {
   constructor(
     private readonly auth: AuthService,
     followsGateway: boolean,
+    /** Standalone endpoint models are configured (plugins.router.models): some names need no key. */
+    private readonly standalone: boolean,
   ) {
     this.guarded = followsGateway && auth.inferenceKeyRequired
+  }
+
+  /**
+   * admit decides from the head, before the body is read: a request with the key goes on; without
+   * it, it is refused at once (401) unless standalone models exist, which need no key and can only
+   * be told from the model in the body: then it is `anonymous`, and its body gets the small limit of
+   * a request nobody vouched for. check() decides again once the model is known.
+   */
+  admit(authorization: string | null): Admission {
+    if (!this.guarded) return null
+    const denied = this.auth.checkInferenceKey(authorization)
+    if (!denied) return null
+    return this.standalone ? 'anonymous' : denied
   }
 
   /**

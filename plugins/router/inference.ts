@@ -73,6 +73,7 @@ export class RouterInference {
     return [
       {
         match: (path, method) => method === 'POST' && paths.has(path),
+        admit: (head) => this.deps.gate.admit(head.header('authorization')),
         wire: (req) => this.wire(req),
       },
     ]

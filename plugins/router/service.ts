@@ -65,7 +65,7 @@ export class RouterService {
     this.startedAt = now()
     this.table = new ModelTable(cfg, this.startedAt, ctx.log, now)
     // Fixed by the configuration (not by start()), so it holds from the moment the listener opens.
-    this.gate = new GatewayKeyGate(ctx.auth, cfg.from_gateway && ctx.has('gateway'))
+    this.gate = new GatewayKeyGate(ctx.auth, cfg.from_gateway && ctx.has('gateway'), cfg.models.length > 0)
     this.sleep = new SleepController({
       table: this.table,
       cfg,

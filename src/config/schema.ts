@@ -63,10 +63,23 @@ export const RootConfigSchema = T.Object(
           minimum: 0,
           description: 'open client connections per listener; 0 derives it from the open-file limit',
         }),
+        max_connections_per_address: T.Integer({
+          default: 1024,
+          minimum: 0,
+          description:
+            'open client connections from one address per listener (0: no cap); past it a new one is closed at once',
+        }),
         max_admin_body_bytes: T.Integer({
           default: 16 * 1024 * 1024,
           minimum: 1024,
-          description: 'largest body of a non-inference request (admin API, imports); 413 above it',
+          description:
+            'largest body of a non-inference request (admin API, imports) and of an inference request that has shown no key yet; 413 above it',
+        }),
+        max_buffered_body_bytes: T.Integer({
+          default: 512 * 1024 * 1024,
+          minimum: 1024 * 1024,
+          description:
+            'request bodies a listener holds at once, from head to the end of the response; past it 503 with Retry-After before the body is read',
         }),
         max_json_depth: T.Integer({
           default: 64,

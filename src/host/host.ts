@@ -68,6 +68,11 @@ export class Host {
     this.auth.useLog(this.log.child('auth'))
   }
 
+  /** fronts: each listener's front by name (its connections and the bodies it holds: tests, metrics). */
+  get fronts(): Record<string, WireFront> {
+    return Object.fromEntries(this.servers.map((s) => [s.name, s.front]))
+  }
+
   /** urls lists where each listener serves, for the start-up banner and tests. */
   get urls(): Record<string, string> {
     return Object.fromEntries(this.servers.map((s) => [s.name, `http://${s.front.hostname}:${s.front.port}`]))
@@ -233,14 +238,17 @@ export class Host {
       fetch: async (req) => {
         const started = performance.now()
         let res: Response
+        // HEAD is answered by the GET handler, its body dropped here (headOnly): Elysia's own HEAD
+        // reads the GET response whole to measure it, which never ends for an event stream.
+        const head = req.method === 'HEAD'
         try {
-          res = await handle(req)
+          res = await handle(head ? new Request(req.url, { headers: req.headers, signal: req.signal }) : req)
         } catch (err) {
           res = renderError(err, new URL(req.url).pathname, log, shape)
         }
         const { path, query } = splitUrl(req.url)
         logRequest(log, name, req.method, path, query, res.status, performance.now() - started)
-        return res
+        return head ? headOnly(res) : res
       },
       error(err) {
         return renderError(err, '/', log, shape)
@@ -258,6 +266,8 @@ export class Host {
           headTimeoutMs: srv.request_head_timeout_seconds * 1000,
           minBodyBytesPerSecond: srv.min_body_bytes_per_second,
           maxConnections: srv.max_connections || connectionCap(),
+          maxConnectionsPerAddress: srv.max_connections_per_address,
+          maxBufferedBodyBytes: srv.max_buffered_body_bytes,
           relayBodyBytes: srv.max_admin_body_bytes,
           maxJsonDepth: srv.max_json_depth,
         },
@@ -381,4 +391,11 @@ function logRequest(
     ms: Math.round(ms * 10) / 10,
     category: categorize(path),
   })
+}
+
+/** headOnly: the answer to a HEAD request, the GET handler's status and headers; its body is cancelled. */
+function headOnly(res: Response): Response {
+  if (res.body === null) return res
+  void res.body.cancel().catch(() => {})
+  return new Response(null, { status: res.status, statusText: res.statusText, headers: res.headers })
 }

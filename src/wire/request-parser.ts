@@ -102,6 +102,7 @@ enum Chunk {
 const MAX_EMPTY_LINES = 4
 /** The end of a head, as bytes: a string needle would be encoded again on every search. */
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1')
+const CRLF = Buffer.from('\r\n', 'latin1')
 // Field lines are checked by one test of the whole block after the request line (FIELD_LINES, the
 // same rule the engines' responses are held to). The method is a token.
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
@@ -296,14 +297,14 @@ export class RequestParser {
       if (++k > MAX_EMPTY_LINES) throw new RequestError(400, 'too many empty lines')
     const end = buf.indexOf(HEAD_END, start + this.scanned)
     if (end < 0) {
-      if (buf.length - start >= this.maxHead) throw new RequestError(431, 'request head too large')
+      if (buf.length - start >= this.maxHead) throw this.headTooLarge(buf, start)
       // A head whose lines end in a bare LF never shows CRLFCRLF: refuse it now, not at the timeout.
       if (bareLf(buf, start, start + Math.max(0, this.scanned - 1), buf.length))
         throw new RequestError(400, 'bare LF in request head')
       this.scanned = Math.max(0, buf.length - start - 3)
       return false
     }
-    if (end + 4 - start > this.maxHead) throw new RequestError(431, 'request head too large')
+    if (end + 4 - start > this.maxHead) throw this.headTooLarge(buf, start)
     const head = this.parseHead(buf.toString('latin1', start, end), buf, start)
     this.scanned = 0
     if (fast) {
@@ -371,6 +372,21 @@ export class RequestParser {
       this.at(this.pos + k)
     }
     return BodyRange.from(out)
+  }
+
+  /**
+   * headTooLarge: the 431 for a head over maxHead. Its request line, when received whole, still names
+   * the target (lastPath), so the refusal takes the shape of the path it was for.
+   */
+  private headTooLarge(buf: Buffer, start: number): RequestError {
+    const eol = buf.indexOf(CRLF, start)
+    if (eol > start) {
+      const line = buf.toString('latin1', start, Math.min(eol, start + this.maxHead))
+      const sp1 = line.indexOf(' ')
+      const sp2 = line.indexOf(' ', sp1 + 1)
+      if (sp1 > 0 && sp2 > sp1) this.lastTarget = line.slice(sp1 + 1, sp2)
+    }
+    return new RequestError(431, 'request head too large')
   }
 
   private parseHead(text: string, raw: Buffer, rawStart: number): RequestHead {

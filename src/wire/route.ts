@@ -10,24 +10,36 @@ import type { ScanFailure, ScannedJson } from './json-scan.ts'
  * (holding a request while a model wakes). Returning null leaves the request to the framework (the
  * same route's Request-based handler behind the front), e.g. for an `https://` upstream.
  */
-export interface WireRequest {
+export interface WireHead {
   readonly method: string
   /** Path without the query. */
   readonly path: string
   /** '' or '?…'. */
   readonly query: string
+  /** header returns the first value of a lower-case header name, or null. */
+  header(name: string): string | null
+}
+
+export interface WireRequest extends WireHead {
   /** The complete body (read it with text(), copyTo() or bytes()). */
   readonly body: BodyRange
   /** performance.now() when the request was complete. */
   readonly startedAt: number
-  /** header returns the first value of a lower-case header name, or null. */
-  header(name: string): string | null
   /**
    * json: the body scanned as a JSON object within the listener's depth limit (server.max_json_depth),
    * its routing fields located without parsing the rest (json-scan.ts); scanned once, when first asked.
    */
   json(): ScannedJson | ScanFailure
 }
+
+/**
+ * Admission: what a hot route decides from a request's head alone, before any byte of its body is
+ * read: go on (null), refuse now (an AppError: the body is never read), or `anonymous`: the route
+ * cannot tell yet (it will once it sees the body, e.g. the router's models that need no key) and
+ * the request has shown no credential, so its body gets the small limit of a request nobody has
+ * vouched for (server.max_admin_body_bytes) instead of an inference body's.
+ */
+export type Admission = AppError | 'anonymous' | null
 
 /** ForwardEnd: the outcome of one forwarded request, reported once when its response has fully ended. */
 export interface ForwardEnd {

@@ -1,7 +1,7 @@
 import type { Socket, TCPSocketListener } from 'bun'
 import type { InternalRequest } from '../http/auth.ts'
 import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
-import type { BodyRange } from './body-range.ts'
+import { BodyRange } from './body-range.ts'
 import { type WireClient, WireExchange } from './exchange.ts'
 import { PEER_HEADER } from './headers.ts'
 import type { ScanFailure, ScannedJson } from './json-scan.ts'
@@ -16,7 +16,7 @@ import {
   RequestParser,
 } from './request-parser.ts'
 import { errorResponse, jsonResponse } from './responses.ts'
-import type { WireAction, WireRequest } from './route.ts'
+import type { Admission, WireAction, WireHead, WireRequest } from './route.ts'
 
 /**
  * WireFront is what listens on a listener's public port: an HTTP/1.1 server on Bun's TCP sockets,
@@ -42,6 +42,11 @@ import type { WireAction, WireRequest } from './route.ts'
  */
 export interface WireRoute {
   match(path: string, method: string): boolean
+  /**
+   * admit decides from the head, before any body byte is read (after the listener's guard passed):
+   * see Admission. Absent: go on.
+   */
+  admit?(head: WireHead): Admission
   /** The decision for a matched request; null leaves it to the framework (which has no hot routes). */
   wire(req: WireRequest): WireAction | null
 }
@@ -55,10 +60,16 @@ export interface FrontOptions {
   /** Limits against slow, many and hostile clients (FrontLimits); defaults in DEFAULT_FRONT_LIMITS. */
   front?: Partial<FrontLimits>
   /**
-   * guard runs before a hot route answers (the inference API key); an error is sent as is. Hot
-   * routes under `/internal/` answer to `internal` instead.
+   * guard checks every hot route's request from its head, before any body byte is read (the
+   * inference API key); an error is sent as is and the body is never read. Hot routes under
+   * `/internal/` answer to `internalHead` and `internal` instead.
    */
-  guard?: (req: WireRequest) => AppError | null
+  guard?: (head: WireHead) => AppError | null
+  /**
+   * internalHead refuses, from the head alone, an `/internal/` request that cannot come from a
+   * peer (an unknown pod, an address that is no member's), before its body is read and hashed.
+   */
+  internalHead?: (req: InternalHead) => AppError | null
   /**
    * internal vets every request whose parsed path starts with `/internal/` (relayed or hot) with
    * its raw body, before anything answers it (the cluster signature: AuthService.vetInternal). A
@@ -75,6 +86,9 @@ export interface FrontOptions {
   limits?: Partial<ParserLimits>
 }
 
+/** InternalHead: what the internal check can judge before the body arrives. */
+export type InternalHead = Omit<InternalRequest, 'body'>
+
 /**
  * FrontLimits: what one listener grants its clients, as the best servers set it (nginx's
  * client_header_timeout, client_body_timeout, client_max_body_size, worker_connections).
@@ -87,11 +101,28 @@ export interface FrontLimits {
    * the request began; below it, 408 and close.
    */
   minBodyBytesPerSecond: number
-  /** Open client connections; beyond it (and the reserve) a new connection is closed at once. */
+  /**
+   * Open client connections; beyond it (and the reserve) a new connection takes the place of an
+   * idle keep-alive one if there is one, else it is closed at once.
+   */
   maxConnections: number
+  /** Open connections from one client address (0: no cap); beyond it a new one is closed at once. */
+  maxConnectionsPerAddress: number
+  /**
+   * Request bodies held at once, summed over the listener's connections (from the head until the
+   * response ends); a request whose body would pass it gets 503 with Retry-After, before its body is
+   * read. With the per-request limits, this is the bound on what clients can make the front hold.
+   */
+  maxBufferedBodyBytes: number
+  /**
+   * `/internal/` requests whose bodies are being read before their signature is checked; past it,
+   * 503 with Retry-After (a flood of unsigned bodies cannot make every pod read and hash them).
+   */
+  maxUnverifiedInternal: number
   /**
    * Connections accepted past maxConnections that may only ask for `alwaysServe` paths (health),
-   * one request each; anything else gets 503. Keeps a probe working while the listener is full.
+   * one request each, its head within RESERVE_HEAD_MS; anything else gets 503. Keeps a probe
+   * working while the listener is full.
    */
   reserveConnections: number
   /** Largest body relayed to the framework (admin API, imports); inference keeps the parser's limit. */
@@ -106,14 +137,39 @@ export const DEFAULT_FRONT_LIMITS: FrontLimits = Object.freeze({
   headTimeoutMs: 60_000,
   minBodyBytesPerSecond: 1024,
   maxConnections: 10_000,
+  maxConnectionsPerAddress: 1024,
+  maxBufferedBodyBytes: 1024 * 1024 * 1024,
+  maxUnverifiedInternal: 16,
   reserveConnections: 32,
   relayBodyBytes: 16 * 1024 * 1024,
   maxJsonDepth: 64,
   alwaysServe: (path: string) => path === '/api/health' || path.startsWith('/api/health/'),
 })
 
+/**
+ * HEAD_BYTES: the one limit on a request head, on every listener and route (431 in the path's
+ * error shape above it). It is what the two servers behind the front accept, Bun.serve (16 KiB)
+ * and the engines' uvicorn (h11: 16 KiB), less room for the lines the front adds (the peer's
+ * address, an internal token, a hop's signature), so nothing the front accepts is refused behind it.
+ */
+export const HEAD_BYTES = 15 * 1024
+
 /** How often the front looks for requests that are arriving too slowly. */
 const SWEEP_MS = 1000
+/**
+ * A reserve connection (accepted past the cap, for health only) must send its whole head within
+ * this: a probe sends at once, so idle connections cannot sit in the reserve.
+ */
+const RESERVE_HEAD_MS = 2000
+/**
+ * Lingering close (nginx's lingering_timeout and lingering_time): after an early refusal (413, 431,
+ * 401 from the head...) the client may still be sending; closing at once would make the kernel
+ * answer its next bytes with a reset that can destroy the refusal before the client reads it. So
+ * the front sends its FIN, then reads and discards until the client closes, for at most
+ * LINGER_MS in all and LINGER_QUIET_MS without a byte.
+ */
+const LINGER_MS = 30_000
+const LINGER_QUIET_MS = 5000
 
 /** Pipelined bytes held while a response runs before the connection stops being read. */
 const MAX_PIPELINED = 1024 * 1024
@@ -131,6 +187,14 @@ const REFUSAL_CODES: Record<number, string> = {
   505: 'HTTP_VERSION_NOT_SUPPORTED',
 }
 
+/** refusal: the front's own refusal with a status, in REFUSAL_CODES' words, and Retry-After when given. */
+function refusal(status: number, message: string, retryAfterSeconds?: number): AppError {
+  const headers: Record<string, string> = retryAfterSeconds
+    ? { 'retry-after': String(retryAfterSeconds) }
+    : {}
+  return new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message, undefined, undefined, headers)
+}
+
 /** Content types whose body the framework parses as JSON (and an absent one, which it may sniff). */
 const JSON_TYPE = /json/i
 
@@ -142,6 +206,14 @@ export class WireFront {
   overflow = 0
   /** Connections closed at once because the listener was full (a metric's worth, and for tests). */
   rejected = 0
+  /** Idle keep-alive connections closed to make room for a new one while the listener was full. */
+  reclaimed = 0
+  /** Open connections by client address (for maxConnectionsPerAddress). */
+  private readonly perAddress = new Map<string, number>()
+  /** Body bytes held for requests now (see FrontLimits.maxBufferedBodyBytes). */
+  bufferedBodyBytes = 0
+  /** `/internal/` requests whose bodies are arriving before their signature is checked. */
+  unverifiedInternal = 0
   /** Requests running that drain waits for: forwards to engines and hot routes left to the framework. */
   private inflight = 0
   private drainWaiters: (() => void)[] = []
@@ -157,16 +229,26 @@ export class WireFront {
       port: opts.port,
       socket: {
         open(s) {
-          // Past the cap, close before reading anything: accept() never meets the fd limit, so the
+          // Past a cap, close before reading anything: accept() never meets the fd limit, so the
           // process never spins on it, and connections already open keep being served.
-          const full = front.conns.size >= limits.maxConnections
-          if (full && front.overflow >= limits.reserveConnections) {
+          const address = s.remoteAddress
+          const fromAddress = front.perAddress.get(address) ?? 0
+          const perAddress = limits.maxConnectionsPerAddress
+          let full = front.conns.size >= limits.maxConnections
+          // A full listener first makes room by closing an idle keep-alive connection, as nginx
+          // reuses its keep-alive connections: a client waiting between requests yields to a new one.
+          if (full && front.reclaimIdle()) full = front.conns.size >= limits.maxConnections
+          if (
+            (perAddress > 0 && fromAddress >= perAddress) ||
+            (full && front.overflow >= limits.reserveConnections)
+          ) {
             front.rejected++
             s.terminate()
             return
           }
-          s.data = new ClientConn(front, s, full)
+          s.data = new ClientConn(front, s, full, address)
           front.conns.add(s.data)
+          front.perAddress.set(address, fromAddress + 1)
           if (full) front.overflow++
           if (front.opts.idleTimeoutSeconds > 0) s.timeout(front.opts.idleTimeoutSeconds)
         },
@@ -195,6 +277,24 @@ export class WireFront {
   private sweep(): void {
     const now = performance.now()
     for (const c of this.conns) c.checkArrival(now)
+  }
+
+  /** reclaimIdle closes one connection idle between requests (the least recently active); false if none. */
+  reclaimIdle(): boolean {
+    let oldest: ClientConn | null = null
+    for (const c of this.conns)
+      if (c.idleSince !== null && (!oldest || c.idleSince < oldest.idleSince!)) oldest = c
+    if (!oldest) return false
+    this.reclaimed++
+    oldest.closeIdle()
+    return true
+  }
+
+  /** forget: a connection closed (its address's count). */
+  forget(address: string): void {
+    const n = (this.perAddress.get(address) ?? 1) - 1
+    if (n > 0) this.perAddress.set(address, n)
+    else this.perAddress.delete(address)
   }
 
   /** inferenceStarted / inferenceEnded count the requests drain() waits for. */
@@ -259,13 +359,17 @@ interface Running {
   onClientDrain(): void
 }
 
+/**
+ * ParsedWireRequest: a hot route's request, made when its head is complete (what admission sees)
+ * and completed with its body.
+ */
 class ParsedWireRequest implements WireRequest {
   private scanned: ScannedJson | ScanFailure | undefined = undefined
+  body: BodyRange = BodyRange.EMPTY
+  startedAt = 0
 
   constructor(
     private readonly head: RequestHead,
-    readonly body: BodyRange,
-    readonly startedAt: number,
     private readonly maxJsonDepth: number,
   ) {}
 
@@ -291,6 +395,20 @@ class ParsedWireRequest implements WireRequest {
   }
 }
 
+/**
+ * HeadRefusal: a request refused from its head (its key, its size against what is left, a reserve
+ * connection asking for more than health), thrown out of the parser's head callback before any
+ * body byte is read, and answered in `shape`.
+ */
+class HeadRefusal extends Error {
+  constructor(
+    readonly error: AppError,
+    readonly shape: ErrorShape,
+  ) {
+    super(error.message)
+  }
+}
+
 class ClientConn implements WireClient {
   private readonly parser: RequestParser
   /** What runs for the request being answered: an exchange, or a deferred decision (Waiting). */
@@ -306,8 +424,16 @@ class ClientConn implements WireClient {
   private arriving = 0
   /** The running exchange is one drain waits for (counted in the front's inflight). */
   private inference = false
-  /** The hot route of the head the parser read last (bodyLimit matched it; handle reuses it). */
+  /** The hot route of the head the parser read last (admitted then; handle reuses it). */
   private route: WireRoute | undefined = undefined
+  /** The hot request whose head was admitted (its body is arriving or complete). */
+  private request: ParsedWireRequest | null = null
+  /** Body bytes this connection holds against the listener's maxBufferedBodyBytes. */
+  private held = 0
+  /** The request now arriving is an `/internal/` one counted in the front's unverifiedInternal. */
+  private unverified = false
+  /** performance.now() when a lingering close began (0: not lingering). */
+  private lingerStart = 0
   http10 = false
 
   constructor(
@@ -315,25 +441,124 @@ class ClientConn implements WireClient {
     private readonly socket: Socket<ClientConn>,
     /** reserve: accepted past the listener's cap; serves one request for an alwaysServe path. */
     private readonly reserve: boolean,
+    /** The client's address, as counted in the front's per-address map. */
+    private readonly address: string,
   ) {
-    const relayBody = front.limits.relayBodyBytes
     this.parser = new RequestParser({
+      maxHeadBytes: HEAD_BYTES,
       ...front.opts.limits,
-      // A body the framework will parse gets the smaller limit, refused from the head alone.
-      bodyLimit: (head) => {
-        this.route = front.match(head.path, head.method)
-        return this.route ? Number.POSITIVE_INFINITY : relayBody
-      },
+      bodyLimit: (head) => this.admit(head),
     })
+    // A connection's first head is due from when it opened: one that never sends a byte is cut at
+    // the head deadline like a slow one, instead of being held until the idle timeout.
+    this.arriving = this.lastActive
+  }
+
+  /**
+   * admit is the head stage, run the moment a head is complete, before any byte of its body is
+   * read: what a reserve connection may ask, the internal check of what can come from a peer, the
+   * hot route's guard (the inference key) and admission, and the body's room in the listener's
+   * budget. Returns the body limit; a refusal is thrown (HeadRefusal) and the body never read.
+   */
+  private admit(head: RequestHead): number {
+    const front = this.front
+    const limits = front.limits
+    this.route = undefined
+    this.request = null
+    const shape = front.opts.shapeOf(head.path)
+    if (this.reserve && !limits.alwaysServe(head.path))
+      throw new HeadRefusal(refusal(503, 'The listener is at its connection limit; retry later', 1), shape)
+    let limit = limits.relayBodyBytes
+    if (front.opts.internal !== undefined && head.path.startsWith('/internal/')) {
+      const denied = front.opts.internalHead?.(this.internalHead(head)) ?? null
+      if (denied) throw new HeadRefusal(denied, shape)
+      if (front.unverifiedInternal >= limits.maxUnverifiedInternal)
+        throw new HeadRefusal(
+          refusal(503, 'Too many internal requests being verified; retry later', 1),
+          shape,
+        )
+      front.unverifiedInternal++
+      this.unverified = true
+      this.route = front.match(head.path, head.method)
+      if (this.route) limit = Number.POSITIVE_INFINITY
+    } else {
+      const route = front.match(head.path, head.method)
+      if (route) {
+        const req = new ParsedWireRequest(head, limits.maxJsonDepth)
+        const denied = front.opts.guard?.(req) ?? null
+        const admission = denied ?? route.admit?.(req) ?? null
+        if (admission instanceof AppError) throw new HeadRefusal(admission, 'proxy')
+        this.route = route
+        this.request = req
+        limit = admission === 'anonymous' ? limits.relayBodyBytes : Number.POSITIVE_INFINITY
+      }
+    }
+    this.hold(head.chunked ? 0 : Math.max(0, head.contentLength), head.path)
+    return limit
+  }
+
+  /**
+   * hold counts `bytes` of body held by this connection (the Content-Length from the head, or what a
+   * chunked body has grown to) against the listener's budget; past it, 503 before more is read.
+   */
+  private hold(bytes: number, path: string): void {
+    const extra = bytes - this.held
+    if (extra <= 0) return
+    const front = this.front
+    if (front.bufferedBodyBytes + extra > front.limits.maxBufferedBodyBytes) {
+      const error = refusal(503, 'The server holds as many request bodies as it may; retry later', 1)
+      throw new HeadRefusal(
+        error,
+        this.route && !path.startsWith('/internal/') ? 'proxy' : front.opts.shapeOf(path),
+      )
+    }
+    front.bufferedBodyBytes += extra
+    this.held = bytes
+  }
+
+  /** release gives back the body bytes and the unverified count of the request that ended. */
+  private release(): void {
+    if (this.held > 0) {
+      this.front.bufferedBodyBytes -= this.held
+      this.held = 0
+    }
+    if (this.unverified) {
+      this.unverified = false
+      this.front.unverifiedInternal--
+    }
+  }
+
+  /** idleSince: when the connection went idle between requests (null: busy, arriving or closing). */
+  get idleSince(): number | null {
+    return this.current || this.closing || this.arriving !== 0 || this.parser.buffered > 0
+      ? null
+      : this.lastActive
+  }
+
+  /** closeIdle: the front reclaims this idle keep-alive connection for a new one. */
+  closeIdle(): void {
+    this.closing = true
+    this.socket.end()
   }
 
   onData(data: Buffer): void {
-    if (this.closing) return
     // One clock reading serves as the connection's last activity and the request's start.
     const now = performance.now()
     this.lastActive = now
+    // Closing (lingering after a refusal): what the client still sends is read and dropped.
+    if (this.closing) return
     if (this.arriving === 0 && !this.current) this.arriving = now
     this.parser.push(data)
+    const pending = this.parser.pendingHead
+    if (pending?.chunked) {
+      // A chunked body counts against the budget as it grows (its length was not in the head).
+      try {
+        this.hold(this.parser.buffered, pending.path)
+      } catch (err) {
+        this.refuse(err)
+        return
+      }
+    }
     if (this.current) {
       // Pipelined requests wait for the running response; stop reading if they pile up.
       if (this.parser.buffered > MAX_PIPELINED && !this.paused) {
@@ -377,8 +602,16 @@ class ClientConn implements WireClient {
    * closes. A running response is never cut here.
    */
   checkArrival(now: number): void {
+    if (this.lingerStart > 0) {
+      if (now - this.lingerStart > LINGER_MS || now - this.lastActive > LINGER_QUIET_MS)
+        this.socket.terminate()
+      return
+    }
     if (this.arriving === 0 || this.current || this.closing) return
-    const { headTimeoutMs, minBodyBytesPerSecond } = this.front.limits
+    const { minBodyBytesPerSecond } = this.front.limits
+    const headTimeoutMs = this.reserve
+      ? Math.min(RESERVE_HEAD_MS, this.front.limits.headTimeoutMs)
+      : this.front.limits.headTimeoutMs
     const elapsed = now - this.arriving
     if (elapsed <= headTimeoutMs) return
     if (this.parser.pendingHead) {
@@ -392,10 +625,6 @@ class ClientConn implements WireClient {
   private handle(r: ParsedRequest, startedAt: number): void {
     const head = r.head
     this.http10 = head.http10
-    if (this.reserve && !this.front.limits.alwaysServe(head.path)) {
-      this.refuseHead(head, 503, 'The listener is at its connection limit; retry later', startedAt)
-      return
-    }
     const vet = this.front.opts.internal
     const internal = vet !== undefined && head.path.startsWith('/internal/')
     let extraHead = ''
@@ -407,20 +636,26 @@ class ClientConn implements WireClient {
         console.error('internal request check failed', err)
         vetted = { error: internalError() }
       }
+      // Verified (or refused): it no longer counts as a body read on trust.
+      if (this.unverified) {
+        this.unverified = false
+        this.front.unverifiedInternal--
+      }
       if ('error' in vetted) {
         this.answerError(head, vetted.error, this.front.opts.shapeOf(head.path), startedAt)
         return
       }
       extraHead = vetted.extraHead
     }
-    // Matched once, when the parser asked for this head's body limit.
+    // Matched and admitted once, when the head was complete (admit).
     const route = this.route
     if (route) {
-      const req = new ParsedWireRequest(head, r.body, startedAt, this.front.limits.maxJsonDepth)
+      const req = this.request ?? new ParsedWireRequest(head, this.front.limits.maxJsonDepth)
+      req.body = r.body
+      req.startedAt = startedAt
       let action: WireAction | null
       try {
-        const denied = internal ? null : this.front.opts.guard?.(req)
-        action = denied ? { error: denied } : route.wire(req)
+        action = route.wire(req)
       } catch (err) {
         console.error('wire route failed', err)
         action = { error: internalError() }
@@ -436,6 +671,16 @@ class ClientConn implements WireClient {
     this.relay(r, startedAt, route !== undefined, extraHead)
   }
 
+  /** internalHead: what the internal check can judge from the head (internalRequest without the body). */
+  private internalHead(head: RequestHead): InternalHead {
+    return {
+      method: head.method,
+      target: head.target,
+      headers: { get: (name) => joinedHeader(head, name) },
+      peer: this.address,
+    }
+  }
+
   /**
    * internalRequest: what the internal check reads. `target` is the target relayed (the one parse);
    * a header sent more than once reads as its values joined by ", ", as the framework behind reads it.
@@ -447,7 +692,7 @@ class ClientConn implements WireClient {
       target: head.target,
       headers: { get: (name) => joinedHeader(head, name) },
       body: r.body.bytes(),
-      peer: this.socket.remoteAddress,
+      peer: this.address,
     }
   }
 
@@ -611,14 +856,26 @@ class ClientConn implements WireClient {
     }
   }
 
+  /**
+   * refuse answers what the parser threw (a malformed or oversized request, or a HeadRefusal) and
+   * closes the connection, lingering so that a client still sending reads the answer.
+   */
   private refuse(err: unknown): void {
-    const status = err instanceof RequestError ? err.status : 400
-    const message = err instanceof Error ? err.message : 'Bad request'
     const path = this.parser.pendingHead?.path ?? (this.parser.lastPath || '/')
-    const error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
-    this.write(errorResponse(error, this.front.opts.shapeOf(path), false))
-    this.front.opts.onRequest('-', path, '', status, 0)
-    this.closeConnection()
+    let error: AppError
+    let shape: ErrorShape
+    if (err instanceof HeadRefusal) {
+      error = err.error
+      shape = err.shape
+    } else {
+      const status = err instanceof RequestError ? err.status : 400
+      const message = err instanceof Error ? err.message : 'Bad request'
+      error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
+      shape = this.front.opts.shapeOf(path)
+    }
+    this.write(errorResponse(error, shape, false))
+    this.front.opts.onRequest('-', path, '', error.status, 0)
+    this.closeConnection(true)
   }
 
   // WireClient
@@ -643,16 +900,30 @@ class ClientConn implements WireClient {
     this.answered(reuse, now)
   }
 
-  closeConnection(): void {
+  /**
+   * closeConnection ends the connection once what is queued is written. `linger`: the client may
+   * still be sending (an early refusal): half-close and drop what it sends (LINGER_MS), so that it
+   * reads the answer instead of a reset.
+   */
+  closeConnection(linger = false): void {
     this.endCurrent()
+    this.release()
+    if (linger && !this.closing && !this.closed) this.lingerStart = performance.now()
     this.closing = true
     this.arriving = 0
-    if (this.queue === null) this.socket.end()
+    if (this.queue === null) this.finish()
+  }
+
+  /** finish: the last byte is queued to the socket; close, or half-close and linger. */
+  private finish(): void {
+    if (this.lingerStart > 0) this.socket.shutdown()
+    else this.socket.end()
   }
 
   /** answered: a response is complete; go on with the next request or close. */
   private answered(reuse: boolean, now: number): void {
     this.lastActive = now
+    this.release()
     // A request already arriving behind this response gets its head deadline from now, not from
     // when its first bytes came in while a long response ran.
     this.arriving = this.parser.buffered > 0 ? now : 0
@@ -679,7 +950,7 @@ class ClientConn implements WireClient {
       queue.shift()
     }
     this.queue = null
-    if (this.closing) this.socket.end()
+    if (this.closing) this.finish()
     else this.current?.onClientDrain()
   }
 
@@ -688,6 +959,8 @@ class ClientConn implements WireClient {
     this.closed = true
     this.queue = null
     this.front.conns.delete(this)
+    this.front.forget(this.address)
+    this.release()
     if (this.reserve) this.front.overflow--
     const running = this.current
     this.endCurrent()

@@ -42,7 +42,9 @@ describe('config loading', () => {
       request_head_timeout_seconds: 60,
       min_body_bytes_per_second: 1024,
       max_connections: 0,
+      max_connections_per_address: 1024,
       max_admin_body_bytes: 16 * 1024 * 1024,
+      max_buffered_body_bytes: 512 * 1024 * 1024,
       max_json_depth: 64,
       login_attempts_per_minute: 10,
     })

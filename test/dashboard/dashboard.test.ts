@@ -287,12 +287,13 @@ describe.skipIf(skip !== null)('the dashboard in a browser', () => {
       await p.locator('.logs .line').first().waitFor()
       expect(await p.locator('.actions-card, .move-card').count()).toBe(0)
       expect(await writeControls()).toBe(0)
+      // No chat for a read-only user: it would need the inference key, which changes state.
       await p.click('nav a:has-text("Chat")')
-      await p.fill('textarea[name=message]', 'hello')
-      await p.click('form.chat-input button[type=submit]')
-      await p.locator('.turn.assistant [data-stat=ttft]').waitFor()
+      await p.locator('.chat-readonly').waitFor()
+      expect(await p.locator('form.chat-input, textarea[name=message]').count()).toBe(0)
       expect(await writeControls()).toBe(0)
       expect(forbidden).toEqual([])
+      expect(viewer.requests.some((r) => r.url().endsWith('/api/dashboard/inference-key'))).toBe(false)
     })
 
     it('made no request to any host but the gateway', () => {

@@ -106,6 +106,13 @@ const RULES: { match: (method: string, path: string) => boolean; need: Need; why
     why: 'Kill orphan processes: admin only',
   },
   {
+    // A read-only role views everything but must not obtain a credential that changes state: the
+    // inference key wakes sleeping models (and its direct proxy once controlled engines).
+    match: (m, p) => m === 'GET' && p === '/api/dashboard/inference-key',
+    need: 'admin',
+    why: 'the inference key changes state: admin only',
+  },
+  {
     // The table says "view everything" and the issue "orphan routes: admin only" (a foreign
     // process's command line may carry secrets): either is within the spec.
     match: (m, p) => /orphan/.test(p) && m === 'GET',

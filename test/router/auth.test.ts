@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { RouterService } from '../../plugins/router/service.ts'
 import { cleanupSims, type EngineProc } from '../sim/helpers.ts'
+import { NetRaw, parse } from '../support/raw-client.ts'
 import { waitFor } from '../support/wait.ts'
 import { chat, engineHits, modelsYaml, startRouterWithGateway, startSim, type TestRouter } from './support.ts'
 
@@ -189,5 +190,27 @@ describe('router honours the gateway inference key', () => {
     expect((await routerState(SOLO))?.status).toBe('sleeping')
     expect((await r.post(`/action/wakeup/${SOLO}`)).status).toBe(200)
     expect((await routerState(SOLO))?.status).toBe('active')
+  })
+
+  // Whether a request needs the key depends on its model, which only the body names: a request that
+  // shows no key is judged by its head as far as it can be. Its body gets the small limit of a
+  // request nobody vouched for (server.max_admin_body_bytes, 16 MiB), refused from the head alone;
+  // with the key it gets an inference body's.
+  it('gives a request without the key the small body limit of an anonymous request, from its head', async () => {
+    const port = Number(new URL(r.routerUrl).port)
+    const big = 20 * 1024 * 1024
+    const c = await NetRaw.open(port)
+    c.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: ${big}\r\n\r\n`)
+    await c.waitFor((x) => parse(x.text).length === 1, 5000, 'the 413')
+    expect(parse(c.text)[0]!.status).toBe(413)
+    c.socket.destroy()
+    // With the key, the same head is taken (the body is awaited, not refused).
+    const keyed = await NetRaw.open(port)
+    keyed.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: ${big}\r\n\r\n{`,
+    )
+    await waitFor('the keyed body to be held', () => r.host.fronts.router!.bufferedBodyBytes >= big)
+    expect(keyed.text).toBe('')
+    keyed.socket.destroy()
   })
 })

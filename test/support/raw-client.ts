@@ -1,3 +1,4 @@
+import { connect, type Socket as NetSocket } from 'node:net'
 import type { Socket } from 'bun'
 import { waitFor } from './wait.ts'
 
@@ -52,6 +53,68 @@ export class Raw {
         return () => this.listeners.delete(notify)
       },
       show: () => ({ closed: this.closed, text: this.text.slice(-400) }),
+    })
+    return true
+  }
+}
+
+/**
+ * NetRaw is Raw over node:net, for what Bun.connect cannot do: connect from a chosen local address
+ * (another client of 127.0.0.0/8 than 127.0.0.1), and tell a reset (ECONNRESET) from a clean close.
+ */
+export class NetRaw {
+  buf = Buffer.alloc(0)
+  closed = false
+  /** The connection ended by a reset (or another socket error) rather than a FIN. */
+  reset = false
+  private readonly listeners = new Set<() => void>()
+
+  private constructor(readonly socket: NetSocket) {
+    socket.on('data', (d: Buffer) => {
+      this.buf = Buffer.concat([this.buf, d])
+      this.changed()
+    })
+    socket.on('error', () => {
+      this.reset = true
+      this.changed()
+    })
+    socket.on('close', () => {
+      this.closed = true
+      this.changed()
+    })
+  }
+
+  static open(port: number, localAddress?: string): Promise<NetRaw> {
+    return new Promise((resolve, reject) => {
+      const s = connect({ host: '127.0.0.1', port, ...(localAddress ? { localAddress } : {}) })
+      const r = new NetRaw(s)
+      s.once('connect', () => resolve(r))
+      s.once('error', reject)
+    })
+  }
+
+  get text(): string {
+    return this.buf.toString('latin1')
+  }
+
+  /** write: false when the socket's buffer is full (await `drained` before writing more). */
+  write(b: string | Uint8Array): boolean {
+    if (this.closed || this.socket.destroyed) return false
+    return this.socket.write(typeof b === 'string' ? Buffer.from(b, 'latin1') : b)
+  }
+
+  private changed(): void {
+    for (const f of this.listeners) f()
+  }
+
+  async waitFor(pred: (r: NetRaw) => boolean, ms: number, what = pred.toString()): Promise<true> {
+    await waitFor(`the connection to hold ${what}`, () => pred(this), {
+      timeoutMs: ms,
+      wake: (notify) => {
+        this.listeners.add(notify)
+        return () => this.listeners.delete(notify)
+      },
+      show: () => ({ closed: this.closed, reset: this.reset, text: this.text.slice(-400) }),
     })
     return true
   }

@@ -17,7 +17,7 @@ const routes = (stubPort: number): [string, string, string | undefined][] => [
   ['POST', '/v1/chat/completions', chatBody],
   ['POST', '/tokenize', JSON.stringify({ model: 'm', prompt: 'hi' })],
   ['GET', '/v1/models', undefined],
-  ['GET', `/api/direct/${stubPort}/health`, undefined],
+  ['GET', `/api/direct/${stubPort}/v1/models`, undefined],
 ]
 
 describe('inference API key', () => {

@@ -21,8 +21,8 @@ describe('direct proxy /api/direct/:port/*', () => {
 
   beforeAll(async () => {
     stub = startStub((req, seen) => {
-      if (seen.path === '/stream') return sseResponse(streamFrames(5), 20)
-      if (seen.path === '/binary') return new Response(new Uint8Array([0, 255, 1, 254]), { status: 201 })
+      if (seen.query === '?stream') return sseResponse(streamFrames(5), 20)
+      if (seen.query === '?binary') return new Response(new Uint8Array([0, 255, 1, 254]), { status: 201 })
       return Response.json({ method: req.method, path: seen.path }, { headers: { 'x-engine': 'stub' } })
     })
     api.add(instance('m', stub.port))
@@ -35,17 +35,17 @@ describe('direct proxy /api/direct/:port/*', () => {
 
   it('keeps method, sub-path, query, headers and body', async () => {
     const body = new Uint8Array([123, 34, 97, 34, 58, 32, 49, 125, 0, 200]) // not even valid UTF-8 at the end
-    const res = await fetch(`${px.url}/api/direct/${stub.port}/v1/some/path?x=1&y=%20two`, {
-      method: 'PUT',
+    const res = await fetch(`${px.url}/api/direct/${stub.port}/v1/completions?x=1&y=%20two`, {
+      method: 'POST',
       headers: { 'x-custom': 'kept', 'content-type': 'application/octet-stream', connection: 'keep-alive' },
       body,
     })
     expect(res.status).toBe(200)
     expect(res.headers.get('x-engine')).toBe('stub')
-    expect(await res.json()).toEqual({ method: 'PUT', path: '/v1/some/path' })
+    expect(await res.json()).toEqual({ method: 'POST', path: '/v1/completions' })
     const seen = stub.seen.at(-1)!
-    expect(seen.method).toBe('PUT')
-    expect(seen.path).toBe('/v1/some/path')
+    expect(seen.method).toBe('POST')
+    expect(seen.path).toBe('/v1/completions')
     expect(seen.query).toBe('?x=1&y=%20two')
     expect([...seen.body]).toEqual([...body])
     expect(seen.headers['x-custom']).toBe('kept')
@@ -57,7 +57,7 @@ describe('direct proxy /api/direct/:port/*', () => {
   it('drops hop-by-hop request headers, including those named in Connection', async () => {
     const { text: raw } = await rawExchange(
       Number(px.url.slice(px.url.lastIndexOf(':') + 1)),
-      `GET /api/direct/${stub.port}/hop HTTP/1.1\r\nhost: gateway.example\r\nconnection: keep-alive, x-hop-secret\r\n` +
+      `GET /api/direct/${stub.port}/v1/models HTTP/1.1\r\nhost: gateway.example\r\nconnection: keep-alive, x-hop-secret\r\n` +
         'x-hop-secret: 1\r\nkeep-alive: timeout=9\r\nte: trailers\r\nproxy-authorization: Basic Zm9vOmJhcg==\r\n' +
         'x-end-to-end: yes\r\n\r\n',
       { waitMs: 5000, until: (t) => parse(t).length === 1 },
@@ -85,7 +85,7 @@ describe('direct proxy /api/direct/:port/*', () => {
     })
     api.add(instance('hop', engine.port))
     try {
-      const res = await fetch(`${px.url}/api/direct/${engine.port}/x`)
+      const res = await fetch(`${px.url}/api/direct/${engine.port}/v1/models`)
       expect(await res.text()).toBe('{}')
       expect(res.headers.get('x-kept')).toBe('1')
       expect(res.headers.get('x-hop')).toBeNull()
@@ -97,32 +97,65 @@ describe('direct proxy /api/direct/:port/*', () => {
     }
   })
 
-  it.each(['GET', 'DELETE', 'PATCH', 'POST', 'HEAD', 'OPTIONS'])('forwards %s', async (method) => {
-    const res = await fetch(`${px.url}/api/direct/${stub.port}/echo`, { method })
+  it.each([
+    ['GET', '/v1/models'],
+    ['POST', '/v1/chat/completions'],
+    ['POST', '/v1/embeddings'],
+    ['POST', '/tokenize'],
+    ['POST', '/v2/rerank'],
+  ])('forwards the inference route %s %s', async (method, path) => {
+    const res = await fetch(`${px.url}/api/direct/${stub.port}${path}`, { method })
     expect(res.status).toBe(200)
     expect(stub.seen.at(-1)!.method).toBe(method)
-    if (method !== 'HEAD') expect(await res.json()).toEqual({ method, path: '/echo' })
+    expect(await res.json()).toEqual({ method, path })
   })
 
-  it('maps a bare port to the engine root', async () => {
-    const res = await fetch(`${px.url}/api/direct/${stub.port}`)
-    expect(await res.json()).toEqual({ method: 'GET', path: '/' })
+  // The engine's control routes (vLLM mounts them without any check in dev mode, which sleep mode
+  // needs) are the admin API's, never the inference key's: a key holder must not put an engine to
+  // sleep behind the gateway's back or call a worker method.
+  it.each([
+    ['POST', '/sleep?level=1'],
+    ['POST', '/wake_up'],
+    ['POST', '/collective_rpc'],
+    ['POST', '/reset_prefix_cache'],
+    ['GET', '/is_sleeping'],
+    ['GET', '/metrics'],
+    ['POST', '/v1/load_lora_adapter'],
+    ['POST', '/start_profile'],
+    ['DELETE', '/v1/chat/completions'],
+    ['PUT', '/v1/completions'],
+    ['GET', '/v1/chat/completions'],
+    ['OPTIONS', '/v1/models'],
+    ['GET', ''],
+    ['GET', '/'],
+    ['GET', '/v1/models/'],
+  ])('answers %s %s with 404 and never reaches the engine', async (method, path) => {
+    const before = stub.seen.length
+    const res = await fetch(`${px.url}/api/direct/${stub.port}${path}`, { method })
+    expect(res.status).toBe(404)
+    const sub = path.split('?')[0] || '/'
+    expect(await errorOf(res)).toEqual({
+      message: `The direct proxy forwards an engine's inference routes only, not ${method} ${sub}`,
+      type: 'invalid_request_error',
+      code: 'not_found',
+    })
+    expect(stub.seen.length).toBe(before)
   })
 
   it('returns binary replies and their status as they are', async () => {
-    const res = await fetch(`${px.url}/api/direct/${stub.port}/binary`)
+    const res = await fetch(`${px.url}/api/direct/${stub.port}/v1/models?binary`)
     expect(res.status).toBe(201)
     expect([...new Uint8Array(await res.arrayBuffer())]).toEqual([0, 255, 1, 254])
   })
 
   it('pipes streamed replies chunk by chunk', async () => {
-    const res = await fetch(`${px.url}/api/direct/${stub.port}/stream`)
+    const res = await fetch(`${px.url}/api/direct/${stub.port}/v1/models?stream`)
     expect((await readChunks(res)).chunks).toEqual(streamFrames(5))
     await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(px.events.at(-1)).toMatchObject({
       instance_id: 'm',
       streamed: true,
-      path: `/api/direct/${stub.port}/stream`,
+      path: `/api/direct/${stub.port}/v1/models`,
     })
   })
 

@@ -639,6 +639,38 @@ describe('wire front: hostile clients', () => {
     for (const c of [...held, reserve]) c.socket.terminate()
   })
 
+  it('cuts a reserve connection that sends no head within two seconds, so the next probe gets the reserve', async () => {
+    const f = front({
+      front: { maxConnections: 2, reserveConnections: 1, alwaysServe: (p) => p === '/api/hello' },
+    })
+    // Two connections busy sending a head (not idle: nothing to reclaim).
+    const busy = [await Raw.open(f.port), await Raw.open(f.port)]
+    for (const c of busy) c.write('GET /api/hello HTTP/1.1\r\n')
+    await waitFor('both connections counted', () => f.conns.size >= 2, { timeoutMs: 2000 })
+    const silent = await Raw.open(f.port)
+    await waitFor('the silent reserve connection', () => f.overflow >= 1, { timeoutMs: 2000 })
+    expect(await silent.waitFor((r) => r.closed, 5000)).toBe(true)
+    const health = await rawExchange(f.port, REQ('GET', '/api/hello'), { waitMs: 2000 })
+    expect(parse(health.text)[0]!.status).toBe(200)
+    for (const c of busy) c.socket.terminate()
+  })
+
+  it('a full listener makes room for a new connection by closing an idle keep-alive one', async () => {
+    const f = front({ front: { maxConnections: 2, reserveConnections: 0 } })
+    const idle = [await Raw.open(f.port), await Raw.open(f.port)]
+    for (const c of idle) {
+      c.write(REQ('GET', '/api/hello'))
+      expect(await c.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+    }
+    const fresh = await Raw.open(f.port)
+    fresh.write(REQ('GET', '/api/hello'))
+    expect(await fresh.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+    expect(parse(fresh.text)[0]!.status).toBe(200)
+    expect(f.reclaimed).toBe(1)
+    await waitFor('one idle connection closed', () => idle.some((c) => c.closed), { timeoutMs: 2000 })
+    for (const c of [...idle, fresh]) c.socket.terminate()
+  })
+
   it('answers 408 to a head that is not complete within headTimeoutMs (Slowloris)', async () => {
     const f = front({ front: { headTimeoutMs: 200 } })
     const c = await Raw.open(f.port)

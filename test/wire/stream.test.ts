@@ -260,7 +260,7 @@ describe('streaming pass-through', () => {
       const seen = stub.seen.length
       const replies = Promise.all([
         postJson(`${slow.url}/v1/chat/completions`, { model: 'm', ...msg }),
-        fetch(`${slow.url}/api/direct/${stub.port}/slow`),
+        fetch(`${slow.url}/api/direct/${stub.port}/v1/models`),
       ])
       await waitFor('both requests to reach the engine', () => stub.seen.length >= seen + 2)
       await idleConnectionClosed(slow.url)

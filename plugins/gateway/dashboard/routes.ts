@@ -8,8 +8,8 @@ import { dashboardEvents } from './events.ts'
 
 /**
  * dashboardRoutes serve the web dashboard: the page at `/` and its hashed assets (public: they hold
- * no secret; every API call the page makes carries the JWT), the page's event stream and the
- * inference key for its chat playground (both admin routes, either role).
+ * no secret; every API call the page makes carries the JWT), the page's event stream (either role)
+ * and the inference key for its chat playground (admin only).
  *
  * The page may load nothing from any other host and run no inline script: its Content-Security-Policy
  * allows only this origin (`default-src 'self'`, `connect-src 'self'`), and the bundle carries its own
@@ -158,13 +158,14 @@ export function dashboardRoutes(ctx: PluginContext, service: GatewayService) {
         response: { 200: InferenceKey, 401: ControllerError },
         detail: {
           tags,
-          summary: "The inference API key, for the dashboard's chat playground",
+          summary: "The inference API key, for the dashboard's chat playground (admin only)",
           description:
-            'The spec: "When logged in to the dashboard, the frontend is given the key automatically." Both roles ' +
-            'get it (running inference tests is allowed to admin-readonly). `key` is null when INFERENCE_API_KEY is ' +
-            'not set (inference is open). Never cached (`no-store`). Kept under /api/dashboard, not /api/auth, ' +
-            'which is public by the spec.',
-          'x-required-role': 'admin-readonly',
+            'The dashboard of a signed-in admin is given the key automatically, for its chat playground. ' +
+            'admin-readonly is refused (403): the key is a credential that changes state (a request wakes a sleeping ' +
+            'model), which a read-only role must not obtain, so its dashboard shows no chat. `key` is null when ' +
+            'INFERENCE_API_KEY is not set (inference is open). Never cached (`no-store`). Kept under /api/dashboard, ' +
+            'not /api/auth, which is public.',
+          'x-required-role': 'admin',
         },
       },
     )

@@ -65,6 +65,34 @@ export const ENGINE_PATHS: Readonly<Record<string, string>> = {
 const enginePaths = new Map(Object.entries(ENGINE_PATHS))
 const DIRECT = '/api/direct/'
 
+/**
+ * DIRECT_ROUTES: what `/api/direct/{port}/…` forwards, as `METHOD /path` on the engine: its
+ * inference routes (OpenAI's and vLLM's own), nothing else, whatever the method. The direct proxy
+ * answers to the inference key, and an engine also serves routes that control it without any
+ * check of its own (vLLM's `/sleep`, `/wake_up`, `/collective_rpc`, `/reset_prefix_cache`... in dev
+ * mode, which sleep mode needs, and whatever later releases add): with them a key holder could put
+ * an engine to sleep behind the gateway's back or call any worker method. Those go through the
+ * admin API only; anything not listed here is 404 and never reaches the engine.
+ */
+export const DIRECT_ROUTES: ReadonlySet<string> = new Set([
+  'GET /v1/models',
+  'POST /v1/chat/completions',
+  'POST /v1/completions',
+  'POST /v1/embeddings',
+  'POST /v1/responses',
+  'POST /v1/audio/transcriptions',
+  'POST /v1/audio/translations',
+  'POST /v1/score',
+  'POST /v1/rerank',
+  'POST /v2/rerank',
+  'POST /rerank',
+  'POST /score',
+  'POST /classify',
+  'POST /pooling',
+  'POST /tokenize',
+  'POST /detokenize',
+])
+
 export function createInference(deps: InferenceDeps): {
   rawRoutes: RawRoute[]
   routes: AnyElysia
@@ -82,7 +110,7 @@ export function createInference(deps: InferenceDeps): {
     },
     {
       match: (path) => path.startsWith(DIRECT),
-      wire: (req) => handlers.planDirect(req.path, req.query, req.body),
+      wire: (req) => handlers.planDirect(req.method, req.path, req.query, req.body),
     },
   ]
   return { rawRoutes, routes: openaiRoutes({ tag: 'gateway', paths: ENGINE_PATHS, direct: true }), handlers }
@@ -263,10 +291,20 @@ export class GatewayInference implements GatewayInferenceApi {
     return { object: 'list', data }
   }
 
-  planDirect(path: string, query: string, body: BodyRange): WireAction {
+  planDirect(method: string, path: string, query: string, body: BodyRange): WireAction {
     const rest = path.slice(DIRECT.length)
     const slash = rest.indexOf('/')
     const portText = slash < 0 ? rest : rest.slice(0, slash)
+    const subPath = slash < 0 ? '/' : rest.slice(slash)
+    if (!DIRECT_ROUTES.has(`${method} ${subPath}`))
+      return {
+        error: proxyError(
+          404,
+          'invalid_request_error',
+          'not_found',
+          `The direct proxy forwards an engine's inference routes only, not ${method} ${subPath}`,
+        ),
+      }
     const port = /^\d{1,5}$/.test(portText) ? Number(portText) : Number.NaN
     const lease = port >= 1 && port <= 65535 ? this.deps.api.acquireByPort(port) : null
     if (!lease) {
@@ -279,7 +317,6 @@ export class GatewayInference implements GatewayInferenceApi {
         ),
       }
     }
-    const subPath = slash < 0 ? '/' : rest.slice(slash)
     const model = lease.servedModelName
     return this.forwardTo(lease, subPath + query, body, model, path)
   }

@@ -6,12 +6,14 @@ import { ErrorNote } from '../components/error-note.tsx'
 import { ms } from '../format.ts'
 import { sortedInstances } from '../live.ts'
 import type { Page } from '../page.ts'
+import { canWrite } from '../session.ts'
 
 /**
  * ChatPage, the playground: a streaming chat with any active model through the gateway's `/v1`,
  * with time to first token and tokens per second for each answer. The inference key comes from the
  * gateway (`/api/dashboard/inference-key`) and stays in this module's memory: it is never typed,
- * shown, stored, or put in a URL.
+ * shown, stored, or put in a URL. Only an admin is given the key (a request can wake a sleeping
+ * model: it changes state), so a read-only user sees why there is no chat instead.
  */
 let inferenceKey: Promise<string | null> | null = null
 const keyOnce = () => {
@@ -50,6 +52,19 @@ function Stats({ stats }: { stats: ChatStats | undefined }) {
 }
 
 function ChatPage() {
+  if (!canWrite.value)
+    return (
+      <div class="page chat">
+        <p class="muted chat-readonly">
+          The chat needs the admin role: it sends requests with the inference key, which can wake a sleeping
+          model, and a read-only user is not given that key.
+        </p>
+      </div>
+    )
+  return <Playground />
+}
+
+function Playground() {
   const active = sortedInstances.value.filter((i) => i.status === 'active')
   const [model, setModel] = useState('')
   const [system, setSystem] = useState('')
