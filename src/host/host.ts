@@ -6,7 +6,7 @@ import type { Server } from 'bun'
 import type { Registry } from 'prom-client'
 import type { LoadedConfig } from '../config/load.ts'
 import { createBaseApp, renderError, shapeFor } from '../http/app.ts'
-import { AuthService, categorize } from '../http/auth.ts'
+import { AuthService } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
@@ -14,6 +14,7 @@ import { splitUrl } from '../http/url.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { WireFront } from '../wire/server.ts'
 import { abortable, WaitError } from './abortable.ts'
+import { AccessLog } from './access-log.ts'
 import { EventBus } from './bus.ts'
 import { connectionCap } from './limits.ts'
 import { Logger } from './logger.ts'
@@ -228,6 +229,7 @@ export class Host {
     const srv = this.opts.config.root.server
     const idleTimeout = srv.idle_timeout_seconds
     const handle = app.fetch as (req: Request) => Response | Promise<Response>
+    const access = new AccessLog(log, name)
     this.socketDir ??= mkdtempSync(join(tmpdir(), 'modelgate-'))
     const socket = join(this.socketDir, `${name}.sock`)
     const server = Bun.serve({
@@ -247,7 +249,7 @@ export class Host {
           res = renderError(err, new URL(req.url).pathname, log, shape)
         }
         const { path, query } = splitUrl(req.url)
-        logRequest(log, name, req.method, path, query, res.status, performance.now() - started)
+        access.request(req.method, path, query, res.status, performance.now() - started)
         return head ? headOnly(res) : res
       },
       error(err) {
@@ -275,8 +277,8 @@ export class Host {
         ...(opts.internal ? { internal: (req) => auth.vetInternal(req) } : {}),
         frameworkSocket: socket,
         shapeOf: (path) => shape ?? shapeFor(path),
-        onRequest: (method, path, query, status, ms) =>
-          logRequest(log, name, method, path, query, status, ms),
+        onRequest: (method, path, query, status, ms, refused) =>
+          access.request(method, path, query, status, ms, refused),
       })
     } catch (err) {
       server.stop(true)
@@ -353,45 +355,6 @@ export class Host {
 
 /** Of the shutdown budget, what the drain leaves for stopping plugins (engines: TERM, wait, KILL). */
 const STOP_RESERVE_MS = 5000
-
-/**
- * accessLevel: successful requests at debug (health included), 4xx at warn, 5xx at error. A client
- * that went away (499: a user pressing stop, a load generator ending its run) is routine, not a
- * fault of the request: info, as nginx keeps it in the access log and out of the error log.
- */
-export function accessLevel(status: number): 'debug' | 'info' | 'warn' | 'error' {
-  if (status >= 500) return 'error'
-  if (status === 499) return 'info'
-  return status >= 400 ? 'warn' : 'debug'
-}
-
-/** Query parameters whose values never reach the log: a JWT for event streams, an OAuth callback's code and state. */
-const REDACTED_QUERY = ['token', 'code', 'state']
-
-/** logRequest writes the access log line at accessLevel(status); secret query values are redacted. */
-function logRequest(
-  log: Logger,
-  listener: string,
-  method: string,
-  path: string,
-  query: string,
-  status: number,
-  ms: number,
-): void {
-  const level = accessLevel(status)
-  if (!log.enabled(level)) return
-  let search = query
-  if (REDACTED_QUERY.some((name) => search.includes(`${name}=`))) {
-    const params = new URLSearchParams(search)
-    for (const name of REDACTED_QUERY) if (params.has(name)) params.set(name, 'REDACTED')
-    search = `?${params}`
-  }
-  log.write(level, `${method} ${path}${search} ${status}`, {
-    listener,
-    ms: Math.round(ms * 10) / 10,
-    category: categorize(path),
-  })
-}
 
 /** headOnly: the answer to a HEAD request, the GET handler's status and headers; its body is cancelled. */
 function headOnly(res: Response): Response {

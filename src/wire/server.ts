@@ -81,8 +81,11 @@ export interface FrontOptions {
   frameworkSocket: string
   /** Error shape of the front's own refusals, by path. */
   shapeOf(path: string): ErrorShape
-  /** Called for each request answered on the wire (relayed ones are logged by the framework). */
-  onRequest(method: string, path: string, query: string, status: number, ms: number): void
+  /**
+   * Called for each request answered on the wire (relayed ones are logged by the framework);
+   * `refused`: the front refused it for what the client sent (the client's fault, whatever the status).
+   */
+  onRequest(method: string, path: string, query: string, status: number, ms: number, refused?: boolean): void
   limits?: Partial<ParserLimits>
 }
 
@@ -715,7 +718,7 @@ class ClientConn implements WireClient {
   private refuseHead(head: RequestHead, status: number, message: string, startedAt: number): void {
     const error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
     this.write(errorResponse(error, this.front.opts.shapeOf(head.path), false))
-    this.front.opts.onRequest(head.method, head.path, head.query, status, performance.now() - startedAt)
+    this.front.opts.onRequest(head.method, head.path, head.query, status, performance.now() - startedAt, true)
     this.closeConnection()
   }
 
@@ -874,7 +877,7 @@ class ClientConn implements WireClient {
       shape = this.front.opts.shapeOf(path)
     }
     this.write(errorResponse(error, shape, false))
-    this.front.opts.onRequest('-', path, '', error.status, 0)
+    this.front.opts.onRequest('-', path, '', error.status, 0, true)
     this.closeConnection(true)
   }
 
