@@ -12,7 +12,13 @@ import {
 } from './engine-logs.ts'
 import type { SimGpu } from './gpus.ts'
 import type { SimKnobs } from './knobs.ts'
-import { defaultIpcName, KVCACHED_PREALLOC_MIB, KvcachedSegment, startupGuardWarning } from './kvcached.ts'
+import {
+  defaultIpcName,
+  KVCACHED_PREALLOC_MIB,
+  KvcachedSegment,
+  processLocalCapacityLine,
+  startupGuardWarning,
+} from './kvcached.ts'
 import {
   DEFAULT_GPU_MEMORY_UTILIZATION,
   kvCacheError,
@@ -148,7 +154,9 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   e.usedGpus = visible.gpus.slice(0, args.tensorParallelSize)
   const devices = e.usedGpus.map((i) => e.gpus[i]).filter((g) => g !== undefined)
   const deviceMib = Math.min(...devices.map((g) => g.totalMib))
-  e.plan = planMemory(model, deviceMib, util, args.tensorParallelSize, e.maxModelLen)
+  e.plan = planMemory(model, deviceMib, util, args.tensorParallelSize, e.maxModelLen, {
+    kvcached: knobs.kvcached && !v0,
+  })
   const plan = e.plan
   perWorker(
     'parallel_state.py:1208',
@@ -168,7 +176,8 @@ export async function bootEngine(e: BootTarget): Promise<void> {
       const device = profile.freeMemoryDeviceName ? `cuda:${rank}` : undefined
       coreFailure(freeMemoryError(freeMib / 1024, gpu.totalMib / 1024, util, plan.budgetMib / 1024, device))
     }
-    log.stderr(startupGuardWarning(freeMib * 2 ** 20, plan.budgetMib * 2 ** 20))
+    const guard = startupGuardWarning(freeMib * 2 ** 20, plan.budgetMib * 2 ** 20)
+    log.stderr(workerTag(rank) ? `${workerTag(rank)} ${guard}` : guard)
     const neededMib = nonKvMib(plan) + KVCACHED_PREALLOC_MIB
     if (freeMib < neededMib)
       coreFailure(
@@ -204,9 +213,23 @@ export async function bootEngine(e: BootTarget): Promise<void> {
       `Maximum concurrency for ${e.maxModelLen} tokens per request: ${plan.concurrency.toFixed(2)}x`,
     )
   } else {
-    const available = `Available KV cache memory: ${plan.kvAvailGiB.toFixed(2)} GiB`
-    if (profile.kvAvailablePerWorker) perWorker('gpu_worker.py:298', () => available)
-    else log.info(workerTag(0), 'gpu_worker.py:625', available)
+    if (knobs.kvcached) {
+      // kvcached replaces each worker's memory probe: its own line on stderr, none of vLLM's.
+      const line = processLocalCapacityLine({
+        budgetBytes: plan.budgetMib * 2 ** 20,
+        weightsBytes: plan.weightsGiB * 2 ** 30,
+        torchPeakBytes: plan.activationGiB * 2 ** 30,
+        cudagraphBytes: plan.graphsGiB * 2 ** 30,
+      })
+      for (let i = 0; i < workerPids.length; i++) {
+        const tag = workerTag(i)
+        log.stderr(tag ? `${tag} ${line}` : line)
+      }
+    } else {
+      const available = `Available KV cache memory: ${plan.kvAvailGiB.toFixed(2)} GiB`
+      if (profile.kvAvailablePerWorker) perWorker('gpu_worker.py:298', () => available)
+      else log.info(workerTag(0), 'gpu_worker.py:625', available)
+    }
     const lines = kvCapacityLines(profile.mergedKvLine, plan.kvTokens, e.maxModelLen, plan.concurrency)
     const where = profile.mergedKvLine
       ? ['kv_cache_utils.py:1869']
