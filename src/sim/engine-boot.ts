@@ -257,19 +257,26 @@ export async function bootEngine(e: BootTarget): Promise<void> {
     `Graph capturing finished in ${graphSecs} secs, took ${plan.graphsGiB.toFixed(2)} GiB`,
   )
   const summary = profile.startupMemoryLine
-  if (summary !== 'none') {
-    perWorker(summary === 'bytes' ? 'gpu_worker.py:391' : 'gpu_worker.py:804', (rank) =>
-      startupMemoryLine(summary, {
-        freeGiB: (freeAtStartMib[rank] ?? deviceMib) / 1024,
-        totalGiB: (devices[rank]?.totalMib ?? deviceMib) / 1024,
-        utilization: util,
-        weightsGiB: plan.weightsGiB,
-        nonTorchGiB: plan.nonTorchGiB,
-        activationGiB: plan.activationGiB,
-        graphsGiB: plan.graphsGiB,
-        kvGiB: plan.kvAvailGiB,
-      }),
-    )
+  // A DEBUG record (v0.11.0 → v0.20.2) reaches the log only when vLLM logs at DEBUG.
+  const summaryLevel = profile.startupMemoryDebug ? 'DEBUG' : 'INFO'
+  if (summary !== 'none' && (summaryLevel === 'INFO' || knobs.logLevel === 'DEBUG')) {
+    const where = summary === 'bytes' ? 'gpu_worker.py:391' : 'gpu_worker.py:804'
+    for (let rank = 0; rank < workerPids.length; rank++)
+      log.write(
+        summaryLevel,
+        workerTag(rank),
+        where,
+        startupMemoryLine(summary, {
+          freeGiB: (freeAtStartMib[rank] ?? deviceMib) / 1024,
+          totalGiB: (devices[rank]?.totalMib ?? deviceMib) / 1024,
+          utilization: util,
+          weightsGiB: plan.weightsGiB,
+          nonTorchGiB: plan.nonTorchGiB,
+          activationGiB: plan.activationGiB,
+          graphsGiB: plan.graphsGiB,
+          kvGiB: plan.kvAvailGiB,
+        }),
+      )
   }
   log.info(
     core,

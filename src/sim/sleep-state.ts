@@ -47,8 +47,14 @@ export class SleepState {
     return this.asleep.has('weights') && this.frees === 'all'
   }
 
-  isAsleep(tag: SleepTag): boolean {
-    return this.asleep.has(tag)
+  /** isAsleep: whether a part sleeps; any other name (vLLM takes any tag) is not asleep. */
+  isAsleep(tag: string): boolean {
+    return this.asleep.has(tag as SleepTag)
+  }
+
+  /** asleepTags: the parts still asleep, in the order they went to sleep (vLLM's sleeping_tags). */
+  get asleepTags(): SleepTag[] {
+    return [...this.asleep]
   }
 
   sleep(level: 1 | 2, frees: SleepFrees = 'all'): void {
