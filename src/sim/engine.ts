@@ -267,9 +267,13 @@ export class SimEngine implements EngineRuntime {
     setTimeout(() => process.exit(1), this.knobs.crashMode === 'error' ? 60 : 20)
   }
 
-  /** sleepFrees: what this engine's sleep really releases (see SleepFrees). */
+  /**
+   * sleepFrees: what this engine's sleep really releases (see SleepFrees). A kvcached engine's KV
+   * pages are kvcached's, outside the sleep allocator: its sleep releases the weights at most.
+   */
   private sleepFrees(): SleepFrees {
     if (!this.args.enableSleepMode) return 'nothing'
+    if (this.kvSegment) return this.knobs.sleepKeepsWeights ? 'nothing' : 'weights'
     return this.knobs.sleepKeepsWeights ? 'kv_cache' : 'all'
   }
 

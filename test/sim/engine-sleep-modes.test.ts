@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'bun:test'
+import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { waitFor } from '../support/wait.ts'
 import {
   cleanupSims,
@@ -376,5 +377,32 @@ describe('sim engine sleep state metric', () => {
     expect(await metricValue(e.port, 'vllm:engine_sleep_state')).toBeUndefined()
     const newer = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.11.1' })
     expect(await metricValue(newer.port, series('awake'))).toBe(1)
+  })
+})
+
+describe('sim engine sleep of a kvcached engine', () => {
+  it('frees the weights only: the KV pages are kvcached’s, outside the sleep allocator', async () => {
+    const dir = tempSimDir()
+    const shm = tempSimDir()
+    const e = await engine(dir, {
+      ENABLE_KVCACHED: 'true',
+      MODELGATE_SHM_DIR: shm,
+      KVCACHED_IPC_NAME: 'sleepy',
+    })
+    const awake = smiUsedMib(dir, 0)
+    const segment = readKvcachedSegment('sleepy', shm)
+    expect(segment?.preallocBytes).toBe(2 * 2 ** 30)
+    expect((await post(e.port, '/sleep?level=1')).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(awake - WEIGHTS)
+    await e.waitForOutput(`Sleep mode freed ${Math.round((WEIGHTS / 1024) * 100) / 100} GiB memory`)
+    expect(readKvcachedSegment('sleepy', shm)).toEqual(segment)
+    expect((await post(e.port, '/wake_up')).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(awake)
+    expect(await chatText(e.port)).toMatch(/^\w+( \w+){4}$/)
+    // Level 2 discards the weights all the same: garbage until reload_weights.
+    expect((await post(e.port, '/sleep?level=2')).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(awake - WEIGHTS)
+    expect((await post(e.port, '/wake_up')).status).toBe(200)
+    expect(await chatText(e.port)).toBe('!!!!!')
   })
 })
