@@ -1,3 +1,4 @@
+import { KVCACHED_SHM_DIR } from '../gpu/kvcached.ts'
 import { resolveProfile, type VllmProfile } from './versions.ts'
 
 /**
@@ -87,7 +88,7 @@ export function readKnobs(env: NodeJS.ProcessEnv): SimKnobs {
     devMode: truthy(env['VLLM_SERVER_DEV_MODE']),
     kvcached: truthy(env['ENABLE_KVCACHED']),
     kvcachedIpcName: env['KVCACHED_IPC_NAME'] || undefined,
-    shmDir: env['MODELGATE_SHM_DIR'] || '/dev/shm',
+    shmDir: env['MODELGATE_SHM_DIR'] || KVCACHED_SHM_DIR,
     allowLongMaxModelLen: truthy(env['VLLM_ALLOW_LONG_MAX_MODEL_LEN']),
     cudaVisibleDevices: env['CUDA_VISIBLE_DEVICES'],
   }

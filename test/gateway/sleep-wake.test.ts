@@ -213,8 +213,9 @@ describe('the sleep of a shared-cache engine (kvcached)', () => {
   beforeAll(async () => {
     gw = await startGateway({
       ports: [18660, 18669],
-      env: { SIM_WAKE_DELAY_MS: '60', SIM_VLLM_VERSION: '0.20.2', MODELGATE_SHM_DIR: shm },
-      extraYaml: `    sleep: { verify_fallback: unload }\n    sharedcache: { enabled: true, shm_dir: '${shm}' }\n`,
+      env: { SIM_WAKE_DELAY_MS: '60', SIM_VLLM_VERSION: '0.20.2' },
+      shmDir: shm,
+      extraYaml: '    sleep: { verify_fallback: unload }\n    sharedcache: { enabled: true }\n',
     })
   })
   afterAll(async () => {
