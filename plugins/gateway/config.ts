@@ -1,4 +1,5 @@
 import { type Static, Type as T } from '@sinclair/typebox'
+import { KVCACHED_SHM_DIR } from '../../src/gpu/kvcached.ts'
 import { ProxyConfig } from './proxy/config.ts'
 
 /**
@@ -100,7 +101,15 @@ export const GatewayConfig = T.Object(
     sharedcache: T.Object(
       {
         enabled: T.Boolean({ default: false, description: 'launch engines with kvcached (TP=1 only)' }),
-        shm_dir: T.String({ default: '/dev/shm' }),
+        shm_dir: T.Literal(KVCACHED_SHM_DIR, {
+          default: KVCACHED_SHM_DIR,
+          description:
+            "where kvcached keeps its engines' usage segments. kvcached has it fixed at /dev/shm " +
+            '(kvcached/utils.py SHM_DIR, csrc mem_info_tracker.hpp), so no other value is accepted',
+          errorMessage:
+            'must be /dev/shm: kvcached always writes its segments there (it has no setting for another ' +
+            'directory), so the pool view would never find them in any other',
+        }),
       },
       { additionalProperties: false, default: {} },
     ),

@@ -131,11 +131,17 @@ export const SleepCheckSchema = t.Object(
           '(no GPU probe, or nvidia-smi shows no process of the engine: another PID namespace)',
       }),
     ),
+    releases: t.Union([t.Literal('weights_and_kv_cache'), t.Literal('weights')], {
+      description:
+        'what a sleep of this engine can release: its weights and KV cache, or its weights alone for a ' +
+        "shared-cache engine (kvcached maps its KV pages outside vLLM's sleep allocator)",
+    }),
     expected_share: t.Number({
       description:
-        'share of the weights + KV cache a sleep of this level frees: 0.9 (level 1), 0.95 (level 2)',
+        'share of what the engine can release (`releases`) a sleep of this level frees: 0.9 (level 1), ' +
+        '0.95 (level 2)',
     }),
-    tolerance_share: t.Number({ description: 'allowed shortfall, a share of the weights + KV cache (0.05)' }),
+    tolerance_share: t.Number({ description: 'allowed shortfall, a share of what it can release (0.05)' }),
     tolerance_gib: t.Number({ description: 'allowed shortfall in GiB per GPU besides the share (0.25)' }),
     gpus: t.Record(
       t.String(),
@@ -144,7 +150,9 @@ export const SleepCheckSchema = t.Object(
         asleep_gib: t.Number({ description: 'the same right after it' }),
         freed_gib: t.Number(),
         releasable_gib: t.Number({
-          description: 'weights + KV cache from the engine log (capped at awake_gib); awake_gib without them',
+          description:
+            'weights + KV cache (the weights alone for a shared-cache engine) from the engine log, capped at ' +
+            'awake_gib; awake_gib without them',
         }),
         required_gib: t.Number({ description: 'releasable × (expected − tolerance share) − tolerance_gib' }),
       }),

@@ -2,6 +2,7 @@ import { PortAllocator, portIsFree } from '../../src/engine/ports.ts'
 import { groupPids, sameProcess, stopGroup } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
 import type { SleepTag } from '../../src/engine/vllm-client.ts'
+import { defaultShmDir } from '../../src/gpu/kvcached.ts'
 import { GpuProbe, type GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
@@ -83,7 +84,7 @@ export class GatewayService implements GatewayApi {
       config.engine.port_range.start,
       config.engine.port_range.end,
     )
-    this.sharedCache = new SharedCache(config.sharedcache.shm_dir, () => this.instances.values(), deps.log)
+    this.sharedCache = new SharedCache(defaultShmDir(), () => this.instances.values(), deps.log)
     this.supervision = new Supervision(config, this.probe, this.sharedCache)
     this.sleepWake = new SleepWake({
       config: config.sleep,

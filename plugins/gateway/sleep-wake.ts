@@ -42,7 +42,8 @@ export interface SleepWakeDeps {
 /**
  * What a sleep of each level frees: vLLM's figures (level 1 offloads the weights and drops the KV
  * cache, "about 90 %"; level 2 drops both, "about 95 %"), taken as shares of what sleep mode can
- * release, the weights and the KV cache.
+ * release: the weights and the KV cache, or the weights alone for a shared-cache engine (kvcached
+ * maps its KV pages outside vLLM's sleep allocator, so a sleep leaves them where they are).
  */
 const EXPECTED_SHARE = { 1: 0.9, 2: 0.95 } as const
 /**
@@ -311,8 +312,10 @@ export class SleepWake {
 /**
  * checkSleep compares, per GPU, what the engine's process group held right before the sleep with
  * what it holds right after, against the share its level should free (EXPECTED_SHARE, less the
- * tolerance). Unknown (null) when either reading is missing or the group held nothing on one of
- * its GPUs awake (nvidia-smi sees other PIDs: a container without the host's PID namespace).
+ * tolerance) of what it can release (`releases`: weights + KV cache, or the weights alone for a
+ * shared-cache engine). Unknown (null) when either reading is missing, the group held nothing on
+ * one of its GPUs awake (nvidia-smi sees other PIDs: a container without the host's PID
+ * namespace), or a shared-cache engine's weights are not known from its log.
  */
 export function checkSleep(
   inst: Pick<ManagedInstance, 'row'>,
@@ -321,7 +324,9 @@ export function checkSleep(
   asleep: Measured,
 ): SleepCheck {
   const share = EXPECTED_SHARE[level]
+  const weightsOnly = inst.row.sharedcache_enabled
   const base = {
+    releases: weightsOnly ? ('weights' as const) : ('weights_and_kv_cache' as const),
     expected_share: share,
     tolerance_share: TOLERANCE_SHARE,
     tolerance_gib: TOLERANCE_GIB,
@@ -336,13 +341,18 @@ export function checkSleep(
     return unknown(
       `nvidia-smi shows no process of the engine's group on GPU ${unseen.join(', ')} (another PID namespace?)`,
     )
+  if (weightsOnly && !mm)
+    return unknown('the weights of this shared-cache engine are not known (no memory figures in its log)')
+  const what = weightsOnly ? 'weights (kvcached keeps the KV cache mapped)' : 'weights + KV cache'
   const gpus: SleepCheck['gpus'] = {}
   const short: string[] = []
   for (const g of gpu_ids) {
     const awakeGib = awake.mibByGpu.get(g)! / 1024
     const asleepGib = (asleep.mibByGpu.get(g) ?? 0) / 1024
     const freed = awakeGib - asleepGib
-    const releasable = mm ? Math.min(awakeGib, mm.weights_memory_gib + mm.kv_cache_available_gib) : awakeGib
+    const releasable = mm
+      ? Math.min(awakeGib, mm.weights_memory_gib + (weightsOnly ? 0 : mm.kv_cache_available_gib))
+      : awakeGib
     const required = Math.max(0, releasable * (share - TOLERANCE_SHARE) - TOLERANCE_GIB)
     gpus[String(g)] = {
       awake_gib: round2(awakeGib),
@@ -354,7 +364,7 @@ export function checkSleep(
     if (freed < required)
       short.push(
         `GPU ${g} freed ${round2(freed)} of ${round2(awakeGib)} GiB (${pct(freed, releasable)} of ` +
-          `${round2(releasable)} GiB weights + KV cache; at least ${round2(required)} GiB expected)`,
+          `${round2(releasable)} GiB ${what}; at least ${round2(required)} GiB expected)`,
       )
   }
   return { ...base, verified: short.length === 0, gpus, reason: short.length ? short.join('; ') : null }

@@ -84,7 +84,10 @@ export function validateAgainst<T>(schema: TSchema, input: unknown, prefix: stri
   for (const e of Value.Errors(schema, value)) {
     const path = pointerToDotted(prefix, e.path)
     const choices = literalChoices(e.schema)
-    const msg = choices ? `must be one of ${choices}` : humanize(e.message)
+    // A schema may carry the rule's reason (`errorMessage`), for a value TypeBox's words leave unclear.
+    const reason = (e.schema as { errorMessage?: unknown }).errorMessage
+    const msg =
+      typeof reason === 'string' ? reason : choices ? `must be one of ${choices}` : humanize(e.message)
     const line = `${path}: ${msg}`
     if (!problems.includes(line)) problems.push(line)
   }

@@ -97,8 +97,13 @@ export function engineOrigin(host: string, port: number): string {
 
 /** The sleep-mode endpoints: a 404 on one of them means the engine runs without sleep mode. */
 const SLEEP_PATH = /^\/(sleep|wake_up|is_sleeping)(\?|$)/
-/** MODE_REFUSED: an error body that names the `mode` parameter (FastAPI's 422 `loc`, a ValueError). */
+/**
+ * MODE_REFUSED: an error body that names the `mode` parameter (FastAPI's 422 `loc`, a ValueError). vLLM
+ * hands `mode` to its engine core, whose `Invalid pause mode: …` comes back as a 500 (`Call to sleep
+ * method failed: …`); the other statuses are a 400 or 422 from a build that validates the parameter.
+ */
 const MODE_REFUSED = /["'`]mode["'`]|\bmode=|invalid (sleep |pause )?mode|PauseMode/i
+const MODE_REFUSED_STATUS = new Set([400, 422, 500])
 /** Statuses meaning the engine has no /tokenize at all. */
 const NO_TOKENIZE = new Set([404, 405, 501])
 
@@ -193,14 +198,14 @@ export class VllmClient {
 
   /**
    * sleep: `POST /sleep?level=L[&mode=M]`. Returns the mode that was sent: null without one, or when
-   * the engine refused the parameter (a 400/422 naming it; the call is then made once without it,
-   * and later calls leave it out).
+   * the engine refused the parameter (a 400/422/500 naming it: nothing slept; the call is then made
+   * once without it, and later calls leave it out).
    */
   async sleep(level: 1 | 2, o: CallOptions & { mode?: SleepMode } = {}): Promise<SleepMode | null> {
     const mode = o.mode && this.sleepModeParam !== false ? o.mode : null
     const path = `/sleep?level=${level}${mode ? `&mode=${mode}` : ''}`
     const res = await this.answer('POST', path, o, 120000)
-    if (mode && (res.status === 400 || res.status === 422)) {
+    if (mode && MODE_REFUSED_STATUS.has(res.status)) {
       const text = await res.text().catch(() => '')
       if (MODE_REFUSED.test(text)) {
         this.sleepModeParam = false

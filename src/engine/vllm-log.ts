@@ -2,7 +2,8 @@
  * vllm-log turns the start-up and sleep output of `vllm serve` into typed facts. The gateway cannot
  * ask a running engine how its memory splits into weights, CUDA graphs and KV cache, nor how far its
  * start-up has got; vLLM only says so in its logs. Every message variant listed in ENGINE-NOTES
- * (V0 and V1 engines, v0.8.5 → 2026 builds) is recognised; anything else yields null. The table of
+ * (V0 and V1 engines, v0.8.5 → 2026 builds) is recognised, and kvcached's own memory line, which
+ * replaces vLLM's for shared-cache engines; anything else yields null. The table of
  * real lines per release is test/fixtures/vllm/ (one file per vLLM version, checked by
  * test/engine/vllm-log.test.ts).
  */
@@ -53,6 +54,13 @@ export interface VllmLogLine {
 type FactBody =
   | { kind: 'weights'; gib: number; seconds: number | null }
   | { kind: 'kv_available'; gib: number }
+  /**
+   * kvcached's replacement of vLLM's memory probe (kvcached f8bbb00, #448, and later): `Using kvcached
+   * process-local KV capacity: budget=B bytes, weights=W bytes, torch_peak=P bytes, cudagraph=G bytes
+   * (ignored), available=A bytes; …`. vLLM's `Available KV cache memory` line is then not printed;
+   * `available` is the KV capacity the engine sizes its cache to, `budget` is utilization × device.
+   */
+  | { kind: 'kvcached_capacity'; budgetGib: number; weightsGib: number | null; availableGib: number }
   | { kind: 'kv_tokens'; tokens: number }
   | { kind: 'concurrency'; tokensPerRequest: number; concurrency: number }
   /** Newer builds' single line: `GPU KV cache size: N tokens, Maximum concurrency for M tokens per request: Xx`. */
@@ -109,6 +117,8 @@ const TAG = /^\(([A-Za-z][\w.-]*(?:\s+rank=\d+)?(?:\s+pid=\d+)?)\)\s*/
 const VLLM_PREFIX =
   /^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?:\[[^\]]*\]|[\w.-]+:\d+\])\s?/
 const UVICORN_PREFIX = /^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+/
+/** kvcached's own logger (kvcached/utils.py): `[kvcached][LEVEL][YYYY-MM-DD HH:MM:SS][file.py:LINE] `. */
+const KVCACHED_PREFIX = /^\[kvcached\]\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\]\[[^\]]*\]\[[^\]]*\]\s?/
 const EXCEPTION_LINE = /^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.*)?$/
 
 const num = (s: string | undefined): number => Number((s ?? '').replace(/,/g, ''))
@@ -160,6 +170,17 @@ const RULES: Rule[] = [
   ],
   [re(`Loading model weights took ${N}\\s?GB`), (m) => ({ kind: 'weights', gib: num(m[1]), seconds: null })],
   [re(`Available KV cache memory: ${N}${GIB}`), (m) => ({ kind: 'kv_available', gib: num(m[1]) })],
+  [
+    re(
+      `Using kvcached process-local KV capacity: budget=${N} bytes(?:, weights=${N} bytes)?.*?, available=${N} bytes`,
+    ),
+    (m) => ({
+      kind: 'kvcached_capacity',
+      budgetGib: round4(num(m[1]) / 2 ** 30),
+      weightsGib: m[2] === undefined ? null : round4(num(m[2]) / 2 ** 30),
+      availableGib: round4(num(m[3]) / 2 ** 30),
+    }),
+  ],
   [
     re(`[A-Z]+ KV cache size: ${N} tokens, Maximum concurrency for ${N} tokens per request: ${N}x`),
     (m) => ({ kind: 'kv_capacity', tokens: num(m[1]), tokensPerRequest: num(m[2]), concurrency: num(m[3]) }),
@@ -227,7 +248,7 @@ export function splitVllmLine(line: string): VllmLogLine {
     text = text.slice(tag[0].length)
   }
   let level: string | null = null
-  const prefix = VLLM_PREFIX.exec(text) ?? UVICORN_PREFIX.exec(text)
+  const prefix = VLLM_PREFIX.exec(text) ?? UVICORN_PREFIX.exec(text) ?? KVCACHED_PREFIX.exec(text)
   if (prefix) {
     level = prefix[1] === 'WARN' ? 'WARNING' : (prefix[1] ?? null)
     text = text.slice(prefix[0].length)
@@ -316,6 +337,7 @@ const FACT_PHASE: Partial<Record<VllmLogFact['kind'], LoadPhase>> = {
   weights: 'profiling',
   v0_budget: 'profiling',
   kv_available: 'kv_cache',
+  kvcached_capacity: 'kv_cache',
   kv_tokens: 'kv_cache',
   concurrency: 'kv_cache',
   kv_capacity: 'kv_cache',
@@ -338,7 +360,8 @@ const minOf = (m: Map<string, number>): number | null => (m.size ? Math.min(...m
  * Multiply by tensor_parallel_size for an engine-wide figure, or read `workers()` to sum.
  *
  * Total footprint = gpu_memory_utilization × device total when both hints are given, else the V0
- * budget line, else the desired memory of newer builds' start-up summary, else weights + CUDA graphs
+ * budget line, else kvcached's budget (a shared-cache engine, whose KV figure is kvcached's
+ * `available`), else the desired memory of newer builds' start-up summary, else weights + CUDA graphs
  * + KV cache (overhead 0). Without `Using max model len` the context length comes from the engine
  * config's `max_seq_len=` or the concurrency line's tokens per request; KV per request from the
  * concurrency (separate or merged line) or from the tokens and the context length. When the parts exceed the budget
@@ -352,6 +375,7 @@ export class VllmLogAccumulator {
   private readonly v0Kv = new Map<string, number>()
   private readonly v0Budget = new Map<string, number>()
   private readonly startupBudget = new Map<string, number>()
+  private readonly kvcachedBudget = new Map<string, number>()
   private readonly startupGraphs = new Map<string, number>()
   private readonly startupKv = new Map<string, number>()
   private startup: StartupMemory | null = null
@@ -383,6 +407,10 @@ export class VllmLogAccumulator {
         break
       case 'kv_available':
         this.kvAvailable.set(w, fact.gib)
+        break
+      case 'kvcached_capacity':
+        this.kvAvailable.set(w, fact.availableGib)
+        this.kvcachedBudget.set(w, fact.budgetGib)
         break
       case 'kv_tokens':
         this.kvTokens = fact.tokens
@@ -478,7 +506,7 @@ export class VllmLogAccumulator {
     const budget =
       util !== undefined && device !== undefined
         ? util * device
-        : (maxOf(this.v0Budget) ?? maxOf(this.startupBudget))
+        : (maxOf(this.v0Budget) ?? maxOf(this.kvcachedBudget) ?? maxOf(this.startupBudget))
     const total = Math.max(budget ?? parts, parts)
     const maxModelLen = this.maxLen ?? this.concurrencyTokens ?? 0
     let perRequestMib = 0

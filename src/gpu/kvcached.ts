@@ -51,8 +51,16 @@ export function instanceSegmentName(instanceId: string): string {
   return sanitizeSegmentName(`${SEGMENT_PREFIX}_${instanceId}`)
 }
 
+/** KVCACHED_SHM_DIR: kvcached's segment directory, fixed in its source (utils.py SHM_DIR). */
+export const KVCACHED_SHM_DIR = '/dev/shm'
+
+/**
+ * defaultShmDir is where the segments are read: kvcached's /dev/shm. MODELGATE_SHM_DIR moves it for
+ * tests and the simulator only (the simulated kvcached writes there, so tests need not share
+ * /dev/shm); a real kvcached ignores it, so it has no use on a GPU host.
+ */
 export function defaultShmDir(): string {
-  return process.env.MODELGATE_SHM_DIR ?? '/dev/shm'
+  return process.env.MODELGATE_SHM_DIR || KVCACHED_SHM_DIR
 }
 
 /** decodeSegment reads the three little-endian int64 counters (null when the file is short). */

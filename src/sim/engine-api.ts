@@ -4,7 +4,7 @@ import { checkModel, planInference, readJson } from './openai-request.ts'
 import { respondInference } from './openai-response.ts'
 import { handlePooling, type PoolingRoute } from './pooling.ts'
 import type { EngineRuntime } from './runtime.ts'
-import type { PauseMode, SleepTag } from './sleep-state.ts'
+import type { PauseMode } from './sleep-state.ts'
 import { type ChatMessage, renderChat } from './tokenizer.ts'
 
 /**
@@ -98,6 +98,22 @@ function engineDeadResponse(rt: EngineRuntime): Response | undefined {
 
 const MODES = new Set<string>(['abort', 'wait', 'keep'])
 
+/**
+ * badPauseMode: vLLM passes `mode` on to the engine core, whose `pause_scheduler` raises
+ * `ValueError: Invalid pause mode: …` before anything is paused; the failed utility call comes back
+ * to the API server as a plain Exception, hence a 500 (not a 400) naming the call.
+ */
+function badPauseMode(rt: EngineRuntime, mode: string): Response {
+  const error = `Invalid pause mode: ${mode}`
+  rt.log.error(rt.tags.core, 'core.py:1127', 'Invocation of sleep method failed')
+  rt.log.stdout(
+    ...['Traceback (most recent call last):', `ValueError: ${error}`].map((l) =>
+      rt.tags.core ? `${rt.tags.core} ${l}` : l,
+    ),
+  )
+  return simError(rt.knobs.errorShape, 500, `Call to sleep method failed: ${error}`)
+}
+
 function devRoutes(): Map<string, Partial<Record<string, Handler>>> {
   const table = new Map<string, Partial<Record<string, Handler>>>()
   table.set('/sleep', {
@@ -109,8 +125,7 @@ function devRoutes(): Map<string, Partial<Record<string, Handler>>> {
       if (!(level === 1 || level === 2 || (modes && level === 0)))
         return simError(rt.knobs.errorShape, 400, `Invalid sleep level: ${level}`, 'level')
       const mode = url.searchParams.get('mode') ?? 'abort'
-      if (modes && !MODES.has(mode))
-        return simError(rt.knobs.errorShape, 400, `Invalid pause mode: ${mode}`, 'mode')
+      if (modes && !MODES.has(mode)) return badPauseMode(rt, mode)
       await rt.sleepEngine(level as 0 | 1 | 2, mode as PauseMode)
       return new Response(null, { status: 200 })
     },
@@ -119,17 +134,14 @@ function devRoutes(): Map<string, Partial<Record<string, Handler>>> {
     POST: async (rt, _req, _server, url) => {
       const dead = engineDeadResponse(rt) ?? v0WithoutSleepMode(rt)
       if (dead) return dead
+      // Any tag is taken: one that is not asleep (or unknown) makes the executor warn and wake
+      // nothing, and the answer is still 200.
       const tags = url.searchParams.getAll('tags')
-      const known = rt.knobs.profile.sleepModes
-        ? ['weights', 'kv_cache', 'scheduling']
-        : ['weights', 'kv_cache']
-      const bad = tags.find((t) => !known.includes(t))
-      if (bad !== undefined) return simError(rt.knobs.errorShape, 400, `Invalid tag: ${bad}`, 'tags')
       if (rt.knobs.logStyle === 'v1') {
         const shown = tags.length > 0 ? `[${tags.map((t) => `'${t}'`).join(', ')}]` : 'None'
         rt.log.info(rt.tags.api, 'api_router.py:38', `wake up the engine with tags: ${shown}`)
       }
-      await rt.wakeEngine(tags.length > 0 ? (tags as (SleepTag | 'scheduling')[]) : undefined)
+      await rt.wakeEngine(tags.length > 0 ? tags : undefined)
       return new Response(null, { status: 200 })
     },
   })
@@ -145,21 +157,33 @@ function devRoutes(): Map<string, Partial<Record<string, Handler>>> {
 }
 
 /**
+ * httpError is what vLLM's HTTPException handler makes of `raise HTTPException(status, detail)`:
+ * its error shape, with the status's phrase as the type (`Bad Request`).
+ */
+function httpError(rt: EngineRuntime, status: 400, message: string): Response {
+  const type = 'Bad Request'
+  const body =
+    rt.knobs.errorShape === 'old'
+      ? { object: 'error', message, type, param: null, code: status }
+      : { error: { message, type, param: null, code: status } }
+  return Response.json(body, { status })
+}
+
+/**
  * collectiveRpc is `POST /collective_rpc {"method", "args"?, "kwargs"?, "timeout"?}`: the method runs on
  * every worker and the answer is `{"results": [one per worker]}` (`reload_weights` returns None on
- * each). FastAPI's 400 for a body without `method`; a method workers lack fails like vLLM's
- * `run_method`.
+ * each). A body that is not JSON or has no `method` is the route's HTTPException 400, rendered by
+ * vLLM's handler in its error shape; a method workers lack fails like vLLM's `run_method`.
  */
 async function collectiveRpc(rt: EngineRuntime, req: Request): Promise<Response> {
   let body: unknown
   try {
     body = await req.json()
   } catch (err) {
-    return Response.json({ detail: `JSON decode error: ${(err as Error).message}` }, { status: 400 })
+    return httpError(rt, 400, `JSON decode error: ${(err as Error).message}`)
   }
   const method = (body as { method?: unknown } | null)?.method
-  if (method === undefined || method === null)
-    return Response.json({ detail: "Missing 'method' in request body" }, { status: 400 })
+  if (method === undefined || method === null) return httpError(rt, 400, "Missing 'method' in request body")
   const dead = engineDeadResponse(rt)
   if (dead) return dead
   const results = Array.from({ length: rt.workerCount }, () => null)
@@ -175,11 +199,13 @@ async function collectiveRpc(rt: EngineRuntime, req: Request): Promise<Response>
   )
 }
 
+/** modelList: one card per served name (vLLM's `base_model_paths`), each rooted at the model. */
 function modelList(rt: EngineRuntime) {
   const created = rt.createdAt
+  const names = rt.args.servedModelNames.length > 0 ? rt.args.servedModelNames : [rt.args.model]
   return {
     object: 'list',
-    data: [rt.args.servedModelNames[0] ?? rt.args.model].map((id) => ({
+    data: names.map((id) => ({
       id,
       object: 'model',
       created,

@@ -12,7 +12,13 @@ import {
 } from './engine-logs.ts'
 import type { SimGpu } from './gpus.ts'
 import type { SimKnobs } from './knobs.ts'
-import { defaultIpcName, KVCACHED_PREALLOC_MIB, KvcachedSegment, startupGuardWarning } from './kvcached.ts'
+import {
+  defaultIpcName,
+  KVCACHED_PREALLOC_MIB,
+  KvcachedSegment,
+  processLocalCapacityLine,
+  startupGuardWarning,
+} from './kvcached.ts'
 import {
   DEFAULT_GPU_MEMORY_UTILIZATION,
   kvCacheError,
@@ -148,7 +154,9 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   e.usedGpus = visible.gpus.slice(0, args.tensorParallelSize)
   const devices = e.usedGpus.map((i) => e.gpus[i]).filter((g) => g !== undefined)
   const deviceMib = Math.min(...devices.map((g) => g.totalMib))
-  e.plan = planMemory(model, deviceMib, util, args.tensorParallelSize, e.maxModelLen)
+  e.plan = planMemory(model, deviceMib, util, args.tensorParallelSize, e.maxModelLen, {
+    kvcached: knobs.kvcached && !v0,
+  })
   const plan = e.plan
   perWorker(
     'parallel_state.py:1208',
@@ -168,7 +176,8 @@ export async function bootEngine(e: BootTarget): Promise<void> {
       const device = profile.freeMemoryDeviceName ? `cuda:${rank}` : undefined
       coreFailure(freeMemoryError(freeMib / 1024, gpu.totalMib / 1024, util, plan.budgetMib / 1024, device))
     }
-    log.stderr(startupGuardWarning(freeMib * 2 ** 20, plan.budgetMib * 2 ** 20))
+    const guard = startupGuardWarning(freeMib * 2 ** 20, plan.budgetMib * 2 ** 20)
+    log.stderr(workerTag(rank) ? `${workerTag(rank)} ${guard}` : guard)
     const neededMib = nonKvMib(plan) + KVCACHED_PREALLOC_MIB
     if (freeMib < neededMib)
       coreFailure(
@@ -204,9 +213,23 @@ export async function bootEngine(e: BootTarget): Promise<void> {
       `Maximum concurrency for ${e.maxModelLen} tokens per request: ${plan.concurrency.toFixed(2)}x`,
     )
   } else {
-    const available = `Available KV cache memory: ${plan.kvAvailGiB.toFixed(2)} GiB`
-    if (profile.kvAvailablePerWorker) perWorker('gpu_worker.py:298', () => available)
-    else log.info(workerTag(0), 'gpu_worker.py:625', available)
+    if (knobs.kvcached) {
+      // kvcached replaces each worker's memory probe: its own line on stderr, none of vLLM's.
+      const line = processLocalCapacityLine({
+        budgetBytes: plan.budgetMib * 2 ** 20,
+        weightsBytes: plan.weightsGiB * 2 ** 30,
+        torchPeakBytes: plan.activationGiB * 2 ** 30,
+        cudagraphBytes: plan.graphsGiB * 2 ** 30,
+      })
+      for (let i = 0; i < workerPids.length; i++) {
+        const tag = workerTag(i)
+        log.stderr(tag ? `${tag} ${line}` : line)
+      }
+    } else {
+      const available = `Available KV cache memory: ${plan.kvAvailGiB.toFixed(2)} GiB`
+      if (profile.kvAvailablePerWorker) perWorker('gpu_worker.py:298', () => available)
+      else log.info(workerTag(0), 'gpu_worker.py:625', available)
+    }
     const lines = kvCapacityLines(profile.mergedKvLine, plan.kvTokens, e.maxModelLen, plan.concurrency)
     const where = profile.mergedKvLine
       ? ['kv_cache_utils.py:1869']
@@ -234,19 +257,26 @@ export async function bootEngine(e: BootTarget): Promise<void> {
     `Graph capturing finished in ${graphSecs} secs, took ${plan.graphsGiB.toFixed(2)} GiB`,
   )
   const summary = profile.startupMemoryLine
-  if (summary !== 'none') {
-    perWorker(summary === 'bytes' ? 'gpu_worker.py:391' : 'gpu_worker.py:804', (rank) =>
-      startupMemoryLine(summary, {
-        freeGiB: (freeAtStartMib[rank] ?? deviceMib) / 1024,
-        totalGiB: (devices[rank]?.totalMib ?? deviceMib) / 1024,
-        utilization: util,
-        weightsGiB: plan.weightsGiB,
-        nonTorchGiB: plan.nonTorchGiB,
-        activationGiB: plan.activationGiB,
-        graphsGiB: plan.graphsGiB,
-        kvGiB: plan.kvAvailGiB,
-      }),
-    )
+  // A DEBUG record (v0.11.0 → v0.20.2) reaches the log only when vLLM logs at DEBUG.
+  const summaryLevel = profile.startupMemoryDebug ? 'DEBUG' : 'INFO'
+  if (summary !== 'none' && (summaryLevel === 'INFO' || knobs.logLevel === 'DEBUG')) {
+    const where = summary === 'bytes' ? 'gpu_worker.py:391' : 'gpu_worker.py:804'
+    for (let rank = 0; rank < workerPids.length; rank++)
+      log.write(
+        summaryLevel,
+        workerTag(rank),
+        where,
+        startupMemoryLine(summary, {
+          freeGiB: (freeAtStartMib[rank] ?? deviceMib) / 1024,
+          totalGiB: (devices[rank]?.totalMib ?? deviceMib) / 1024,
+          utilization: util,
+          weightsGiB: plan.weightsGiB,
+          nonTorchGiB: plan.nonTorchGiB,
+          activationGiB: plan.activationGiB,
+          graphsGiB: plan.graphsGiB,
+          kvGiB: plan.kvAvailGiB,
+        }),
+      )
   }
   log.info(
     core,

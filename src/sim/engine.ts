@@ -267,9 +267,13 @@ export class SimEngine implements EngineRuntime {
     setTimeout(() => process.exit(1), this.knobs.crashMode === 'error' ? 60 : 20)
   }
 
-  /** sleepFrees: what this engine's sleep really releases (see SleepFrees). */
+  /**
+   * sleepFrees: what this engine's sleep really releases (see SleepFrees). A kvcached engine's KV
+   * pages are kvcached's, outside the sleep allocator: its sleep releases the weights at most.
+   */
   private sleepFrees(): SleepFrees {
     if (!this.args.enableSleepMode) return 'nothing'
+    if (this.kvSegment) return this.knobs.sleepKeepsWeights ? 'nothing' : 'weights'
     return this.knobs.sleepKeepsWeights ? 'kv_cache' : 'all'
   }
 
@@ -342,18 +346,28 @@ export class SimEngine implements EngineRuntime {
 
   /**
    * wakeEngine is `POST /wake_up[?tags=…]`: the named parts (all when none) come back; newer engines
-   * resume their scheduler on every wake-up call, and report themselves awake on /metrics.
+   * resume their scheduler on every wake-up call (`scheduling` is theirs, not the executor's), and
+   * report themselves awake on /metrics. As vLLM's executor does, a tag that is not asleep (an
+   * unknown one too) is a warning and wakes nothing at all; the call still succeeds.
    */
-  wakeEngine(requested: (SleepTag | 'scheduling')[] | undefined): Promise<void> {
+  wakeEngine(requested: string[] | undefined): Promise<void> {
     return this.serialized(async () => {
       const modes = this.knobs.profile.sleepModes
-      const tags = requested?.filter((t): t is SleepTag => t !== 'scheduling')
+      const tags = requested?.filter((t) => !(modes && t === 'scheduling'))
       const memory = requested === undefined || (tags?.length ?? 0) > 0
+      const notAsleep = tags?.find((t) => !this.sleep.isAsleep(t))
       if (memory && !this.sleep.executorAsleep) {
         this.log.warning(this.tags.core, 'abstract.py:314', 'Executor is not sleeping.')
+      } else if (memory && notAsleep !== undefined) {
+        const asleep = `{${this.sleep.asleepTags.map((t) => `'${t}'`).join(', ')}}`
+        this.log.warning(
+          this.tags.core,
+          'abstract.py:318',
+          `Tag ${notAsleep} is not in sleeping tags ${asleep}`,
+        )
       } else if (memory) {
         const t0 = performance.now()
-        const wake = tags ?? ['weights', 'kv_cache']
+        const wake = (tags ?? ['weights', 'kv_cache']) as SleepTag[]
         await this.delay(this.sleep.level === 2 ? this.knobs.wakeDelayMs : this.knobs.wakeDelayMs / 3)
         this.sleep.wake(wake)
         this.writeRecord()

@@ -1,3 +1,4 @@
+import { KVCACHED_SHM_DIR } from '../gpu/kvcached.ts'
 import { resolveProfile, type VllmProfile } from './versions.ts'
 
 /**
@@ -6,9 +7,11 @@ import { resolveProfile, type VllmProfile } from './versions.ts'
  * per process.
  *
  * The vLLM release (SIM_VLLM_VERSION, default the newest profile, 0.29.0) decides the log lines and
- * the sleep API: `0.8.5` (V0 engine; also SIM_LOG_STYLE=v0), `0.11.0` (no `mode`, KV lines per
- * worker), `0.14.0` (refusal names the device, `vllm:engine_sleep_state`, sleep keeps the weights),
- * `0.18.0` (`/sleep?mode=abort|wait|keep`, abort by default; level 0), `0.29.0` (merged KV line).
+ * the sleep API: `0.8.5` (V0 engine; also SIM_LOG_STYLE=v0), `0.10.2` (V1, KV lines per worker, the
+ * start-up summary at INFO), `0.11.0` (the summary is DEBUG), `0.11.1` (`vllm:engine_sleep_state`),
+ * `0.14.0` (refusal names the device, sleep keeps the weights), `0.17.0` (`/sleep?mode=abort|wait|keep`,
+ * abort by default; level 0), `0.18.0` (`EngineCore` tag, sleep frees the weights again), `0.29.0`
+ * (merged KV line, the summary at INFO again).
  * Sleep side effects: SIM_SLEEP_KEEPS_WEIGHTS=1|0 overrides the profile (vllm#32714),
  * SIM_SLEEP_INFERENCE=crash makes inference on released memory kill the engine (old builds),
  * SIM_WAKE_DELAY_MS (level-1 wake is a third of it) and SIM_RELOAD_DELAY_MS time the wake and
@@ -29,6 +32,8 @@ export interface SimKnobs {
   hangOnTerm: boolean
   logAnsi: boolean
   logStyle: 'v1' | 'v0'
+  /** VLLM_LOGGING_LEVEL (default INFO): DEBUG records, such as 0.11–0.20's start-up summary, show at DEBUG. */
+  logLevel: 'DEBUG' | 'INFO'
   errorShape: 'new' | 'old'
   sleepInference: 'queue' | 'crash'
   wakeDelayMs: number
@@ -73,6 +78,7 @@ export function readKnobs(env: NodeJS.ProcessEnv): SimKnobs {
     hangOnTerm: truthy(env['SIM_HANG_ON_TERM']),
     logAnsi: truthy(env['SIM_LOG_ANSI']),
     logStyle: profile.engine,
+    logLevel: env['VLLM_LOGGING_LEVEL']?.trim().toUpperCase() === 'DEBUG' ? 'DEBUG' : 'INFO',
     errorShape: env['SIM_ERROR_SHAPE'] === 'old' ? 'old' : 'new',
     sleepInference: env['SIM_SLEEP_INFERENCE'] === 'crash' ? 'crash' : 'queue',
     wakeDelayMs,
@@ -82,7 +88,7 @@ export function readKnobs(env: NodeJS.ProcessEnv): SimKnobs {
     devMode: truthy(env['VLLM_SERVER_DEV_MODE']),
     kvcached: truthy(env['ENABLE_KVCACHED']),
     kvcachedIpcName: env['KVCACHED_IPC_NAME'] || undefined,
-    shmDir: env['MODELGATE_SHM_DIR'] || '/dev/shm',
+    shmDir: env['MODELGATE_SHM_DIR'] || KVCACHED_SHM_DIR,
     allowLongMaxModelLen: truthy(env['VLLM_ALLOW_LONG_MAX_MODEL_LEN']),
     cudaVisibleDevices: env['CUDA_VISIBLE_DEVICES'],
   }

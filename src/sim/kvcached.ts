@@ -84,16 +84,48 @@ export function defaultIpcName(explicit: string | undefined, shmDir: string): st
 }
 
 /**
+ * kvcachedLogPrefix is kvcached's own logger format (kvcached/utils.py `get_kvcached_logger`):
+ * `[kvcached][LEVEL][YYYY-MM-DD HH:MM:SS][file.py:LINE] ` on stderr.
+ */
+function kvcachedLogPrefix(level: string, where: string, now: Date): string {
+  const p = (n: number) => String(n).padStart(2, '0')
+  const at = `${now.getFullYear()}-${p(now.getMonth() + 1)}-${p(now.getDate())} ${p(now.getHours())}:${p(now.getMinutes())}:${p(now.getSeconds())}`
+  return `[kvcached][${level}][${at}][${where}] `
+}
+
+/**
  * startupGuardWarning is the line kvcached logs (stderr, its own logger format) when it lets an
  * engine start although vLLM's start-up check would refuse it: free memory below utilization ×
  * device. kvcached does not stop the engine there; only the gateway's placement check does.
  */
 export function startupGuardWarning(freeBytes: number, requestedBytes: number, now = new Date()): string {
-  const p = (n: number) => String(n).padStart(2, '0')
-  const at = `${now.getFullYear()}-${p(now.getMonth() + 1)}-${p(now.getDate())} ${p(now.getHours())}:${p(now.getMinutes())}:${p(now.getSeconds())}`
   return (
-    `[kvcached][WARNING][${at}][patches.py:1936] Ignoring vLLM's whole-device startup memory guard because ` +
+    `${kvcachedLogPrefix('WARNING', 'patches.py:1936', now)}Ignoring vLLM's whole-device startup memory guard because ` +
     `kvcached provides virtual KV capacity: free=${Math.trunc(freeBytes)} bytes, requested=${Math.trunc(requestedBytes)} bytes`
+  )
+}
+
+/** ProcessLocalCapacity: the figures of kvcached's replacement of vLLM's memory probe (bytes). */
+export interface ProcessLocalCapacity {
+  budgetBytes: number
+  weightsBytes: number
+  torchPeakBytes: number
+  cudagraphBytes: number
+}
+
+/**
+ * processLocalCapacityLine is what kvcached (f8bbb00, #448, and later) logs instead of vLLM's
+ * `Available KV cache memory` line: it replaces `determine_available_memory` with budget − weights −
+ * torch peak (available), the whole-device non-torch and CUDA-graph figures ignored.
+ */
+export function processLocalCapacityLine(c: ProcessLocalCapacity, now = new Date()): string {
+  const b = (x: number) => Math.trunc(x)
+  const available = b(c.budgetBytes) - b(c.weightsBytes) - b(c.torchPeakBytes)
+  return (
+    `${kvcachedLogPrefix('WARNING', 'patches.py:2128', now)}Using kvcached process-local KV capacity: ` +
+    `budget=${b(c.budgetBytes)} bytes, weights=${b(c.weightsBytes)} bytes, torch_peak=${b(c.torchPeakBytes)} bytes, ` +
+    `cudagraph=${b(c.cudagraphBytes)} bytes (ignored), available=${available} bytes; ` +
+    'whole-device non-torch and CUDA Graph deltas are ignored'
   )
 }
 

@@ -27,12 +27,18 @@ export interface MemoryPlan {
 export const BLOCK_SIZE = 16
 export const DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
+/**
+ * planMemory: with `kvcached` (a shared-cache engine) the KV cache is kvcached's process-local
+ * capacity instead of vLLM's profile: budget − weights − activation peak, the whole-device non-torch
+ * and CUDA-graph figures ignored (kvcached's patched `determine_available_memory`).
+ */
 export function planMemory(
   model: ModelSpec,
   deviceTotalMib: number,
   utilization: number,
   tp: number,
   maxModelLen: number,
+  opts: { kvcached?: boolean } = {},
 ): MemoryPlan {
   const deviceTotalGiB = deviceTotalMib / 1024
   const budgetMib = Math.floor(utilization * deviceTotalMib)
@@ -42,7 +48,9 @@ export function planMemory(
   const graphsGiB = Math.min(1, 0.5 + 0.02 * perRankParams)
   const activationGiB = Math.min(1.2, 0.25 + 0.06 * perRankParams)
   const nonTorchGiB = 0.1 + (tp > 1 ? 0.45 : 0)
-  const kvAvailGiB = budgetGiB - weights - graphsGiB - activationGiB - nonTorchGiB
+  const kvAvailGiB = opts.kvcached
+    ? budgetGiB - weights - activationGiB
+    : budgetGiB - weights - graphsGiB - activationGiB - nonTorchGiB
   const headsPerRank = Math.max(1, model.kvHeads / tp)
   const kvBytesPerTokenPerRank = 2 * model.layers * headsPerRank * model.headDim * model.dtypeBytes
   const numBlocks = Math.max(0, Math.floor((kvAvailGiB * GIB) / (BLOCK_SIZE * kvBytesPerTokenPerRank)))

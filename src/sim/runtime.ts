@@ -3,7 +3,7 @@ import type { MemoryPlan } from './memory-plan.ts'
 import type { EngineMetrics } from './metrics.ts'
 import type { ModelSpec } from './models.ts'
 import type { Scheduler, Sequence } from './scheduler.ts'
-import type { PauseMode, SleepState, SleepTag } from './sleep-state.ts'
+import type { PauseMode, SleepState } from './sleep-state.ts'
 import type { FakeTokenizer } from './tokenizer.ts'
 import type { VllmArgs } from './vllm-args.ts'
 import type { VllmLog } from './vllm-log.ts'
@@ -53,8 +53,11 @@ export interface EngineRuntime {
   whenRunnable(cb: () => void): void
   /** sleepEngine / wakeEngine change the recorded footprint and log like vLLM. */
   sleepEngine(level: 0 | 1 | 2, mode: PauseMode): Promise<void>
-  /** wakeEngine wakes the given tags (all when undefined); `scheduling` only resumes the scheduler. */
-  wakeEngine(tags: (SleepTag | 'scheduling')[] | undefined): Promise<void>
+  /**
+   * wakeEngine wakes the given tags (all when undefined); `scheduling` only resumes the scheduler; a
+   * tag that is not asleep makes it wake nothing.
+   */
+  wakeEngine(tags: string[] | undefined): Promise<void>
   /** reloadWeights is `collective_rpc reload_weights`: reads the weights again into GPU memory. */
   reloadWeights(): Promise<void>
   /** engineDeadRequest handles a request that met the dead engine (the server then shuts down). */

@@ -13,10 +13,11 @@ export type PauseMode = 'abort' | 'wait' | 'keep'
 
 /**
  * SleepFrees is what a sleep really releases: everything (normal), the KV cache only (vllm#32714:
- * the weights stay on the GPU) or nothing (an engine started without `--enable-sleep-mode`, whose
- * allocations are not in the sleep allocator's pool).
+ * the weights stay on the GPU), the weights only (a kvcached engine: kvcached maps its KV pages
+ * outside vLLM's sleep allocator, so they stay, and so does everything else) or nothing (an engine
+ * started without `--enable-sleep-mode`, whose allocations are not in the sleep allocator's pool).
  */
-export type SleepFrees = 'all' | 'kv_cache' | 'nothing'
+export type SleepFrees = 'all' | 'kv_cache' | 'weights' | 'nothing'
 
 export class SleepState {
   level: 0 | 1 | 2 = 0
@@ -44,18 +45,28 @@ export class SleepState {
 
   /** weightsReleased: the weights' GPU memory is gone (offloaded or discarded) and not woken yet. */
   get weightsReleased(): boolean {
-    return this.asleep.has('weights') && this.frees === 'all'
+    return this.asleep.has('weights') && this.releasesWeights
   }
 
-  isAsleep(tag: SleepTag): boolean {
-    return this.asleep.has(tag)
+  private get releasesWeights(): boolean {
+    return this.frees === 'all' || this.frees === 'weights'
+  }
+
+  /** isAsleep: whether a part sleeps; any other name (vLLM takes any tag) is not asleep. */
+  isAsleep(tag: string): boolean {
+    return this.asleep.has(tag as SleepTag)
+  }
+
+  /** asleepTags: the parts still asleep, in the order they went to sleep (vLLM's sleeping_tags). */
+  get asleepTags(): SleepTag[] {
+    return [...this.asleep]
   }
 
   sleep(level: 1 | 2, frees: SleepFrees = 'all'): void {
     this.level = level
     this.frees = frees
     this.asleep = new Set(['weights', 'kv_cache'])
-    if (level === 2 && frees === 'all') this.weightsValid = false
+    if (level === 2 && this.releasesWeights) this.weightsValid = false
   }
 
   wake(tags: SleepTag[]): void {
@@ -85,10 +96,13 @@ export class SleepState {
 
   /**
    * footprintMib is what the device shows for this engine: while asleep a residual (10% of the awake
-   * footprint at level 1, 5% at level 2) plus whatever was not released or is awake again.
+   * footprint at level 1, 5% at level 2) plus whatever was not released or is awake again; a sleep
+   * that frees the weights only leaves everything but them.
    */
   footprintMib(awakeMib: number, weightsMib: number): number {
     if (this.asleep.size === 0 || this.frees === 'nothing') return awakeMib
+    if (this.frees === 'weights')
+      return this.asleep.has('weights') ? awakeMib - Math.min(weightsMib, awakeMib) : awakeMib
     const residual = Math.round(awakeMib * (this.level === 2 ? 0.05 : 0.1))
     const weights = Math.min(weightsMib, awakeMib - residual)
     let mib = residual

@@ -8,8 +8,10 @@
  * `v1/core/kv_cache_utils.py`, `v1/engine/core.py` (`sleep`, `pause_scheduler`), `entrypoints/serve/sleep/
  * api_router.py` (`mode` defaults to `abort`), `v1/metrics/loggers.py` (`vllm:engine_sleep_state`,
  * vllm#24176, vllm#27867), vllm#32714 (0.14 sleep frees little) and the start-up logs quoted in vLLM's
- * issues. Release boundaries are the earliest release where the quoted logs show a behaviour; where the
- * exact release is unknown the profile is placed at a release that certainly has it.
+ * issues; read again against the v0.10.2–v0.20.2 tags in November 2026: `/sleep?mode=` from v0.17.0,
+ * `vllm:engine_sleep_state` from v0.11.1, the start-up summary DEBUG from v0.11.0 to v0.20.2. Release
+ * boundaries are the earliest release where the sources or quoted logs show a behaviour; where the exact
+ * release is unknown the profile is placed at a release that certainly has it.
  */
 export interface VllmProfile {
   version: string
@@ -25,6 +27,11 @@ export interface VllmProfile {
   freeMemoryDeviceName: boolean
   /** The informational `Free memory on device (…) on startup. Desired GPU memory utilization is …` line. */
   startupMemoryLine: 'none' | 'bytes' | 'gib'
+  /**
+   * That line is a DEBUG record (v0.11.0 → v0.20.2): a default-level (INFO) log does not show it; the
+   * simulator prints it only with VLLM_LOGGING_LEVEL=DEBUG, as vLLM does.
+   */
+  startupMemoryDebug: boolean
   /** `/sleep?mode=abort|wait|keep` (default `abort`) and level 0; older builds ignore `mode`. */
   sleepModes: boolean
   /** `vllm:engine_sleep_state{sleep_state="awake"|"weights_offloaded"|"discard_all"}` on /metrics. */
@@ -43,43 +50,49 @@ const V0: VllmProfile = {
   mergedKvLine: false,
   freeMemoryDeviceName: false,
   startupMemoryLine: 'none',
+  startupMemoryDebug: false,
   sleepModes: false,
   sleepStateMetric: false,
   sleepKeepsWeights: false,
   sleepFiguresRounded: false,
 }
 
-const V0_11: VllmProfile = {
+const V0_10: VllmProfile = {
   ...V0,
-  version: '0.11.0',
+  version: '0.10.2',
   engine: 'v1',
   coreTag: 'EngineCore_DP0',
   startupMemoryLine: 'bytes',
 }
 
+const V0_11: VllmProfile = { ...V0_10, version: '0.11.0', startupMemoryDebug: true }
+
+const V0_11_1: VllmProfile = { ...V0_11, version: '0.11.1', sleepStateMetric: true }
+
 const V0_14: VllmProfile = {
-  ...V0_11,
+  ...V0_11_1,
   version: '0.14.0',
   kvAvailablePerWorker: false,
   freeMemoryDeviceName: true,
   startupMemoryLine: 'gib',
-  sleepStateMetric: true,
   sleepKeepsWeights: true,
   sleepFiguresRounded: true,
 }
 
+const V0_17: VllmProfile = { ...V0_14, version: '0.17.0', sleepModes: true }
+
 const V0_18: VllmProfile = {
-  ...V0_14,
+  ...V0_17,
   version: '0.18.0',
   coreTag: 'EngineCore',
-  sleepModes: true,
   sleepKeepsWeights: false,
 }
 
-const V0_29: VllmProfile = { ...V0_18, version: '0.29.0', mergedKvLine: true }
+/** The start-up summary is INFO again after v0.20.2; 0.29.0 is the release known to print it so. */
+const V0_29: VllmProfile = { ...V0_18, version: '0.29.0', mergedKvLine: true, startupMemoryDebug: false }
 
 /** PROFILES, oldest first. */
-export const PROFILES: readonly VllmProfile[] = [V0, V0_11, V0_14, V0_18, V0_29]
+export const PROFILES: readonly VllmProfile[] = [V0, V0_10, V0_11, V0_11_1, V0_14, V0_17, V0_18, V0_29]
 
 export const NEWEST_PROFILE = V0_29
 

@@ -44,8 +44,13 @@ export class VllmLog {
     return `${tag ? `${tag} ` : ''}${lvl} ${logTimestamp()} [${where}] ${message}\n`
   }
 
+  /** write prints one record at `level` (vLLM's logger writes every level to stdout). */
+  write(level: LogLevel, tag: string, where: string, message: string): void {
+    this.sink.stdout(this.format(level, tag, where, message))
+  }
+
   info(tag: string, where: string, message: string): void {
-    this.sink.stdout(this.format('INFO', tag, where, message))
+    this.write('INFO', tag, where, message)
   }
 
   warning(tag: string, where: string, message: string): void {

@@ -236,9 +236,12 @@ describe('VllmClient sleep and wake sequence', () => {
   let stub: Server<undefined>
   let base = ''
   const calls: string[] = []
-  /** how the stub answers: the mode parameter refused (422 as FastAPI does), reload_weights failing, … */
+  /**
+   * how the stub answers: the mode parameter refused (`422` as FastAPI would, or `500` as vLLM's engine
+   * core does for a mode it does not know), reload_weights failing, …
+   */
   const knobs = {
-    refuseMode: false,
+    refuseMode: false as false | 422 | 500,
     failReload: false,
     resetSuccess: true as boolean | null,
     asleep: new Set<string>(),
@@ -255,15 +258,29 @@ describe('VllmClient sleep and wake sequence', () => {
         calls.push(`${req.method} ${u.pathname}${u.search}${body ? ` ${body}` : ''}`)
         switch (u.pathname) {
           case '/sleep':
-            if (knobs.refuseMode && u.searchParams.has('mode'))
+            if (knobs.refuseMode === 422 && u.searchParams.has('mode'))
               return Response.json(
                 { detail: [{ loc: ['query', 'mode'], msg: 'unexpected', type: 'extra_forbidden' }] },
                 { status: 422 },
               )
+            if (knobs.refuseMode === 500 && u.searchParams.has('mode'))
+              return Response.json(
+                {
+                  error: {
+                    message: `Call to sleep method failed: Invalid pause mode: ${u.searchParams.get('mode')}`,
+                    type: 'InternalServerError',
+                    param: null,
+                    code: 500,
+                  },
+                },
+                { status: 500 },
+              )
             knobs.asleep = new Set(['weights', 'kv_cache'])
             return new Response(null, { status: 200 })
           case '/wake_up': {
+            // vLLM's executor: a tag that is not asleep wakes nothing of the call, still 200.
             const tags = u.searchParams.getAll('tags')
+            if (tags.some((t) => !knobs.asleep.has(t))) return new Response(null, { status: 200 })
             for (const t of tags.length ? tags : ['weights', 'kv_cache']) knobs.asleep.delete(t)
             return new Response(null, { status: 200 })
           }
@@ -303,11 +320,20 @@ describe('VllmClient sleep and wake sequence', () => {
     expect(calls).toEqual(['POST /sleep?level=1&mode=wait'])
 
     const old = fresh()
-    knobs.refuseMode = true
+    knobs.refuseMode = 422
     expect(await old.sleep(2, { mode: 'wait' })).toBeNull()
     expect(old.sleepModeParam).toBe(false)
     expect(await old.sleep(1, { mode: 'wait' })).toBeNull()
     expect(calls).toEqual(['POST /sleep?level=2&mode=wait', 'POST /sleep?level=2', 'POST /sleep?level=1'])
+  })
+
+  it("takes vLLM's own refusal of a mode, the engine core's 500 naming it, for a refusal too", async () => {
+    const client = fresh()
+    knobs.refuseMode = 500
+    expect(await client.sleep(1, { mode: 'wait' })).toBeNull()
+    expect(client.sleepModeParam).toBe(false)
+    expect(calls).toEqual(['POST /sleep?level=1&mode=wait', 'POST /sleep?level=1'])
+    expect(knobs.asleep.size).toBe(2)
   })
 
   it('calls collective_rpc and reset_prefix_cache with their shapes', async () => {

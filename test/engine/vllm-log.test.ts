@@ -111,6 +111,29 @@ describe('parseVllmLine', () => {
     })
   })
 
+  it("reads kvcached's process-local KV capacity line in place of vLLM's", () => {
+    const line =
+      '(EngineCore pid=412) [kvcached][WARNING][2026-11-03 09:13:17][patches.py:2128] Using kvcached ' +
+      'process-local KV capacity: budget=78226705613 bytes, weights=15299425127 bytes, torch_peak=1547476716 ' +
+      'bytes, cudagraph=333718958 bytes (ignored), available=61379803770 bytes; whole-device non-torch and ' +
+      'CUDA Graph deltas are ignored'
+    expect(splitVllmLine(line)).toMatchObject({ worker: 'EngineCore pid=412', level: 'WARNING' })
+    expect(parseVllmLine(line)).toEqual({
+      kind: 'kvcached_capacity',
+      budgetGib: 72.8543,
+      weightsGib: 14.2487,
+      availableGib: 57.1644,
+      worker: 'EngineCore pid=412',
+    })
+    const acc = new VllmLogAccumulator()
+    acc.feed(
+      '(EngineCore pid=412) INFO 11-03 09:13:03 [gpu_model_runner.py:4305] Model loading took 14.25 GiB memory and 4.5 seconds',
+    )
+    acc.feed(line)
+    expect(acc.metrics()).toMatchObject({ kv_cache_available_gib: 57.1644, total_gpu_memory_gib: 72.8543 })
+    expect(acc.phase()).toBe('kv_cache')
+  })
+
   it('reads CUDA graph capture, including the occasional negative figure', () => {
     expect(parseVllmLine(`${V1}Graph capturing finished in 7 secs, took 0.95 GiB`)).toMatchObject({
       kind: 'cuda_graphs',
@@ -563,12 +586,14 @@ const EXPECTED: Record<string, Record<string, Expected>> = {
     },
   },
   '0.11.2.log': {
+    // No start-up summary (DEBUG in 0.11–0.20): without the launch's utilization hint the total is the
+    // sum of the parts.
     'qwen2.5-7b-16k': {
       metrics: {
-        total_gpu_memory_gib: 71.27,
+        total_gpu_memory_gib: 69.8887,
         weights_memory_gib: 14.2487,
         cuda_graph_memory_gib: 0.49,
-        overhead_memory_gib: 1.3813,
+        overhead_memory_gib: 0,
         kv_cache_available_gib: 55.15,
         kv_cache_per_request_mib: 895.9797,
         max_model_len: 16384,
@@ -577,7 +602,6 @@ const EXPECTED: Record<string, Record<string, Expected>> = {
       kvTokens: 1_032_656,
       concurrency: 63.03,
       phase: 'ready',
-      startup: { freeGib: 78.7, deviceTotalGib: 79.19, utilization: 0.9, desiredGib: 71.27 },
       sleep: { freedGib: 70.41, stillInUseGib: 0.78, seconds: 0.061502 },
       wake: 0.018215,
     },
@@ -645,6 +669,42 @@ const EXPECTED: Record<string, Record<string, Expected>> = {
         desiredGib: 19.84,
         message: `Free memory on device cuda:1 (19.77/22.05 GiB) ${REFUSAL_TAIL}`,
       },
+    },
+  },
+  // kvcached main (f8bbb00 and later) replaces vLLM's memory probe: no `Available KV cache memory`
+  // line, kvcached's process-local capacity line instead (budget = utilization × device).
+  '0.20.2-kvcached.log': {
+    'qwen2.5-7b-shared': {
+      metrics: {
+        total_gpu_memory_gib: 72.8543,
+        weights_memory_gib: 14.25,
+        cuda_graph_memory_gib: 0.31,
+        overhead_memory_gib: 1.1299,
+        kv_cache_available_gib: 57.1644,
+        kv_cache_per_request_mib: 1791.7461,
+        max_model_len: 32768,
+      },
+      maxModelLen: 32768,
+      kvTokens: 1_070_368,
+      concurrency: 32.67,
+      phase: 'ready',
+      // kvcached maps its KV pages outside vLLM's sleep allocator: a level-1 sleep frees the weights.
+      sleep: { freedGib: 14.25, stillInUseGib: 9.87, seconds: 0.688415 },
+    },
+    'qwen2.5-1.5b-second-on-the-gpu': {
+      metrics: {
+        total_gpu_memory_gib: 72.8543,
+        weights_memory_gib: 2.89,
+        cuda_graph_memory_gib: 0.18,
+        overhead_memory_gib: 0.4196,
+        kv_cache_available_gib: 69.3647,
+        kv_cache_per_request_mib: 896.0446,
+        max_model_len: 32768,
+      },
+      maxModelLen: 32768,
+      kvTokens: 2_597_648,
+      concurrency: 79.27,
+      phase: 'ready',
     },
   },
   '0.29.0.log': {

@@ -1,7 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
+import { plugins } from '../../plugins/index.ts'
+import { knownPlugins } from '../../src/config/file.ts'
+import { type ConfigError, loadConfig } from '../../src/config/load.ts'
 import { instanceSegmentName, readKvcachedSegment, writeKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
@@ -24,8 +27,8 @@ describe('shared KV cache (kvcached): one segment per engine', () => {
   beforeAll(async () => {
     gw = await startGateway({
       ports: [18160, 18169],
-      env: { MODELGATE_SHM_DIR: shm },
-      extraYaml: `    sharedcache: { enabled: true, shm_dir: '${shm}' }\n`,
+      shmDir: shm,
+      extraYaml: '    sharedcache: { enabled: true }\n',
     })
   })
   afterAll(async () => {
@@ -148,3 +151,50 @@ async function unload(gw: TestGateway, id: string) {
     },
   )
 }
+
+/**
+ * kvcached has its segment directory fixed at /dev/shm: a configured shm_dir anywhere else could only
+ * make the pool view look in the wrong place, so it is refused before anything starts.
+ */
+describe('sharedcache.shm_dir', () => {
+  const yaml = (dir: string) =>
+    `plugins:\n  gateway:\n    sharedcache: { enabled: true, shm_dir: '${dir}' }\n`
+  const REFUSAL =
+    'plugins.gateway.sharedcache.shm_dir: must be /dev/shm: kvcached always writes its segments there ' +
+    '(it has no setting for another directory), so the pool view would never find them in any other'
+
+  it('accepts /dev/shm, the default, and refuses any other directory with the reason', () => {
+    const known = knownPlugins(plugins)
+    const ok = loadConfig(yaml('/dev/shm'), {}, known).plugins.get('gateway') as {
+      sharedcache: { shm_dir: string }
+    }
+    expect(ok.sharedcache.shm_dir).toBe('/dev/shm')
+    const defaulted = loadConfig('plugins:\n  gateway: {}\n', {}, known).plugins.get('gateway') as {
+      sharedcache: { shm_dir: string }
+    }
+    expect(defaulted.sharedcache.shm_dir).toBe('/dev/shm')
+    let problems: string[] = []
+    try {
+      loadConfig(yaml('/mnt/shm'), {}, known)
+    } catch (err) {
+      problems = (err as ConfigError).problems
+    }
+    expect(problems).toEqual([REFUSAL])
+  })
+
+  it('makes check-config exit 2 naming it', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'modelgate-shm-config-'))
+    try {
+      const file = join(dir, 'modelgate.yaml')
+      writeFileSync(file, yaml('/tmp/kv'))
+      const main = resolve(import.meta.dir, '../../src/main.ts')
+      const run = Bun.spawnSync([process.execPath, main, 'check-config', '--config', file], {
+        env: { PATH: process.env.PATH ?? '' },
+      })
+      expect(run.exitCode).toBe(2)
+      expect(run.stderr.toString()).toContain(`  ${REFUSAL}\n`)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})

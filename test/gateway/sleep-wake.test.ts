@@ -1,5 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { InstanceSleepEvent, SleepCheck } from '../../plugins/gateway/api.ts'
+import type { InstanceRow } from '../../plugins/gateway/db/schema.ts'
+import { checkSleep } from '../../plugins/gateway/sleep-wake.ts'
 import { groupPids } from '../../src/engine/process.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { readSse } from '../support/sse.ts'
@@ -193,6 +198,70 @@ describe('a sleep that frees too little (vllm#32714)', () => {
     } finally {
       await gw.stop()
     }
+  })
+})
+
+/**
+ * kvcached maps a shared-cache engine's KV pages outside vLLM's sleep allocator: its sleep frees the
+ * weights and nothing else, which is what the check expects of it (and the simulator does). The
+ * release is one whose start-up summary is DEBUG (0.11–0.20), so the engine's KV figure comes from
+ * kvcached's own line alone.
+ */
+describe('the sleep of a shared-cache engine (kvcached)', () => {
+  const shm = mkdtempSync(join(tmpdir(), 'modelgate-shm-'))
+  let gw: TestGateway
+  beforeAll(async () => {
+    gw = await startGateway({
+      ports: [18660, 18669],
+      env: { SIM_WAKE_DELAY_MS: '60', SIM_VLLM_VERSION: '0.20.2' },
+      shmDir: shm,
+      extraYaml: '    sleep: { verify_fallback: unload }\n    sharedcache: { enabled: true }\n',
+    })
+  })
+  afterAll(async () => {
+    await gw.stop()
+    rmSync(shm, { recursive: true, force: true })
+  })
+
+  it('has memory figures from kvcached’s line, and its level-1 sleep is verified against the weights', async () => {
+    const id = await gw.load({ model_path: MODEL, gpu_ids: [0], enable_sleep_mode: true })
+    const ready = await gw.waitStatus(id, 'active')
+    expect(ready.sharedcache_enabled).toBe(true)
+    const profile = await gw.json<{
+      profile: { kv_cache_available_gib: number; weights_memory_gib: number }
+    }>('/api/memory/profiles', {
+      method: 'POST',
+      body: JSON.stringify({ instanceId: id, profileName: 'shared 7b' }),
+    })
+    expect(profile.status).toBe(201)
+    const { weights_memory_gib: weights, kv_cache_available_gib: kv } = profile.body.profile
+    expect(kv).toBeGreaterThan(weights)
+
+    const s = await gw.json<Sleep>(`/api/models/instances/${id}/sleep?level=1`, { method: 'POST' })
+    expect(s.status).toBe(200)
+    expect(s.body).toMatchObject({ status: 'sleeping', sleep_verified: true, fallback: null })
+    expect(s.body.memory_check).toMatchObject({ verified: true, releases: 'weights', reason: null })
+    const g = s.body.memory_check.gpus['0']!
+    expect(g.releasable_gib).toBe(Math.round(weights * 100) / 100)
+    // What stays is everything but the weights: the KV pages kvcached mapped, CUDA graphs, overhead.
+    expect(g.freed_gib).toBeCloseTo(weights, 1)
+    expect(g.asleep_gib).toBeGreaterThan(0)
+    const woke = await gw.json(`/api/models/instances/${id}/wake`, { method: 'POST' })
+    expect(woke.body).toMatchObject({ status: 'running', sleep_level: 1 })
+  })
+})
+
+describe('the check of a shared-cache engine whose log gave no figures', () => {
+  it('is unknown (null) with the reason, not a failure that would unload it', () => {
+    const row = { gpu_ids: [0], memory_metrics: null, sharedcache_enabled: true } as unknown as InstanceRow
+    const check = checkSleep(
+      { row },
+      1,
+      { mibByGpu: new Map([[0, 20_000]]) },
+      { mibByGpu: new Map([[0, 6_000]]) },
+    )
+    expect(check).toMatchObject({ verified: null, releases: 'weights', gpus: {} })
+    expect(check.reason).toContain('weights of this shared-cache engine are not known')
   })
 })
 

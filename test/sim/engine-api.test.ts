@@ -33,18 +33,19 @@ async function metric(name: string): Promise<number> {
 }
 
 describe('sim engine OpenAI API', () => {
-  it('lists the first served name with the context length, and reports its version', async () => {
+  it('lists every served name with the context length, and reports its version', async () => {
     const models = await (await fetch(url('/v1/models'))).json()
     expect(models.object).toBe('list')
-    expect(models.data).toHaveLength(1)
-    expect(models.data[0]).toMatchObject({
-      id: 'qwen',
-      object: 'model',
-      owned_by: 'vllm',
-      root: MODEL,
-      parent: null,
-      max_model_len: 8192,
-    })
+    expect(models.data).toHaveLength(2)
+    for (const [i, id] of ['qwen', 'qwen-alias'].entries())
+      expect(models.data[i]).toMatchObject({
+        id,
+        object: 'model',
+        owned_by: 'vllm',
+        root: MODEL,
+        parent: null,
+        max_model_len: 8192,
+      })
     expect(await (await fetch(url('/version'))).json()).toEqual({ version: '0.11.0' })
   })
 

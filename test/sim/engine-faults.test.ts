@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'bun:test'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
+import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
 import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { waitFor } from '../support/wait.ts'
 import {
@@ -109,6 +110,39 @@ describe('sim engine faults', () => {
     expect(await b.exited).toBe(0)
     expect(existsSync(join(shm, 'engine_b'))).toBe(false)
     expect(existsSync(join(shm, 'engine_a'))).toBe(true)
+  })
+
+  it("prints kvcached's process-local KV capacity instead of vLLM's Available KV cache memory", async () => {
+    const e = await spawnEngine(MODEL, ['--max-model-len', '4096'], {
+      MODELGATE_SIM_DIR: tempSimDir(),
+      MODELGATE_SHM_DIR: tempSimDir(),
+      ENABLE_KVCACHED: 'true',
+      CUDA_VISIBLE_DEVICES: '0',
+    })
+    await waitHealthy(e)
+    expect(e.stdout()).not.toContain('Available KV cache memory')
+    const line = e
+      .stderr()
+      .split('\n')
+      .find((l) => l.includes('Using kvcached process-local KV capacity'))
+    expect(line).toMatch(
+      /^\(EngineCore pid=\d+\) \[kvcached\]\[WARNING\]\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\]\[patches\.py:2128\] Using kvcached process-local KV capacity: budget=(\d+) bytes, weights=(\d+) bytes, torch_peak=(\d+) bytes, cudagraph=\d+ bytes \(ignored\), available=(\d+) bytes; whole-device non-torch and CUDA Graph deltas are ignored$/,
+    )
+    const [budget, weights, peak, available] =
+      /budget=(\d+).*weights=(\d+).*torch_peak=(\d+).*available=(\d+)/
+        .exec(line ?? '')!
+        .slice(1)
+        .map(Number) as [number, number, number, number]
+    expect(available).toBe(budget - weights - peak)
+    expect(budget).toBe(Math.floor(0.9 * 81559) * 2 ** 20)
+    // What the gateway reads from this output: the KV cache is kvcached's capacity, in tokens too.
+    const acc = new VllmLogAccumulator()
+    for (const l of `${e.stdout()}\n${e.stderr()}`.split('\n')) acc.feed(l)
+    const m = acc.metrics()
+    expect(m?.kv_cache_available_gib).toBeCloseTo(available / GIB, 3)
+    expect(m?.total_gpu_memory_gib).toBeGreaterThanOrEqual(Math.floor((budget / GIB) * 1e4) / 1e4)
+    const perToken = (2 * 24 * 2 * 64 * 2) / GIB // Qwen2.5-0.5B: 24 layers, 2 KV heads of 64, bf16
+    expect(acc.kvCacheTokens()! * perToken).toBeCloseTo(available / GIB, 0)
   })
 
   it("starts a kvcached engine on a GPU vLLM's own guard would refuse, with kvcached's warning", async () => {

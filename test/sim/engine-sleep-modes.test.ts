@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'bun:test'
+import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { waitFor } from '../support/wait.ts'
 import {
   cleanupSims,
@@ -169,11 +170,60 @@ describe('sim engine sleep modes (current vLLM: /sleep?level=&mode=, abort by de
     expect(await isSleeping(e.port)).toBe(false)
   })
 
-  it('rejects an unknown mode', async () => {
-    const e = await engine(tempSimDir())
+  it('fails an unknown mode in the engine core: 500, and nothing sleeps', async () => {
+    const dir = tempSimDir()
+    const e = await engine(dir)
     const res = await post(e.port, '/sleep?level=1&mode=later')
-    expect(res.status).toBe(400)
-    expect((await res.json()).error.message).toBe('Invalid pause mode: later')
+    expect(res.status).toBe(500)
+    expect(await res.json()).toEqual({
+      error: {
+        message: 'Call to sleep method failed: Invalid pause mode: later',
+        type: 'InternalServerError',
+        param: null,
+        code: 500,
+      },
+    })
+    expect(e.stdout()).toMatch(/\(EngineCore pid=\d+\) ERROR .* Invocation of sleep method failed/)
+    expect(await isSleeping(e.port)).toBe(false)
+    expect(smiUsedMib(dir, 0)).toBe(IDLE + BUDGET)
+  })
+
+  it('has mode from 0.17.0: 0.16 ignores it (a stream runs on), 0.17.0 checks it', async () => {
+    const old = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.16.0' })
+    expect((await post(old.port, '/sleep?level=1&mode=later')).status).toBe(200)
+    expect(await isSleeping(old.port)).toBe(true)
+    const current = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.17.0' })
+    expect((await post(current.port, '/sleep?level=1&mode=later')).status).toBe(500)
+    const stream = await openStream(current.port, '/v1/completions', {
+      prompt: 'a',
+      max_tokens: 200,
+      ignore_eos: true,
+    })
+    await stream.waitTokens(2)
+    expect((await post(current.port, '/sleep?level=1&mode=abort')).status).toBe(200)
+    await stream.done
+    expect(stream.tokens()).toBeLessThan(200)
+  })
+
+  it('takes any wake tag: one that is not asleep, or unknown, wakes nothing and answers 200', async () => {
+    const dir = tempSimDir()
+    const e = await engine(dir)
+    expect((await post(e.port, '/sleep?level=1')).status).toBe(200)
+    const asleep = smiUsedMib(dir, 0)
+    expect((await post(e.port, '/wake_up?tags=bogus')).status).toBe(200)
+    await e.waitForOutput(/WARNING .* Tag bogus is not in sleeping tags \{'weights', 'kv_cache'\}/)
+    expect(await isSleeping(e.port)).toBe(true)
+    expect(smiUsedMib(dir, 0)).toBe(asleep)
+    expect((await post(e.port, '/wake_up?tags=weights')).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(asleep + WEIGHTS)
+    // The weights are awake already: vLLM's executor wakes neither tag of this call.
+    expect((await post(e.port, '/wake_up?tags=kv_cache&tags=weights')).status).toBe(200)
+    await e.waitForOutput("Tag weights is not in sleeping tags {'kv_cache'}")
+    expect(await isSleeping(e.port)).toBe(true)
+    expect(smiUsedMib(dir, 0)).toBe(asleep + WEIGHTS)
+    expect((await post(e.port, '/wake_up?tags=kv_cache')).status).toBe(200)
+    expect(await isSleeping(e.port)).toBe(false)
+    expect(smiUsedMib(dir, 0)).toBe(IDLE + BUDGET)
   })
 
   it('has no mode on older releases: a stream in flight stalls across the sleep and resumes', async () => {
@@ -256,7 +306,10 @@ describe('sim engine level-2 sleep (weights discarded)', () => {
     const e = await engine(tempSimDir())
     const missing = await postJson(e.port, '/collective_rpc', {})
     expect(missing.status).toBe(400)
-    expect(await missing.json()).toEqual({ detail: "Missing 'method' in request body" })
+    // The route's HTTPException, rendered by vLLM's handler in its error shape.
+    expect(await missing.json()).toEqual({
+      error: { message: "Missing 'method' in request body", type: 'Bad Request', param: null, code: 400 },
+    })
     const unknown = await postJson(e.port, '/collective_rpc', { method: 'nope' })
     expect(unknown.status).toBe(500)
     expect((await unknown.json()).error.message).toBe("Method 'nope' is not implemented.")
@@ -319,8 +372,37 @@ describe('sim engine sleep state metric', () => {
     expect(await state()).toEqual({ awake: 1, weights_offloaded: 0, discard_all: 0 })
   })
 
-  it('is absent from older releases', async () => {
+  it('is absent from older releases and exported from 0.11.1', async () => {
     const e = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.11.0' })
     expect(await metricValue(e.port, 'vllm:engine_sleep_state')).toBeUndefined()
+    const newer = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.11.1' })
+    expect(await metricValue(newer.port, series('awake'))).toBe(1)
+  })
+})
+
+describe('sim engine sleep of a kvcached engine', () => {
+  it('frees the weights only: the KV pages are kvcached’s, outside the sleep allocator', async () => {
+    const dir = tempSimDir()
+    const shm = tempSimDir()
+    const e = await engine(dir, {
+      ENABLE_KVCACHED: 'true',
+      MODELGATE_SHM_DIR: shm,
+      KVCACHED_IPC_NAME: 'sleepy',
+    })
+    const awake = smiUsedMib(dir, 0)
+    const segment = readKvcachedSegment('sleepy', shm)
+    expect(segment?.preallocBytes).toBe(2 * 2 ** 30)
+    expect((await post(e.port, '/sleep?level=1')).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(awake - WEIGHTS)
+    await e.waitForOutput(`Sleep mode freed ${Math.round((WEIGHTS / 1024) * 100) / 100} GiB memory`)
+    expect(readKvcachedSegment('sleepy', shm)).toEqual(segment)
+    expect((await post(e.port, '/wake_up')).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(awake)
+    expect(await chatText(e.port)).toMatch(/^\w+( \w+){4}$/)
+    // Level 2 discards the weights all the same: garbage until reload_weights.
+    expect((await post(e.port, '/sleep?level=2')).status).toBe(200)
+    expect(smiUsedMib(dir, 0)).toBe(awake - WEIGHTS)
+    expect((await post(e.port, '/wake_up')).status).toBe(200)
+    expect(await chatText(e.port)).toBe('!!!!!')
   })
 })

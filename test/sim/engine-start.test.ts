@@ -214,6 +214,29 @@ describe('sim engine start-up', () => {
     expect(out).toMatch(/^\(Worker_TP0 pid=\d+\) INFO .* Available KV cache memory: [\d.]+ GiB$/m)
   })
 
+  it('prints the start-up summary at INFO before 0.11 and after 0.20, at DEBUG between', async () => {
+    const summary = (out: string) =>
+      out.split('\n').find((l) => l.includes('on startup. Desired GPU memory utilization is'))
+    const start = async (version: string, env: Record<string, string> = {}) => {
+      const e = await spawnEngine(MODEL, [], {
+        MODELGATE_SIM_DIR: tempSimDir(),
+        SIM_VLLM_VERSION: version,
+        ...env,
+      })
+      await waitHealthy(e)
+      return summary(e.stdout())
+    }
+    expect(await start('0.10.2')).toMatch(
+      /^\(EngineCore_DP0 pid=\d+\) INFO .*\[gpu_worker\.py:391\] Free memory/,
+    )
+    expect(await start('0.11.0')).toBeUndefined()
+    expect(await start('0.20.2')).toBeUndefined()
+    expect(await start('0.11.2', { VLLM_LOGGING_LEVEL: 'DEBUG' })).toMatch(
+      /^\(EngineCore_DP0 pid=\d+\) DEBUG .* Free memory on device/,
+    )
+    expect(await start('0.29.0')).toMatch(/^\(EngineCore pid=\d+\) INFO .* Free memory on device/)
+  })
+
   it("prints a current release's lines, which the gateway's parser reads back to the plan's figures", async () => {
     const e = await spawnEngine(MODEL, ['--max-model-len', '16k', '--gpu-memory-utilization', '0.9'], {
       MODELGATE_SIM_DIR: tempSimDir(),

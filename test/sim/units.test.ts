@@ -198,6 +198,17 @@ describe('vLLM release profiles', () => {
     })
     expect(resolveProfile('nightly', undefined)).toBe(NEWEST_PROFILE)
   })
+
+  it('places each boundary at the release whose source has it (v0.10.2–v0.20.2 tags)', () => {
+    expect(resolveProfile('0.16.1', undefined).sleepModes).toBe(false)
+    expect(resolveProfile('0.17.0', undefined).sleepModes).toBe(true)
+    expect(resolveProfile('0.11.0', undefined).sleepStateMetric).toBe(false)
+    expect(resolveProfile('0.11.1', undefined).sleepStateMetric).toBe(true)
+    expect(resolveProfile('0.10.2', undefined)).toMatchObject({ engine: 'v1', startupMemoryDebug: false })
+    for (const v of ['0.11.0', '0.14.0', '0.20.2'])
+      expect(resolveProfile(v, undefined).startupMemoryDebug).toBe(true)
+    expect(resolveProfile('0.29.0', undefined).startupMemoryDebug).toBe(false)
+  })
 })
 
 describe('what a sleep frees', () => {

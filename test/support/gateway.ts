@@ -31,6 +31,11 @@ export interface GatewayOptions {
   liveness?: { interval_ms: number; failures?: number; timeout_ms?: number }
   /** server: the `server:` section beside host 127.0.0.1 and port 0 (e.g. a fixed port a peer must know). */
   server?: Record<string, string | number>
+  /**
+   * shmDir: where the gateway and its simulated engines keep kvcached segments, instead of /dev/shm
+   * (MODELGATE_SHM_DIR, for tests and the simulator only; set for this gateway's lifetime).
+   */
+  shmDir?: string
 }
 
 export interface TestGateway extends TestHost {
@@ -67,7 +72,21 @@ ${o.extraYaml ?? ''}`
 export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
   const simDir = o.simDir ?? mkdtempSync(join(tmpdir(), 'modelgate-gw-sim-'))
   const yaml = gatewayYaml(o, simDir)
-  const th = await startHost(yaml, plugins, o.hostEnv ?? {}, o.dataDir, { server: o.server })
+  // The gateway reads MODELGATE_SHM_DIR from its environment and its engines inherit it.
+  const previousShm = process.env.MODELGATE_SHM_DIR
+  const restoreShm = () => {
+    if (o.shmDir === undefined) return
+    if (previousShm === undefined) delete process.env.MODELGATE_SHM_DIR
+    else process.env.MODELGATE_SHM_DIR = previousShm
+  }
+  if (o.shmDir !== undefined) process.env.MODELGATE_SHM_DIR = o.shmDir
+  let th: TestHost
+  try {
+    th = await startHost(yaml, plugins, o.hostEnv ?? {}, o.dataDir, { server: o.server })
+  } catch (err) {
+    restoreShm()
+    throw err
+  }
   const json = async <T>(path: string, init?: RequestInit) => {
     const res = await fetch(`${th.url}${path}`, {
       ...init,
@@ -102,7 +121,11 @@ export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
       )
     },
     async stop() {
-      await th.stop()
+      try {
+        await th.stop()
+      } finally {
+        restoreShm()
+      }
       if (!o.simDir) rmSync(simDir, { recursive: true, force: true })
     },
   }
