@@ -196,8 +196,9 @@ export function authRoutes(auth: AuthService) {
             summary: 'OAuth callback: issues the JWT',
             description:
               'The provider sends the browser here with `code` and `state`. The state must match the login ' +
-              "cookie and is single use; the code is exchanged, the user's groups read from the platform " +
-              '(`/apis/user.openshift.io/v1/users/~`) and mapped to roles. Success: 302 to the frontend with ' +
+              'cookie and is single use (remembered until it expires, across restarts); the code is exchanged, ' +
+              "the user's groups read from the platform (`/apis/user.openshift.io/v1/users/~`) and mapped to " +
+              'roles. Success: 302 to the frontend with ' +
               '`#token=<JWT>&token_type=Bearer&expires_in=<s>`. A user in none of the groups gets the ' +
               'access-denied page (403, no token). Failures: 400 bad, expired or reused state; 401 provider ' +
               'error or code refused; 502/504 provider or platform down or slow. A browser gets a page, ' +

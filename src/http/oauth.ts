@@ -1,7 +1,9 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import * as oauth from 'oauth4webapi'
 import type { RootConfig } from '../config/schema.ts'
+import type { Store } from '../store/db.ts'
 import { AppError } from './errors.ts'
+import { UsedStates } from './oauth-states.ts'
 
 /**
  * OAuth mode (`auth.mode: oauth`): modelgate is an OAuth 2 client of the platform's identity
@@ -13,7 +15,8 @@ import { AppError } from './errors.ts'
  * 1. `start` (GET /api/auth/login): discover the provider, make `state` and a PKCE verifier, seal
  *    both in a short-lived signed cookie bound to this browser, redirect to the provider.
  * 2. `finish` (GET /api/auth/callback): the cookie must be there, unforged, unexpired, name the
- *    same `state` as the query, and not have been used before (single use); then the provider's
+ *    same `state` as the query, and not have been used before (single use, remembered in the store
+ *    across restarts until the login would have expired: oauth-states.ts); then the provider's
  *    error (if any) is reported, the code exchanged (PKCE verifier, client secret), the user and
  *    groups fetched from the platform (`K8S_API_URL/apis/user.openshift.io/v1/users/~`) with the
  *    access token, groups mapped to roles; no role → access denied, no token.
@@ -165,8 +168,8 @@ function explain(err: unknown): string {
 export class OAuthFlow {
   private readonly key: Buffer
   private readonly now: () => number
-  /** States already presented to the callback, until their cookie would have expired (single use). */
-  private readonly used = new Map<string, number>()
+  /** States already presented to the callback (single use, durable); set by the host once the store is open. */
+  private used: UsedStates | null = null
   private metadata: { as: oauth.AuthorizationServer; until: number } | null = null
   private discovering: Promise<oauth.AuthorizationServer> | null = null
   /** Where the endpoints came from: the metadata document's URL, or `fallback`; null before the first login. */
@@ -179,6 +182,11 @@ export class OAuthFlow {
   ) {
     this.key = createHmac('sha256', opts.secret).update('modelgate/oauth-state/v1').digest()
     this.now = opts.now ?? Date.now
+  }
+
+  /** useStore keeps the used login states in the store, so single use survives a restart. */
+  useStore(store: Store): void {
+    this.used = new UsedStates(store.db)
   }
 
   private get client(): oauth.Client {
@@ -349,11 +357,15 @@ export class OAuthFlow {
     const b = Buffer.from(sealed.s)
     if (a.length !== b.length || !timingSafeEqual(a, b))
       throw invalid('state does not match the login cookie')
-    for (const [s, exp] of this.used) if (exp <= now) this.used.delete(s)
-    if (this.used.has(sealed.s))
+    if (!this.used)
+      throw new OAuthError(
+        503,
+        'OAUTH_NOT_READY',
+        'The server is starting; try again',
+        'no store for login states yet',
+      )
+    if (!this.used.consume(sealed.s, sealed.e, now))
       throw invalid('state already used (a replayed callback)', 'This login link has already been used.')
-    if (this.used.size >= 100_000) this.used.delete(this.used.keys().next().value!)
-    this.used.set(sealed.s, sealed.e)
     return sealed
   }
 

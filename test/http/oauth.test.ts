@@ -1,10 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { rmSync } from 'node:fs'
 import { Type as T } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import { Events } from 'oauth2-mock-server'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import { OAuthFlow, oauthProblems, oauthSettings, STATE_COOKIE } from '../../src/http/oauth.ts'
-import { startHost, type TestHost } from '../support/host.ts'
+import { UsedStates } from '../../src/http/oauth-states.ts'
+import { CORE_OWNER, coreMigrations } from '../../src/store/core/migrations.ts'
+import { applyMigrations, openStore, type Store } from '../../src/store/db.ts'
+import { startHost, type TestHost, tempDataDir } from '../support/host.ts'
 import {
   Browser,
   claimsOf,
@@ -56,9 +60,18 @@ function oauthEnv(issuer: string, k8s: string): Record<string, string> {
 }
 
 /** bootOAuthHost: a host in OAuth mode whose auth events land in its captured logs. */
-async function bootOAuthHost(env: Record<string, string>, oauthYaml = ''): Promise<TestHost> {
+async function bootOAuthHost(
+  env: Record<string, string>,
+  oauthYaml = '',
+  /** again: restart on this host's data dir and port (its cookies still apply). */
+  again?: TestHost,
+): Promise<TestHost> {
   const yaml = `auth:\n  oauth: { frontend_url: '${FRONTEND}', request_timeout_ms: 400${oauthYaml} }\nplugins:\n  probe: {}\n`
-  const th = await startHost(yaml, [probe], env)
+  const th = again
+    ? await startHost(yaml, [probe], env, again.dataDir, {
+        server: { port: Number(new URL(again.url).port) },
+      })
+    : await startHost(yaml, [probe], env)
   // The host's logger, as the host gives it (src/host/host.ts: auth.useLog).
   th.host.auth.useLog(th.host.log.child('auth'))
   return th
@@ -334,6 +347,47 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
   })
 })
 
+describe('OAuth login states across a restart', () => {
+  let provider: Provider
+  let platform: Platform
+  let th: TestHost
+  const map = (u: string) => u.replace(PUBLIC, th.url)
+
+  beforeAll(async () => {
+    provider = await startProvider('rfc8414')
+    platform = await startPlatform(USERS)
+    th = await bootOAuthHost(oauthEnv(provider.issuer, platform.url))
+  })
+  afterAll(async () => {
+    await th.stop()
+    await platform.stop()
+    await provider.stop()
+  })
+
+  it('refuses a used callback URL replayed with its cookie after the host restarts on the same data dir', async () => {
+    provider.user = 'alice'
+    const b = new Browser(map)
+    const start = await b.get(`${PUBLIC}/api/auth/login`)
+    const callback = (await b.get(start.headers.get('location')!)).headers.get('location')!
+    const withCookie = b.clone()
+    const done = await b.get(callback)
+    expect(done.status).toBe(302)
+    expect(fragmentOf(done.headers.get('location')!).get('token')).toMatch(/^eyJ/)
+
+    await th.stopKeep()
+    th = await bootOAuthHost(oauthEnv(provider.issuer, platform.url), '', th)
+    const exchanges = platform.tokens.length
+    const replay = await withCookie.get(callback, 'application/json')
+    expect(replay.status).toBe(400)
+    const body = (await replay.json()) as { error: { code: string; message: string } }
+    expect(body.error.code).toBe('OAUTH_STATE_INVALID')
+    expect(body.error.message).toContain('already been used')
+    // Refused before the code went anywhere: no user lookup with a token.
+    expect(platform.tokens.length).toBe(exchanges)
+    expect(failures(th).at(-1)).toContain('state already used')
+  })
+})
+
 describe('OAuth mode against a provider without RFC 8414 metadata (OpenShift fallback)', () => {
   let provider: Provider
   let platform: Platform
@@ -452,17 +506,23 @@ describe('OAuth mode outside OAuth mode, and its configuration', () => {
 describe('the login state', () => {
   let provider: Provider
   let platform: Platform
+  let store: Store
+  const dir = tempDataDir()
   beforeAll(async () => {
     provider = await startProvider('openshift')
     platform = await startPlatform(USERS)
+    store = openStore(dir)
+    applyMigrations(store, CORE_OWNER, coreMigrations)
   })
   afterAll(async () => {
+    store.close()
+    rmSync(dir, { recursive: true, force: true })
     await platform.stop()
     await provider.stop()
   })
 
-  const flowAt = (clock: { now: number }) =>
-    new OAuthFlow(
+  const flowAt = (clock: { now: number }) => {
+    const flow = new OAuthFlow(
       oauthSettings({
         issuer_url: provider.issuer,
         client_id: 'c',
@@ -472,6 +532,47 @@ describe('the login state', () => {
       })!,
       { secret: SECRET, now: () => clock.now },
     )
+    flow.useStore(store)
+    return flow
+  }
+
+  /** started: a login begun on `flow`, as its callback would present it (query and cookie header). */
+  const started = async (flow: OAuthFlow) => {
+    const { location, cookie } = await flow.start()
+    const state = new URL(location).searchParams.get('state')!
+    return { state, query: new URLSearchParams({ state }), header: cookie.split(';')[0]! }
+  }
+
+  it('is kept in the store until its login would have expired, then purged', async () => {
+    const clock = { now: Date.now() }
+    const flow = flowAt(clock)
+    const used = new UsedStates(store.db)
+    const before = used.size()
+    const first = await started(flow)
+    flow.checkState(first.query, first.header)
+    expect(used.size()).toBe(before + 1)
+    expect(() => flow.checkState(first.query, first.header)).toThrow('already been used')
+    // Past the first login's expiry, a new login's callback purges its row.
+    clock.now += 600_000
+    const second = await started(flow)
+    flow.checkState(second.query, second.header)
+    expect(
+      store.sqlite
+        .query<{ state: string }, []>('SELECT state FROM oauth_used_states')
+        .all()
+        .map((r) => r.state),
+    ).toEqual([second.state])
+  })
+
+  it('keeps at most its limit, dropping the soonest to expire', () => {
+    const used = new UsedStates(store.db, 3)
+    const now = Date.now() + 10_000_000
+    for (const [i, s] of ['a', 'b', 'c', 'd'].entries())
+      expect(used.consume(`cap-${s}`, now + 1000 + i, now)).toBe(true)
+    expect(used.size()).toBe(3)
+    expect(used.consume('cap-a', now + 2000, now)).toBe(true)
+    expect(used.consume('cap-d', now + 2000, now)).toBe(false)
+  })
 
   it('expires ten minutes after the login started', async () => {
     const clock = { now: Date.now() }

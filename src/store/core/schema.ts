@@ -1,0 +1,17 @@
+import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core'
+
+/**
+ * core/schema.ts: the tables the core (not a plugin) owns. They mirror core/migrations/*.sql
+ * (test/store/migrations.test.ts fails when they differ).
+ *
+ * oauthUsedStates: the OAuth login states already presented to the callback, until their login
+ * would have expired (src/http/oauth-states.ts), so single use survives a restart.
+ */
+export const oauthUsedStates = sqliteTable(
+  'oauth_used_states',
+  {
+    state: text('state').primaryKey().notNull(),
+    expires_at: integer('expires_at').notNull(),
+  },
+  (t) => [index('oauth_used_states_expires_at').on(t.expires_at)],
+)
