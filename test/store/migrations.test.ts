@@ -16,7 +16,7 @@ import {
 } from 'drizzle-orm/sqlite-core'
 import { plugins } from '../../plugins/index.ts'
 import { orderPlugins } from '../../src/host/registry.ts'
-import { CORE_OWNER, coreMigrations } from '../../src/store/core/migrations.ts'
+import { CORE_OWNER, coreMigrations } from '../../src/store/schema.ts'
 import { applyMigrations, type Migration, openStore, type Store } from '../../src/store/db.ts'
 
 /**
@@ -265,9 +265,9 @@ function drift(db: Database, table: SQLiteTable): string[] {
   return out
 }
 
-/** Owners of tables: the core first (src/store/core/), as Host.boot migrates it, then every plugin. */
+/** Owners of tables: the core first (src/store/schema.ts), as Host.boot migrates it, then every plugin. */
 const owners: { id: string; migrations: readonly Migration[]; dbDir: string }[] = [
-  { id: CORE_OWNER, migrations: coreMigrations, dbDir: 'src/store/core' },
+  { id: CORE_OWNER, migrations: coreMigrations, dbDir: 'src/store' },
   ...orderPlugins(plugins, new Set(plugins.map((p) => p.id))).map((def) => ({
     id: def.id,
     migrations: def.migrations ?? [],
@@ -275,7 +275,7 @@ const owners: { id: string; migrations: readonly Migration[]; dbDir: string }[] 
   })),
 ]
 
-/** drizzleTables: every table exported by an owner's table modules (plugins/<id>/db/*.ts, src/store/core/*.ts). */
+/** drizzleTables: every table exported by an owner's table modules (plugins/<id>/db/*.ts, src/store/*.ts). */
 async function drizzleTables(dbDir: string): Promise<SQLiteTable[]> {
   const dir = join(import.meta.dir, '../..', dbDir)
   const tables: SQLiteTable[] = []
