@@ -62,6 +62,18 @@ export async function openBrowser(): Promise<TestBrowser> {
   }
 }
 
+/**
+ * signedIn opens the dashboard at `url` in `page` as the holder of `token`, the way a finished login
+ * leaves the tab: the token in the tab's sessionStorage (a link with the token in its fragment no
+ * longer signs anyone in). The token is put there from a page of the same origin that runs no
+ * dashboard code (`/api/health`).
+ */
+export async function signedIn(page: Page, url: string, token: string, path = '/'): Promise<void> {
+  await page.goto(`${url}/api/health`)
+  await page.evaluate((t) => sessionStorage.setItem('modelgate.token', t), token)
+  await page.goto(`${url}/#${path}`)
+}
+
 /** screenshot writes `<name>.png` of the page (1400×900) under test/dashboard/output/. */
 export async function screenshot(page: Page, name: string): Promise<string> {
   mkdirSync(OUTPUT, { recursive: true })

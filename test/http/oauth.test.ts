@@ -97,11 +97,11 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     await provider.stop()
   })
 
-  /** login runs the browser from /api/auth/login to the callback's answer. */
-  async function login(user: string, b = new Browser(map)) {
+  /** login runs the browser from /api/auth/login (with the frontend's nonce, if given) to the callback's answer. */
+  async function login(user: string, b = new Browser(map), nonce?: string) {
     browser = b
     provider.user = user
-    const start = await b.get(`${PUBLIC}/api/auth/login`)
+    const start = await b.get(`${PUBLIC}/api/auth/login${nonce ? `?nonce=${nonce}` : ''}`)
     expect(start.status).toBe(302)
     const authorize = start.headers.get('location')!
     const atProvider = await b.get(authorize)
@@ -166,6 +166,8 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     const fragment = fragmentOf(location)
     const token = fragment.get('token')!
     expect(fragment.get('token_type')).toBe('Bearer')
+    // Started without a nonce: none comes back.
+    expect(fragment.has('nonce')).toBe(false)
     const claims = claimsOf(token)
     expect(claims).toMatchObject({ sub: 'uid-alice', username: 'alice', roles: ['admin'], authMode: 'oauth' })
     expect(typeof claims.iat).toBe('number')
@@ -215,6 +217,42 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     expect(html).not.toMatch(/eyJ[\w-]+\.[\w-]+\.[\w-]+/)
     expect(failures(th).length).toBe(logged + 1)
     expect(failures(th).at(-1)).toContain('code=ACCESS_DENIED')
+  })
+
+  it("hands the frontend's login nonce back beside the token, and keeps it in the retry link of a failure", async () => {
+    const nonce = 'n0nce-of-this-tab_0123456789abcdef'
+    const { res } = await login('alice', new Browser(map), nonce)
+    expect(res.status).toBe(302)
+    const fragment = fragmentOf(res.headers.get('location')!)
+    expect(fragment.get('nonce')).toBe(nonce)
+    expect(claimsOf(fragment.get('token')!)).toMatchObject({ username: 'alice' })
+    // Nowhere else: not in the provider's URLs (it is the tab's, not the provider's).
+    const denied = await login('carol', new Browser(map), nonce)
+    expect(denied.authorize).not.toContain(nonce)
+    expect(denied.callback).not.toContain(nonce)
+    expect(denied.res.status).toBe(403)
+    expect(await denied.res.text()).toContain(`href="${PUBLIC}/api/auth/login?nonce=${nonce}"`)
+  })
+
+  it('refuses a malformed login nonce with 400 (page or controller shape), sending nobody to the provider', async () => {
+    for (const bad of ['short', 'x'.repeat(129), `${'a'.repeat(30)}<script>`, `${'a'.repeat(30)}%20b`]) {
+      const page = await new Browser(map).get(`${PUBLIC}/api/auth/login?nonce=${bad}`)
+      expect(page.status).toBe(400)
+      expect(page.headers.get('location')).toBeNull()
+      expect(page.headers.getSetCookie()).toEqual([])
+      const html = await page.text()
+      expect(html).toContain('OAUTH_LOGIN_INVALID')
+      expect(html).not.toContain('<script>')
+      const json = await fetch(`${th.url}/api/auth/login?nonce=${bad}`, { redirect: 'manual' })
+      expect(json.status).toBe(400)
+      expect(((await json.json()) as { error: { code: string } }).error.code).toBe('OAUTH_LOGIN_INVALID')
+    }
+    // Twice is refused too, never a 500; another parameter beside it changes nothing.
+    const twice = await fetch(`${th.url}/api/auth/login?nonce=${'a'.repeat(30)}&nonce=${'b'.repeat(30)}`, {
+      redirect: 'manual',
+    })
+    expect(twice.status).toBe(400)
+    expect((await new Browser(map).get(`${PUBLIC}/api/auth/login?lang=en`)).status).toBe(302)
   })
 
   it('answers an API client (no text/html) in the controller shape', async () => {
