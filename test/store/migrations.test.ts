@@ -16,8 +16,8 @@ import {
 } from 'drizzle-orm/sqlite-core'
 import { plugins } from '../../plugins/index.ts'
 import { orderPlugins } from '../../src/host/registry.ts'
-import { CORE_OWNER, coreMigrations } from '../../src/store/schema.ts'
 import { applyMigrations, type Migration, openStore, type Store } from '../../src/store/db.ts'
+import { CORE_OWNER, coreMigrations } from '../../src/store/schema.ts'
 
 /**
  * Each plugin declares its tables twice: as SQL migrations (what a database file really gets,
