@@ -7,7 +7,7 @@ import { plugins } from '../../plugins/index.ts'
 import { gatewayYaml } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { claimsOf, type Platform, type Provider, startPlatform, startProvider } from '../support/oauth.ts'
-import { browserMissing, openBrowser, screenshot, type TestBrowser } from './browser.ts'
+import { browserMissing, expectLinkRefused, openBrowser, screenshot, type TestBrowser } from './browser.ts'
 
 /**
  * The dashboard's OAuth login in a real browser: the page keeps a login nonce in the tab and sends
@@ -95,21 +95,6 @@ describe.skipIf(skip !== null)('the dashboard in OAuth mode, in a browser', () =
     }
   })
 
-  /** refused: the page shows the login with the notice, holds no token, and sent `token` nowhere. */
-  async function expectRefused(browser: TestBrowser, page: Page, token: string) {
-    // Whichever the page ends on: the login (refused) or the dashboard (signed in).
-    await page.locator('main.login button:has-text("Log in"), .who').first().waitFor()
-    expect(await page.locator('.who').count()).toBe(0)
-    expect(await page.locator('main.login .note').textContent()).toContain('did not ask for was ignored')
-    expect(page.url()).toBe(`${BASE}/#/`)
-    expect(await page.evaluate(() => sessionStorage.getItem('modelgate.token'))).toBeNull()
-    expect(await page.locator('.who').count()).toBe(0)
-    const carried = browser.requests.filter(
-      (r) => r.url().includes(token) || (r.headers().authorization ?? '').includes(token),
-    )
-    expect(carried.map((r) => r.url())).toEqual([])
-  }
-
   it("does not sign a new tab in from a link carrying someone else's valid token", async () => {
     const aliceToken = await aliceJwt()
     const browser = await openBrowser()
@@ -118,7 +103,7 @@ describe.skipIf(skip !== null)('the dashboard in OAuth mode, in a browser', () =
       await page.goto(
         `${BASE}/#token=${aliceToken}&token_type=Bearer&expires_in=3600&nonce=${'g'.repeat(43)}`,
       )
-      await expectRefused(browser, page, aliceToken)
+      await expectLinkRefused(browser, page, BASE, aliceToken)
       await screenshot(page, 'oauth-foreign-link')
     } finally {
       await browser.close()
@@ -135,12 +120,12 @@ describe.skipIf(skip !== null)('the dashboard in OAuth mode, in a browser', () =
       await page.goto(
         `${BASE}/#token=${aliceToken}&token_type=Bearer&expires_in=3600&nonce=${'g'.repeat(43)}`,
       )
-      await expectRefused(browser, page, aliceToken)
+      await expectLinkRefused(browser, page, BASE, aliceToken)
       expect(await page.evaluate(() => sessionStorage.getItem('modelgate.login-nonce'))).toBeNull()
       // Not even the right nonce now: it was used up by the refusal.
       await page.goto(`${BASE}/api/health`)
       await page.goto(`${BASE}/#token=${aliceToken}&nonce=${'k'.repeat(43)}`)
-      await expectRefused(browser, page, aliceToken)
+      await expectLinkRefused(browser, page, BASE, aliceToken)
     } finally {
       await browser.close()
     }

@@ -383,39 +383,16 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
   it('never answered 500 nor logged an unhandled error', () => {
     expect(th.logs.filter((l) => / 500 listener=/.test(l) || l.includes('unhandled error'))).toEqual([])
   })
-})
 
-describe('OAuth login states across a restart', () => {
-  let provider: Provider
-  let platform: Platform
-  let th: TestHost
-  const map = (u: string) => u.replace(PUBLIC, th.url)
-
-  beforeAll(async () => {
-    provider = await startProvider('rfc8414')
-    platform = await startPlatform(USERS)
-    th = await bootOAuthHost(oauthEnv(provider.issuer, platform.url))
-  })
-  afterAll(async () => {
-    await th.stop()
-    await platform.stop()
-    await provider.stop()
-  })
-
+  // Last: it restarts the host (the same data dir and port).
   it('refuses a used callback URL replayed with its cookie after the host restarts on the same data dir', async () => {
-    provider.user = 'alice'
-    const b = new Browser(map)
-    const start = await b.get(`${PUBLIC}/api/auth/login`)
-    const callback = (await b.get(start.headers.get('location')!)).headers.get('location')!
-    const withCookie = b.clone()
-    const done = await b.get(callback)
-    expect(done.status).toBe(302)
-    expect(fragmentOf(done.headers.get('location')!).get('token')).toMatch(/^eyJ/)
-
+    const { res, callback, cookieBefore } = await login('alice')
+    expect(res.status).toBe(302)
+    expect(fragmentOf(res.headers.get('location')!).get('token')).toMatch(/^eyJ/)
     await th.stopKeep()
     th = await bootOAuthHost(oauthEnv(provider.issuer, platform.url), '', th)
     const exchanges = platform.tokens.length
-    const replay = await withCookie.get(callback, 'application/json')
+    const replay = await cookieBefore.get(callback, 'application/json')
     expect(replay.status).toBe(400)
     const body = (await replay.json()) as { error: { code: string; message: string } }
     expect(body.error.code).toBe('OAUTH_STATE_INVALID')
