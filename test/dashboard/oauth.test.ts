@@ -146,6 +146,10 @@ describe.skipIf(skip !== null)('the dashboard in OAuth mode, in a browser', () =
         `${BASE}/api/auth/login?nonce=${kept}`,
       )
       expect(await page.evaluate(() => sessionStorage.getItem('modelgate.token'))).toBeNull()
+      // The page's one style block applies under its CSP (allowed by its hash, no 'unsafe-inline').
+      expect(
+        await page.locator('a:has-text("Try again")').evaluate((a) => getComputedStyle(a).backgroundColor),
+      ).toBe('rgb(36, 87, 197)')
       await screenshot(page, 'oauth-denied')
       USERS.carol.groups = [...groups, 'service-admins-readonly']
       await page.click('a:has-text("Try again")')

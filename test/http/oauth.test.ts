@@ -215,6 +215,14 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     expect(html).toContain('<b>carol</b>')
     expect(html).toContain(`href="${PUBLIC}/api/auth/login"`)
     expect(html).not.toMatch(/eyJ[\w-]+\.[\w-]+\.[\w-]+/)
+    // A page no other site may frame, running no script, its one style block allowed by its hash.
+    const csp = res.headers.get('content-security-policy')!
+    expect(csp).toContain("default-src 'none'")
+    expect(csp).toContain("frame-ancestors 'none'")
+    expect(csp).toMatch(/style-src 'sha256-[A-Za-z0-9+/]+=*'/)
+    expect(csp).not.toContain('unsafe-')
+    expect(res.headers.get('x-frame-options')).toBe('DENY')
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff')
     expect(failures(th).length).toBe(logged + 1)
     expect(failures(th).at(-1)).toContain('code=ACCESS_DENIED')
   })
