@@ -12,6 +12,7 @@ import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
 import { splitUrl } from '../http/url.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
+import { CORE_OWNER, coreMigrations } from '../store/schema.ts'
 import { WireFront } from '../wire/server.ts'
 import { abortable, WaitError } from './abortable.ts'
 import { AccessLog } from './access-log.ts'
@@ -95,6 +96,8 @@ export class Host {
     this.store = openStore(root.data_dir)
     const order = orderPlugins(definitions, new Set(config.plugins.keys()))
     try {
+      applyMigrations(this.store, CORE_OWNER, coreMigrations)
+      this.auth.oauth?.useStore(this.store)
       for (const def of order) {
         applyMigrations(this.store, def.id, def.migrations ?? [])
         const cfg = config.plugins.get(def.id) ?? Value.Default(def.config, {})

@@ -3,7 +3,7 @@ import { PEER_HEADER } from '../wire/headers.ts'
 import { principalOf } from './app.ts'
 import type { AuthService } from './auth.ts'
 import { AppError, unauthorized } from './errors.ts'
-import { OAuthError } from './oauth.ts'
+import { LOGIN_NONCE, OAuthError } from './oauth.ts'
 import { accessDeniedPage, failurePage, PAGE_HEADERS, wantsHtml } from './oauth-page.ts'
 import { ControllerError } from './schemas.ts'
 
@@ -51,7 +51,9 @@ const TITLES: Record<number, string> = {
 }
 
 export function authRoutes(auth: AuthService) {
-  const retryUrl = () => (auth.oauth ? `${auth.oauth.settings.apiBaseUrl}/api/auth/login` : '/api/auth/login')
+  /** retryUrl: the login again, with the frontend's nonce when the failed login carried one (same tab, same nonce). */
+  const retryUrl = (nonce?: string) =>
+    `${auth.oauth?.settings.apiBaseUrl ?? ''}/api/auth/login${nonce ? `?${LOGIN_NONCE}=${nonce}` : ''}`
 
   /** oauthFlow: the OAuth client, or the reason there is none (not OAuth mode, or incomplete config). */
   const oauthFlow = () => {
@@ -72,7 +74,7 @@ export function authRoutes(auth: AuthService) {
   }
 
   /** fail renders a login failure for a browser (page) or an API client (JSON), logging it once. */
-  const fail = (err: unknown, request: Request, extra: Record<string, string>): Response => {
+  const fail = (err: unknown, request: Request, extra: Record<string, string>, nonce?: string): Response => {
     const e =
       err instanceof AppError
         ? err
@@ -95,8 +97,8 @@ export function authRoutes(auth: AuthService) {
     }
     const html =
       e instanceof OAuthError && e.denied
-        ? accessDeniedPage({ ...e.denied, retryUrl: retryUrl() })
-        : failurePage(TITLES[e.status] ?? 'Login failed', e.message, e.code, retryUrl())
+        ? accessDeniedPage({ ...e.denied, retryUrl: retryUrl(nonce) })
+        : failurePage(TITLES[e.status] ?? 'Login failed', e.message, e.code, retryUrl(nonce))
     return new Response(html, {
       status: e.status,
       headers: { ...PAGE_HEADERS, ...extra, 'content-type': 'text/html; charset=utf-8' },
@@ -111,7 +113,8 @@ export function authRoutes(auth: AuthService) {
           summary: 'Auth mode and how to log in',
           description:
             'In OAuth mode `oauth` says where the browser comes back (`frontend_url`, with ' +
-            '`#token=<JWT>&token_type=Bearer&expires_in=<s>` in the fragment) and which groups grant which role.',
+            '`#token=<JWT>&token_type=Bearer&expires_in=<s>` in the fragment, and `&nonce=` with the nonce the ' +
+            'login was started with, if any) and which groups grant which role.',
         },
         response: AuthInfo,
       })
@@ -146,7 +149,16 @@ export function authRoutes(auth: AuthService) {
         '/login',
         async ({ request }) => {
           try {
-            const { location, cookie } = await oauthFlow().start()
+            const flow = oauthFlow()
+            const nonces = new URL(request.url).searchParams.getAll(LOGIN_NONCE)
+            if (nonces.length > 1)
+              throw new OAuthError(
+                400,
+                'OAUTH_LOGIN_INVALID',
+                `The login takes one ${LOGIN_NONCE}, not ${nonces.length}`,
+                `${nonces.length} ${LOGIN_NONCE} parameters`,
+              )
+            const { location, cookie } = await flow.start(nonces[0])
             return new Response(null, {
               status: 302,
               headers: { ...PAGE_HEADERS, location, 'set-cookie': cookie },
@@ -156,13 +168,23 @@ export function authRoutes(auth: AuthService) {
           }
         },
         {
+          query: t.Object({
+            [LOGIN_NONCE]: t.Optional(
+              t.String({
+                description:
+                  "The frontend's login nonce (22-128 base64url characters, at least 128 random bits): " +
+                  'handed back beside the token in the fragment, so the page accepts only a token from a ' +
+                  'login it began. 400 `OAUTH_LOGIN_INVALID` when malformed.',
+              }),
+            ),
+          }),
           detail: {
             tags: ['auth'],
             summary: 'OAuth login: redirect to the identity provider',
             description:
               "OAuth mode only (400 `OAUTH_NOT_ENABLED` otherwise). 302 to the provider's authorization endpoint " +
-              'with `state` and a PKCE challenge; `state` and the verifier travel in a signed, HttpOnly cookie ' +
-              'that expires after 10 minutes. 502/504 when the provider cannot be reached.',
+              'with `state` and a PKCE challenge; `state`, the verifier and the nonce travel in a signed, HttpOnly ' +
+              'cookie that expires after 10 minutes. 502/504 when the provider cannot be reached.',
           },
         },
       )
@@ -170,10 +192,14 @@ export function authRoutes(auth: AuthService) {
         '/callback',
         async ({ request }) => {
           let clear: Record<string, string> = {}
+          let nonce: string | undefined
           try {
             const flow = oauthFlow()
             clear = { 'set-cookie': flow.clearCookie() }
-            const user = await flow.finish(new URL(request.url).searchParams, request.headers.get('cookie'))
+            const query = new URL(request.url).searchParams
+            const login = flow.checkState(query, request.headers.get('cookie'))
+            nonce = login.n
+            const user = await flow.finish(query, login)
             const issued = await auth.issueOAuthToken(user)
             auth.logger?.info('oauth login', { username: user.username, roles: user.roles.join(',') })
             const to = new URL(flow.settings.frontendUrl)
@@ -181,13 +207,14 @@ export function authRoutes(auth: AuthService) {
               token: issued.token,
               token_type: 'Bearer',
               expires_in: String(issued.expires_in),
+              ...(nonce ? { [LOGIN_NONCE]: nonce } : {}),
             }).toString()
             return new Response(null, {
               status: 302,
               headers: { ...PAGE_HEADERS, ...clear, location: to.href },
             })
           } catch (err) {
-            return fail(err, request, clear)
+            return fail(err, request, clear, nonce)
           }
         },
         {
@@ -196,9 +223,11 @@ export function authRoutes(auth: AuthService) {
             summary: 'OAuth callback: issues the JWT',
             description:
               'The provider sends the browser here with `code` and `state`. The state must match the login ' +
-              "cookie and is single use; the code is exchanged, the user's groups read from the platform " +
-              '(`/apis/user.openshift.io/v1/users/~`) and mapped to roles. Success: 302 to the frontend with ' +
-              '`#token=<JWT>&token_type=Bearer&expires_in=<s>`. A user in none of the groups gets the ' +
+              'cookie and is single use (remembered until it expires, across restarts); the code is exchanged, ' +
+              "the user's groups read from the platform (`/apis/user.openshift.io/v1/users/~`) and mapped to " +
+              'roles. Success: 302 to the frontend with ' +
+              '`#token=<JWT>&token_type=Bearer&expires_in=<s>`, plus `&nonce=<n>` when the login was started ' +
+              'with one. A user in none of the groups gets the ' +
               'access-denied page (403, no token). Failures: 400 bad, expired or reused state; 401 provider ' +
               'error or code refused; 502/504 provider or platform down or slow. A browser gets a page, ' +
               'other clients the controller error shape.',

@@ -5,6 +5,7 @@ import cssPath from 'swagger-ui-dist/swagger-ui.css' with { type: 'file' }
 // on a host with no internet access.
 import bundlePath from 'swagger-ui-dist/swagger-ui-bundle.js' with { type: 'file' }
 import type { RouteAccess } from './auth.ts'
+import { pageHeaders } from './page-headers.ts'
 
 /**
  * docsPlugin serves the OpenAPI document at `/docs/json` and an offline Swagger UI at `/docs`.
@@ -21,10 +22,49 @@ export interface DocsOptions {
   access?: (method: string, pattern: string) => RouteAccess
 }
 
+/**
+ * DOCS_CSP: Swagger UI runs from this origin only and no other site may frame it. Its bundle, its
+ * stylesheet and the script that starts it are files under `/docs/assets/` (no inline script or
+ * style at all, so neither needs 'unsafe-inline', a hash or a nonce); the OpenAPI document and
+ * "Try it out" requests go to this origin; its icons are data: images in its stylesheet.
+ */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "font-src 'self'",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join('; ')
+
+/** The headers of `/docs`, its assets and `/docs/json`. */
+const DOCS_HEADERS = pageHeaders(DOCS_CSP)
+
 const assetHeaders = (type: string) => ({
+  ...DOCS_HEADERS,
   'content-type': type,
   'cache-control': 'public, max-age=86400',
 })
+
+/**
+ * INIT: the script that starts Swagger UI. The authorization typed into "Authorize" stays in the
+ * page's memory (persistAuthorization off): a JWT is never written to localStorage, where it would
+ * outlive the tab with no expiry. No validator badge (it would load an image from another host).
+ */
+const INIT = `window.ui = SwaggerUIBundle({
+  url: '/docs/json',
+  dom_id: '#swagger-ui',
+  persistAuthorization: false,
+  validatorUrl: null,
+  deepLinking: true,
+  displayRequestDuration: true,
+  tryItOutEnabled: true,
+  showExtensions: true,
+});
+`
 
 function page(title: string): string {
   return `<!DOCTYPE html>
@@ -38,12 +78,7 @@ function page(title: string): string {
 <body>
 <div id="swagger-ui"></div>
 <script src="/docs/assets/swagger-ui-bundle.js"></script>
-<script>
-window.onload = () => {
-  window.ui = SwaggerUIBundle({ url: '/docs/json', dom_id: '#swagger-ui', persistAuthorization: true,
-    deepLinking: true, displayRequestDuration: true, tryItOutEnabled: true, showExtensions: true });
-};
-</script>
+<script src="/docs/assets/init.js"></script>
 </body>
 </html>`
 }
@@ -90,13 +125,10 @@ function addSecurity(doc: OpenApiDoc, access: DocsOptions['access']): OpenApiDoc
 export function docsPlugin(opts: DocsOptions) {
   const html = page(opts.title)
   return new Elysia({ name: `docs:${opts.title}` })
-    .onAfterHandle({ as: 'global' }, ({ path, response }) => {
-      if (
-        path === '/docs/json' &&
-        response &&
-        typeof response === 'object' &&
-        !(response instanceof Response)
-      )
+    .onAfterHandle({ as: 'global' }, ({ path, response, set }) => {
+      if (path !== '/docs/json') return
+      Object.assign(set.headers, DOCS_HEADERS)
+      if (response && typeof response === 'object' && !(response instanceof Response))
         return addSecurity(response as OpenApiDoc, opts.access)
     })
     .use(
@@ -111,7 +143,19 @@ export function docsPlugin(opts: DocsOptions) {
         },
       }),
     )
-    .get('/docs', () => new Response(html, { headers: { 'content-type': 'text/html; charset=utf-8' } }), {
+    .get(
+      '/docs',
+      () =>
+        new Response(html, {
+          headers: {
+            ...DOCS_HEADERS,
+            'content-type': 'text/html; charset=utf-8',
+            'cache-control': 'no-cache',
+          },
+        }),
+      { detail: { hide: true } },
+    )
+    .get('/docs/assets/init.js', () => new Response(INIT, { headers: assetHeaders('text/javascript') }), {
       detail: { hide: true },
     })
     .get(

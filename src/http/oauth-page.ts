@@ -1,3 +1,6 @@
+import { createHash } from 'node:crypto'
+import { pageHeaders } from './page-headers.ts'
+
 /**
  * The pages a browser sees when an OAuth login does not end at the frontend: the access-denied page
  * (the required groups, a retry link) and the failure page (what went wrong, a retry link). Small,
@@ -12,12 +15,24 @@ export function escapeHtml(s: string): string {
   )
 }
 
-/** Headers of every auth page and redirect: not cached, no referrer (the callback URL holds the code). */
+/** STYLE: the pages' one style block, allowed by its hash (no 'unsafe-inline'). */
+const STYLE = `
+body { font-family: system-ui, sans-serif; max-width: 40rem; margin: 4rem auto; padding: 0 1rem; color: #222; }
+h1 { font-size: 1.4rem; } code { background: #f2f2f2; padding: 0 .3em; border-radius: 3px; }
+a.button { display: inline-block; margin-top: 1rem; padding: .5rem 1rem; background: #2457c5; color: #fff;
+  text-decoration: none; border-radius: 4px; }
+`
+const STYLE_HASH = `'sha256-${createHash('sha256').update(STYLE).digest('base64')}'`
+
+/**
+ * Headers of every auth page and redirect: not cached, no referrer (the callback URL holds the code),
+ * never framed; the page runs no script and loads nothing but its own style block.
+ */
 export const PAGE_HEADERS = {
+  ...pageHeaders(
+    `default-src 'none'; style-src ${STYLE_HASH}; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
+  ),
   'cache-control': 'no-store',
-  'referrer-policy': 'no-referrer',
-  'x-content-type-options': 'nosniff',
-  'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
 }
 
 /** wantsHtml: a browser navigation (Accept names text/html) gets a page, anything else JSON. */
@@ -32,12 +47,7 @@ function page(title: string, body: string): string {
 <meta charset="utf-8" />
 <meta name="viewport" content="width=device-width, initial-scale=1" />
 <title>${escapeHtml(title)} · modelgate</title>
-<style>
-body { font-family: system-ui, sans-serif; max-width: 40rem; margin: 4rem auto; padding: 0 1rem; color: #222; }
-h1 { font-size: 1.4rem; } code { background: #f2f2f2; padding: 0 .3em; border-radius: 3px; }
-a.button { display: inline-block; margin-top: 1rem; padding: .5rem 1rem; background: #2457c5; color: #fff;
-  text-decoration: none; border-radius: 4px; }
-</style>
+<style>${STYLE}</style>
 </head>
 <body>
 <h1>${escapeHtml(title)}</h1>

@@ -1,7 +1,9 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import * as oauth from 'oauth4webapi'
 import type { RootConfig } from '../config/schema.ts'
+import type { Store } from '../store/db.ts'
 import { AppError } from './errors.ts'
+import { UsedStates } from './oauth-states.ts'
 
 /**
  * OAuth mode (`auth.mode: oauth`): modelgate is an OAuth 2 client of the platform's identity
@@ -11,12 +13,15 @@ import { AppError } from './errors.ts'
  * is asked, what is kept, and how every failure ends.
  *
  * 1. `start` (GET /api/auth/login): discover the provider, make `state` and a PKCE verifier, seal
- *    both in a short-lived signed cookie bound to this browser, redirect to the provider.
- * 2. `finish` (GET /api/auth/callback): the cookie must be there, unforged, unexpired, name the
- *    same `state` as the query, and not have been used before (single use); then the provider's
- *    error (if any) is reported, the code exchanged (PKCE verifier, client secret), the user and
- *    groups fetched from the platform (`K8S_API_URL/apis/user.openshift.io/v1/users/~`) with the
- *    access token, groups mapped to roles; no role → access denied, no token.
+ *    both (and the frontend's login nonce, if it sent one) in a short-lived signed cookie bound to
+ *    this browser, redirect to the provider.
+ * 2. `checkState`, then `finish` (GET /api/auth/callback): the cookie must be there, unforged,
+ *    unexpired, name the same `state` as the query, and not have been used before (single use,
+ *    remembered in the store across restarts until the login would have expired:
+ *    oauth-states.ts); then the provider's error (if any) is reported, the code exchanged (PKCE
+ *    verifier, client secret), the user and groups fetched from the platform
+ *    (`K8S_API_URL/apis/user.openshift.io/v1/users/~`) with the access token, groups mapped to
+ *    roles; no role → access denied, no token. The callback hands the nonce back beside the token.
  *
  * Every outgoing call has a deadline (`request_timeout_ms`). Every failure is an AppError with a
  * code, a status that is never 500, and a `reason` for the log (the route logs it once).
@@ -133,14 +138,26 @@ export interface OAuthUser {
   providerExpiresIn?: number
 }
 
-interface Sealed {
+/** LoginState: what the state cookie carries from the login to its callback (signed, short keys). */
+export interface LoginState {
   /** state */
   s: string
   /** PKCE code verifier */
   v: string
   /** expiry, Unix ms */
   e: number
+  /** the frontend's login nonce (LOGIN_NONCE), echoed back in the fragment with the token */
+  n?: string
 }
+
+/**
+ * The query parameter of `GET /api/auth/login`, and the fragment parameter of the callback's
+ * redirect, that carry the frontend's login nonce: a random value the tab keeps before it leaves for
+ * the provider, so it can accept a token only at the end of a login it began itself (a link with
+ * someone else's token in the fragment is refused). At least 128 bits, base64url.
+ */
+export const LOGIN_NONCE = 'nonce'
+const NONCE_FORM = /^[A-Za-z0-9_-]{22,128}$/
 
 export interface OAuthFlowOptions {
   /** The HMAC key material of the state cookie (the JWT secret; a label derives a key of its own). */
@@ -165,8 +182,8 @@ function explain(err: unknown): string {
 export class OAuthFlow {
   private readonly key: Buffer
   private readonly now: () => number
-  /** States already presented to the callback, until their cookie would have expired (single use). */
-  private readonly used = new Map<string, number>()
+  /** States already presented to the callback (single use, durable); set by the host once the store is open. */
+  private used: UsedStates | null = null
   private metadata: { as: oauth.AuthorizationServer; until: number } | null = null
   private discovering: Promise<oauth.AuthorizationServer> | null = null
   /** Where the endpoints came from: the metadata document's URL, or `fallback`; null before the first login. */
@@ -179,6 +196,11 @@ export class OAuthFlow {
   ) {
     this.key = createHmac('sha256', opts.secret).update('modelgate/oauth-state/v1').digest()
     this.now = opts.now ?? Date.now
+  }
+
+  /** useStore keeps the used login states in the store, so single use survives a restart. */
+  useStore(store: Store): void {
+    this.used = new UsedStates(store.db)
   }
 
   private get client(): oauth.Client {
@@ -276,8 +298,18 @@ export class OAuthFlow {
         )
   }
 
-  /** start: the provider's authorization URL to redirect to, and the state cookie to set. */
-  async start(): Promise<{ location: string; cookie: string }> {
+  /**
+   * start: the provider's authorization URL to redirect to, and the state cookie to set. `nonce`
+   * (the frontend's, optional) is sealed in the cookie and handed back with the token.
+   */
+  async start(nonce?: string | null): Promise<{ location: string; cookie: string }> {
+    if (nonce != null && !NONCE_FORM.test(nonce))
+      throw new OAuthError(
+        400,
+        'OAUTH_LOGIN_INVALID',
+        `The login's ${LOGIN_NONCE} must be 22 to 128 characters of A-Z, a-z, 0-9, - and _`,
+        `malformed ${LOGIN_NONCE} (${nonce.length} characters)`,
+      )
     const as = await this.server()
     const state = oauth.generateRandomState()
     const verifier = oauth.generateRandomCodeVerifier()
@@ -289,7 +321,12 @@ export class OAuthFlow {
     url.searchParams.set('state', state)
     url.searchParams.set('code_challenge', await oauth.calculatePKCECodeChallenge(verifier))
     url.searchParams.set('code_challenge_method', 'S256')
-    const sealed = this.seal({ s: state, v: verifier, e: this.now() + STATE_TTL_SECONDS * 1000 })
+    const sealed = this.seal({
+      s: state,
+      v: verifier,
+      e: this.now() + STATE_TTL_SECONDS * 1000,
+      ...(nonce ? { n: nonce } : {}),
+    })
     return { location: url.href, cookie: this.cookie(sealed, STATE_TTL_SECONDS) }
   }
 
@@ -304,20 +341,25 @@ export class OAuthFlow {
     return `${STATE_COOKIE}=${value}; Path=${path}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure}`
   }
 
-  private seal(s: Sealed): string {
+  private seal(s: LoginState): string {
     const body = Buffer.from(JSON.stringify(s)).toString('base64url')
     return `${body}.${createHmac('sha256', this.key).update(body).digest('base64url')}`
   }
 
-  private unseal(value: string): Sealed | null {
+  private unseal(value: string): LoginState | null {
     const [body, mac, extra] = value.split('.')
     if (!body || !mac || extra !== undefined) return null
     const want = createHmac('sha256', this.key).update(body).digest()
     const got = Buffer.from(mac, 'base64url')
     if (got.length !== want.length || !timingSafeEqual(got, want)) return null
     try {
-      const s = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as Sealed
-      return typeof s.s === 'string' && typeof s.v === 'string' && typeof s.e === 'number' ? s : null
+      const s = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as LoginState
+      return typeof s.s === 'string' &&
+        typeof s.v === 'string' &&
+        typeof s.e === 'number' &&
+        (s.n === undefined || typeof s.n === 'string')
+        ? s
+        : null
     } catch {
       return null
     }
@@ -328,7 +370,7 @@ export class OAuthFlow {
    * missing or forged, the login is older than STATE_TTL_SECONDS, the states differ, or the state
    * was presented before (single use, whatever happened next).
    */
-  checkState(query: URLSearchParams, cookieHeader: string | null): Sealed {
+  checkState(query: URLSearchParams, cookieHeader: string | null): LoginState {
     const invalid = (reason: string, message = 'This login link is not valid in this browser.') =>
       new OAuthError(400, 'OAUTH_STATE_INVALID', `${message} Start the login again.`, reason)
     const state = query.get('state')
@@ -349,17 +391,23 @@ export class OAuthFlow {
     const b = Buffer.from(sealed.s)
     if (a.length !== b.length || !timingSafeEqual(a, b))
       throw invalid('state does not match the login cookie')
-    for (const [s, exp] of this.used) if (exp <= now) this.used.delete(s)
-    if (this.used.has(sealed.s))
+    if (!this.used)
+      throw new OAuthError(
+        503,
+        'OAUTH_NOT_READY',
+        'The server is starting; try again',
+        'no store for login states yet',
+      )
+    if (!this.used.consume(sealed.s, sealed.e, now))
       throw invalid('state already used (a replayed callback)', 'This login link has already been used.')
-    if (this.used.size >= 100_000) this.used.delete(this.used.keys().next().value!)
-    this.used.set(sealed.s, sealed.e)
     return sealed
   }
 
-  /** finish runs the callback: state, provider error, code exchange, user lookup, role mapping. */
-  async finish(query: URLSearchParams, cookieHeader: string | null): Promise<OAuthUser> {
-    const sealed = this.checkState(query, cookieHeader)
+  /**
+   * finish runs the callback once `checkState` has accepted its state: provider error, code
+   * exchange, user lookup, role mapping.
+   */
+  async finish(query: URLSearchParams, sealed: LoginState): Promise<OAuthUser> {
     const as = await this.server()
     let params: URLSearchParams
     try {

@@ -1,3 +1,4 @@
+import { expect } from 'bun:test'
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -60,6 +61,36 @@ export async function openBrowser(): Promise<TestBrowser> {
       rmSync(profile, { recursive: true, force: true })
     },
   }
+}
+
+/**
+ * signedIn opens the dashboard at `url` in `page` as the holder of `token`, the way a finished login
+ * leaves the tab: the token in the tab's sessionStorage (a link with the token in its fragment no
+ * longer signs anyone in). The token is put there from a page of the same origin that runs no
+ * dashboard code (`/api/health`).
+ */
+export async function signedIn(page: Page, url: string, token: string, path = '/'): Promise<void> {
+  await page.goto(`${url}/api/health`)
+  await page.evaluate((t) => sessionStorage.setItem('modelgate.token', t), token)
+  await page.goto(`${url}/#${path}`)
+}
+
+/**
+ * expectLinkRefused: after `page` opened a dashboard link carrying `token` in its fragment, the page
+ * is at its login (whichever it ends on, the login or a signed-in dashboard, is waited for), says the
+ * link was ignored, has taken the fragment out of the address bar, holds no token, and no request of
+ * `browser` ever carried `token`.
+ */
+export async function expectLinkRefused(browser: TestBrowser, page: Page, url: string, token: string) {
+  await page.locator('main.login, .who').first().waitFor()
+  expect(await page.locator('.who').count()).toBe(0)
+  expect(await page.locator('main.login .note').textContent()).toContain('did not ask for was ignored')
+  expect(page.url()).toBe(`${url}/#/`)
+  expect(await page.evaluate(() => sessionStorage.getItem('modelgate.token'))).toBeNull()
+  const carried = browser.requests.filter(
+    (r) => r.url().includes(token) || (r.headers().authorization ?? '').includes(token),
+  )
+  expect(carried.map((r) => r.url())).toEqual([])
 }
 
 /** screenshot writes `<name>.png` of the page (1400×900) under test/dashboard/output/. */

@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { Page } from 'playwright-core'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
-import { browserMissing, openBrowser, screenshot, type TestBrowser } from './browser.ts'
+import {
+  browserMissing,
+  expectLinkRefused,
+  openBrowser,
+  screenshot,
+  signedIn,
+  type TestBrowser,
+} from './browser.ts'
 
 /**
  * The dashboard in a real headless chromium against a real gateway (simulated GPUs and engine) in
@@ -268,11 +275,16 @@ describe.skipIf(skip !== null)('the dashboard in a browser', () => {
 
     const writeControls = () => p.locator('button').filter({ hasText: WRITE_BUTTONS }).count()
 
-    it('arrives with the token in the URL fragment (as from the OAuth callback), which the page takes and removes', async () => {
+    it('is not signed in by a link with a valid token in its fragment (simple mode never uses it), which leaves the URL', async () => {
       const token = (await gw.host.auth.issueToken('viewer', ['admin-readonly'])).token
       await p.goto(`${gw.url}/#token=${token}&token_type=Bearer&expires_in=3600`)
+      await expectLinkRefused(viewer, p, gw.url, token)
+    })
+
+    it('arrives signed in as a login leaves the tab (the token in its sessionStorage)', async () => {
+      const token = (await gw.host.auth.issueToken('viewer', ['admin-readonly'])).token
+      await signedIn(p, gw.url, token)
       await p.locator('.gpu').first().waitFor()
-      expect(p.url()).toBe(`${gw.url}/#/`)
       expect(await p.locator('.who').textContent()).toContain('read-only')
     })
 
@@ -309,7 +321,7 @@ describe.skipIf(skip !== null)('the dashboard in a browser', () => {
     try {
       const p = await other.newPage()
       const token = (await gw.host.auth.issueToken('stranger', [])).token
-      await p.goto(`${gw.url}/#token=${token}`)
+      await signedIn(p, gw.url, token)
       const denied = p.locator('[data-view=denied]')
       await denied.waitFor()
       expect(await denied.textContent()).toContain('admin-readonly')

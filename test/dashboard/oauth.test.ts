@@ -7,13 +7,15 @@ import { plugins } from '../../plugins/index.ts'
 import { gatewayYaml } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { claimsOf, type Platform, type Provider, startPlatform, startProvider } from '../support/oauth.ts'
-import { browserMissing, openBrowser, screenshot, type TestBrowser } from './browser.ts'
+import { browserMissing, expectLinkRefused, openBrowser, screenshot, type TestBrowser } from './browser.ts'
 
 /**
- * The dashboard's OAuth login in a real browser: the page sends the browser to /api/auth/login, the
- * provider (oauth2-mock-server, which logs in whoever the test names) sends it to the callback, and
- * the callback to the page with the token in the URL fragment, which the page takes and removes. A
- * user in none of the groups ends on the access-denied page.
+ * The dashboard's OAuth login in a real browser: the page keeps a login nonce in the tab and sends
+ * the browser to /api/auth/login with it, the provider (oauth2-mock-server, which logs in whoever the
+ * test names) sends it to the callback, and the callback to the page with the token and the nonce in
+ * the URL fragment, which the page takes (the nonce being its own) and removes. A link carrying a
+ * token the tab did not ask for signs nobody in. A user in none of the groups ends on the
+ * access-denied page, whose retry keeps the tab's nonce.
  */
 const PORT = 18960
 const BASE = `http://127.0.0.1:${PORT}`
@@ -67,6 +69,10 @@ describe.skipIf(skip !== null)('the dashboard in OAuth mode, in a browser', () =
     return { browser, page }
   }
 
+  /** aliceJwt: a valid JWT of alice's, as an OAuth login issues it (someone else's, to the tab). */
+  const aliceJwt = async () =>
+    (await host.host.auth.issueOAuthToken({ sub: 'uid-alice', username: 'alice', roles: ['admin'] })).token
+
   it('logs in through the provider and lands on the dashboard, the token taken out of the URL', async () => {
     const { browser, page } = await logIn('alice')
     try {
@@ -74,6 +80,10 @@ describe.skipIf(skip !== null)('the dashboard in OAuth mode, in a browser', () =
       expect(page.url()).toBe(`${BASE}/#/`)
       expect(await page.locator('.who').textContent()).toContain('alice (admin)')
       const token = (await page.evaluate(() => sessionStorage.getItem('modelgate.token')))!
+      // The nonce went out with the login, came back with the token, and is used up.
+      const started = browser.requests.find((r) => r.url().startsWith(`${BASE}/api/auth/login`))!
+      expect(new URL(started.url()).searchParams.get('nonce')).toMatch(/^[A-Za-z0-9_-]{43}$/)
+      expect(await page.evaluate(() => sessionStorage.getItem('modelgate.login-nonce'))).toBeNull()
       expect(claimsOf(token)).toMatchObject({ sub: 'uid-alice', roles: ['admin'], authMode: 'oauth' })
       // The fragment reached the page (from the callback's redirect) and left the address bar.
       const landed = browser.requests.find((r) => r.url().startsWith(`${BASE}/api/auth/callback`))
@@ -85,20 +95,70 @@ describe.skipIf(skip !== null)('the dashboard in OAuth mode, in a browser', () =
     }
   })
 
-  it('shows a user in none of the groups the access-denied page, naming them, with a retry', async () => {
+  it("does not sign a new tab in from a link carrying someone else's valid token", async () => {
+    const aliceToken = await aliceJwt()
+    const browser = await openBrowser()
+    try {
+      const page = await browser.newPage()
+      await page.goto(
+        `${BASE}/#token=${aliceToken}&token_type=Bearer&expires_in=3600&nonce=${'g'.repeat(43)}`,
+      )
+      await expectLinkRefused(browser, page, BASE, aliceToken)
+      await screenshot(page, 'oauth-foreign-link')
+    } finally {
+      await browser.close()
+    }
+  }, 20_000)
+
+  it('does not take a token whose nonce is not the one its own login under way kept, and uses that nonce up', async () => {
+    const aliceToken = await aliceJwt()
+    const browser = await openBrowser()
+    try {
+      const page = await browser.newPage()
+      await page.goto(`${BASE}/api/health`)
+      await page.evaluate(() => sessionStorage.setItem('modelgate.login-nonce', 'k'.repeat(43)))
+      await page.goto(
+        `${BASE}/#token=${aliceToken}&token_type=Bearer&expires_in=3600&nonce=${'g'.repeat(43)}`,
+      )
+      await expectLinkRefused(browser, page, BASE, aliceToken)
+      expect(await page.evaluate(() => sessionStorage.getItem('modelgate.login-nonce'))).toBeNull()
+      // Not even the right nonce now: it was used up by the refusal.
+      await page.goto(`${BASE}/api/health`)
+      await page.goto(`${BASE}/#token=${aliceToken}&nonce=${'k'.repeat(43)}`)
+      await expectLinkRefused(browser, page, BASE, aliceToken)
+    } finally {
+      await browser.close()
+    }
+  }, 20_000)
+
+  it('shows a user in none of the groups the access-denied page, naming them, with a retry that logs in once added', async () => {
     const { browser, page } = await logIn('carol')
+    const groups = USERS.carol.groups
     try {
       await page.locator('h1:has-text("Access denied")').waitFor()
       const text = await page.locator('body').textContent()
       expect(text).toContain('service-admins')
       expect(text).toContain('service-admins-readonly')
+      // The retry goes through the login again with this tab's nonce, still kept.
+      const kept = await page.evaluate(() => sessionStorage.getItem('modelgate.login-nonce'))
+      expect(kept).toMatch(/^[A-Za-z0-9_-]{43}$/)
       expect(await page.locator('a:has-text("Try again")').getAttribute('href')).toBe(
-        `${BASE}/api/auth/login`,
+        `${BASE}/api/auth/login?nonce=${kept}`,
       )
       expect(await page.evaluate(() => sessionStorage.getItem('modelgate.token'))).toBeNull()
+      // The page's one style block applies under its CSP (allowed by its hash, no 'unsafe-inline').
+      expect(
+        await page.locator('a:has-text("Try again")').evaluate((a) => getComputedStyle(a).backgroundColor),
+      ).toBe('rgb(36, 87, 197)')
       await screenshot(page, 'oauth-denied')
+      USERS.carol.groups = [...groups, 'service-admins-readonly']
+      await page.click('a:has-text("Try again")')
+      await page.locator('.gpu').first().waitFor()
+      expect(await page.locator('.who').textContent()).toContain('carol')
+      expect(await page.locator('.who').textContent()).toContain('read-only')
     } finally {
+      USERS.carol.groups = groups
       await browser.close()
     }
-  })
+  }, 20_000)
 })

@@ -4,7 +4,7 @@ import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
 import { freePort } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
-import { browserMissing, openBrowser, screenshot, type TestBrowser } from './browser.ts'
+import { browserMissing, openBrowser, screenshot, signedIn, type TestBrowser } from './browser.ts'
 
 /**
  * The dashboard's benchmark, preset and profile pages, and the cluster page, in a real headless
@@ -18,9 +18,9 @@ const WRITE_BUTTONS =
 
 const skip = browserMissing()
 
-/** visit: the page at `path` (fragment route) as the holder of `token`, as an OAuth callback hands it over. */
+/** visit: the page at `path` (fragment route) as the holder of `token`, signed in as a login leaves the tab. */
 async function visit(page: Page, url: string, token: string, path: string) {
-  await page.goto(`${url}/#token=${token}`)
+  await signedIn(page, url, token)
   await page.locator('nav').waitFor()
   await page.evaluate((p) => {
     location.hash = p

@@ -42,6 +42,12 @@ describe('the dashboard page', () => {
     expect(DASHBOARD_CSP).toContain("script-src 'self'")
     expect(DASHBOARD_CSP).not.toContain('unsafe-inline')
     expect(res.headers.get('cache-control')).toBe('no-cache')
+    // At least as strict as /docs: no framing (old browsers too), nosniff, no Referer, its own opener group.
+    expect(DASHBOARD_CSP).toContain("frame-ancestors 'none'")
+    expect(res.headers.get('x-frame-options')).toBe('DENY')
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff')
+    expect(res.headers.get('referrer-policy')).toBe('no-referrer')
+    expect(res.headers.get('cross-origin-opener-policy')).toBe('same-origin')
     const html = await res.text()
     expect(html).not.toMatch(/<script(?![^>]*\bsrc=)[^>]*>/)
     expect(html).not.toMatch(/https?:\/\//)

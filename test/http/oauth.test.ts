@@ -1,10 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { rmSync } from 'node:fs'
 import { Type as T } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import { Events } from 'oauth2-mock-server'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import { OAuthFlow, oauthProblems, oauthSettings, STATE_COOKIE } from '../../src/http/oauth.ts'
-import { startHost, type TestHost } from '../support/host.ts'
+import { UsedStates } from '../../src/http/oauth-states.ts'
+import { applyMigrations, openStore, type Store } from '../../src/store/db.ts'
+import { CORE_OWNER, coreMigrations } from '../../src/store/schema.ts'
+import { startHost, type TestHost, tempDataDir } from '../support/host.ts'
 import {
   Browser,
   claimsOf,
@@ -56,9 +60,18 @@ function oauthEnv(issuer: string, k8s: string): Record<string, string> {
 }
 
 /** bootOAuthHost: a host in OAuth mode whose auth events land in its captured logs. */
-async function bootOAuthHost(env: Record<string, string>, oauthYaml = ''): Promise<TestHost> {
+async function bootOAuthHost(
+  env: Record<string, string>,
+  oauthYaml = '',
+  /** again: restart on this host's data dir and port (its cookies still apply). */
+  again?: TestHost,
+): Promise<TestHost> {
   const yaml = `auth:\n  oauth: { frontend_url: '${FRONTEND}', request_timeout_ms: 400${oauthYaml} }\nplugins:\n  probe: {}\n`
-  const th = await startHost(yaml, [probe], env)
+  const th = again
+    ? await startHost(yaml, [probe], env, again.dataDir, {
+        server: { port: Number(new URL(again.url).port) },
+      })
+    : await startHost(yaml, [probe], env)
   // The host's logger, as the host gives it (src/host/host.ts: auth.useLog).
   th.host.auth.useLog(th.host.log.child('auth'))
   return th
@@ -84,11 +97,11 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     await provider.stop()
   })
 
-  /** login runs the browser from /api/auth/login to the callback's answer. */
-  async function login(user: string, b = new Browser(map)) {
+  /** login runs the browser from /api/auth/login (with the frontend's nonce, if given) to the callback's answer. */
+  async function login(user: string, b = new Browser(map), nonce?: string) {
     browser = b
     provider.user = user
-    const start = await b.get(`${PUBLIC}/api/auth/login`)
+    const start = await b.get(`${PUBLIC}/api/auth/login${nonce ? `?nonce=${nonce}` : ''}`)
     expect(start.status).toBe(302)
     const authorize = start.headers.get('location')!
     const atProvider = await b.get(authorize)
@@ -153,6 +166,8 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     const fragment = fragmentOf(location)
     const token = fragment.get('token')!
     expect(fragment.get('token_type')).toBe('Bearer')
+    // Started without a nonce: none comes back.
+    expect(fragment.has('nonce')).toBe(false)
     const claims = claimsOf(token)
     expect(claims).toMatchObject({ sub: 'uid-alice', username: 'alice', roles: ['admin'], authMode: 'oauth' })
     expect(typeof claims.iat).toBe('number')
@@ -200,8 +215,52 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
     expect(html).toContain('<b>carol</b>')
     expect(html).toContain(`href="${PUBLIC}/api/auth/login"`)
     expect(html).not.toMatch(/eyJ[\w-]+\.[\w-]+\.[\w-]+/)
+    // A page no other site may frame, running no script, its one style block allowed by its hash.
+    const csp = res.headers.get('content-security-policy')!
+    expect(csp).toContain("default-src 'none'")
+    expect(csp).toContain("frame-ancestors 'none'")
+    expect(csp).toMatch(/style-src 'sha256-[A-Za-z0-9+/]+=*'/)
+    expect(csp).not.toContain('unsafe-')
+    expect(res.headers.get('x-frame-options')).toBe('DENY')
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff')
     expect(failures(th).length).toBe(logged + 1)
     expect(failures(th).at(-1)).toContain('code=ACCESS_DENIED')
+  })
+
+  it("hands the frontend's login nonce back beside the token, and keeps it in the retry link of a failure", async () => {
+    const nonce = 'n0nce-of-this-tab_0123456789abcdef'
+    const { res } = await login('alice', new Browser(map), nonce)
+    expect(res.status).toBe(302)
+    const fragment = fragmentOf(res.headers.get('location')!)
+    expect(fragment.get('nonce')).toBe(nonce)
+    expect(claimsOf(fragment.get('token')!)).toMatchObject({ username: 'alice' })
+    // Nowhere else: not in the provider's URLs (it is the tab's, not the provider's).
+    const denied = await login('carol', new Browser(map), nonce)
+    expect(denied.authorize).not.toContain(nonce)
+    expect(denied.callback).not.toContain(nonce)
+    expect(denied.res.status).toBe(403)
+    expect(await denied.res.text()).toContain(`href="${PUBLIC}/api/auth/login?nonce=${nonce}"`)
+  })
+
+  it('refuses a malformed login nonce with 400 (page or controller shape), sending nobody to the provider', async () => {
+    for (const bad of ['short', 'x'.repeat(129), `${'a'.repeat(30)}<script>`, `${'a'.repeat(30)}%20b`]) {
+      const page = await new Browser(map).get(`${PUBLIC}/api/auth/login?nonce=${bad}`)
+      expect(page.status).toBe(400)
+      expect(page.headers.get('location')).toBeNull()
+      expect(page.headers.getSetCookie()).toEqual([])
+      const html = await page.text()
+      expect(html).toContain('OAUTH_LOGIN_INVALID')
+      expect(html).not.toContain('<script>')
+      const json = await fetch(`${th.url}/api/auth/login?nonce=${bad}`, { redirect: 'manual' })
+      expect(json.status).toBe(400)
+      expect(((await json.json()) as { error: { code: string } }).error.code).toBe('OAUTH_LOGIN_INVALID')
+    }
+    // Twice is refused too, never a 500; another parameter beside it changes nothing.
+    const twice = await fetch(`${th.url}/api/auth/login?nonce=${'a'.repeat(30)}&nonce=${'b'.repeat(30)}`, {
+      redirect: 'manual',
+    })
+    expect(twice.status).toBe(400)
+    expect((await new Browser(map).get(`${PUBLIC}/api/auth/login?lang=en`)).status).toBe(302)
   })
 
   it('answers an API client (no text/html) in the controller shape', async () => {
@@ -332,6 +391,24 @@ describe('OAuth mode against a provider that publishes RFC 8414 metadata', () =>
   it('never answered 500 nor logged an unhandled error', () => {
     expect(th.logs.filter((l) => / 500 listener=/.test(l) || l.includes('unhandled error'))).toEqual([])
   })
+
+  // Last: it restarts the host (the same data dir and port).
+  it('refuses a used callback URL replayed with its cookie after the host restarts on the same data dir', async () => {
+    const { res, callback, cookieBefore } = await login('alice')
+    expect(res.status).toBe(302)
+    expect(fragmentOf(res.headers.get('location')!).get('token')).toMatch(/^eyJ/)
+    await th.stopKeep()
+    th = await bootOAuthHost(oauthEnv(provider.issuer, platform.url), '', th)
+    const exchanges = platform.tokens.length
+    const replay = await cookieBefore.get(callback, 'application/json')
+    expect(replay.status).toBe(400)
+    const body = (await replay.json()) as { error: { code: string; message: string } }
+    expect(body.error.code).toBe('OAUTH_STATE_INVALID')
+    expect(body.error.message).toContain('already been used')
+    // Refused before the code went anywhere: no user lookup with a token.
+    expect(platform.tokens.length).toBe(exchanges)
+    expect(failures(th).at(-1)).toContain('state already used')
+  })
 })
 
 describe('OAuth mode against a provider without RFC 8414 metadata (OpenShift fallback)', () => {
@@ -452,17 +529,23 @@ describe('OAuth mode outside OAuth mode, and its configuration', () => {
 describe('the login state', () => {
   let provider: Provider
   let platform: Platform
+  let store: Store
+  const dir = tempDataDir()
   beforeAll(async () => {
     provider = await startProvider('openshift')
     platform = await startPlatform(USERS)
+    store = openStore(dir)
+    applyMigrations(store, CORE_OWNER, coreMigrations)
   })
   afterAll(async () => {
+    store.close()
+    rmSync(dir, { recursive: true, force: true })
     await platform.stop()
     await provider.stop()
   })
 
-  const flowAt = (clock: { now: number }) =>
-    new OAuthFlow(
+  const flowAt = (clock: { now: number }) => {
+    const flow = new OAuthFlow(
       oauthSettings({
         issuer_url: provider.issuer,
         client_id: 'c',
@@ -472,6 +555,47 @@ describe('the login state', () => {
       })!,
       { secret: SECRET, now: () => clock.now },
     )
+    flow.useStore(store)
+    return flow
+  }
+
+  /** started: a login begun on `flow`, as its callback would present it (query and cookie header). */
+  const started = async (flow: OAuthFlow) => {
+    const { location, cookie } = await flow.start()
+    const state = new URL(location).searchParams.get('state')!
+    return { state, query: new URLSearchParams({ state }), header: cookie.split(';')[0]! }
+  }
+
+  it('is kept in the store until its login would have expired, then purged', async () => {
+    const clock = { now: Date.now() }
+    const flow = flowAt(clock)
+    const used = new UsedStates(store.db)
+    const before = used.size()
+    const first = await started(flow)
+    flow.checkState(first.query, first.header)
+    expect(used.size()).toBe(before + 1)
+    expect(() => flow.checkState(first.query, first.header)).toThrow('already been used')
+    // Past the first login's expiry, a new login's callback purges its row.
+    clock.now += 600_000
+    const second = await started(flow)
+    flow.checkState(second.query, second.header)
+    expect(
+      store.sqlite
+        .query<{ state: string }, []>('SELECT state FROM oauth_used_states')
+        .all()
+        .map((r) => r.state),
+    ).toEqual([second.state])
+  })
+
+  it('keeps at most its limit, dropping the soonest to expire', () => {
+    const used = new UsedStates(store.db, 3)
+    const now = Date.now() + 10_000_000
+    for (const [i, s] of ['a', 'b', 'c', 'd'].entries())
+      expect(used.consume(`cap-${s}`, now + 1000 + i, now)).toBe(true)
+    expect(used.size()).toBe(3)
+    expect(used.consume('cap-a', now + 2000, now)).toBe(true)
+    expect(used.consume('cap-d', now + 2000, now)).toBe(false)
+  })
 
   it('expires ten minutes after the login started', async () => {
     const clock = { now: Date.now() }

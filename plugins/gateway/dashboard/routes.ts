@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { PluginContext } from '../../../src/host/plugin.ts'
 import { AppError, notFound } from '../../../src/http/errors.ts'
+import { pageHeaders } from '../../../src/http/page-headers.ts'
 import { ControllerError } from '../../../src/http/schemas.ts'
 import type { GatewayService } from '../service.ts'
 import { type DashboardFile, loadBundle } from './bundle.ts'
@@ -29,12 +30,8 @@ export const DASHBOARD_CSP = [
   "frame-ancestors 'none'",
 ].join('; ')
 
-const PAGE_HEADERS = {
-  'content-security-policy': DASHBOARD_CSP,
-  'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-  'cross-origin-opener-policy': 'same-origin',
-}
+/** The page's headers: its CSP, no framing (also X-Frame-Options), nosniff, no Referer, its own opener group. */
+const PAGE_HEADERS = pageHeaders(DASHBOARD_CSP)
 
 /** InferenceKey: the key route's answer. */
 export const InferenceKey = t.Object({

@@ -9,9 +9,13 @@ import type { AuthInfo, Me } from './types.ts'
  * (no CSRF: the API reads only the Authorization header). What a script on the page could read it
  * with is closed by the page's Content-Security-Policy (no inline or foreign script).
  *
- * OAuth mode: the browser goes to `/api/auth/login`, the provider, then `/api/auth/callback`, which
- * sends it back here with `#token=<JWT>&token_type=Bearer&expires_in=<s>`; the page takes the token
- * and removes the fragment from the address bar and history at once (history.replaceState).
+ * OAuth mode: before leaving for `/api/auth/login`, the provider and `/api/auth/callback`, the tab
+ * keeps a random login nonce in its sessionStorage and sends it along; the callback sends the
+ * browser back here with `#token=<JWT>&token_type=Bearer&expires_in=<s>&nonce=<the same>`. The page
+ * removes any token fragment from the address bar and history at once (history.replaceState), and
+ * accepts the token only in OAuth mode and only when the nonce is the one this tab kept (then
+ * forgets it): a link carrying someone else's token (`/#token=…`), opened in a new tab or this one,
+ * signs nobody in. In simple mode the fragment's token is never used.
  */
 export type SessionState =
   | { phase: 'loading' }
@@ -21,6 +25,8 @@ export type SessionState =
   | { phase: 'ready'; info: AuthInfo; user: Me }
 
 const KEY = 'modelgate.token'
+/** NONCE_KEY: the login nonce of the OAuth login this tab began, until its callback comes back. */
+const NONCE_KEY = 'modelgate.login-nonce'
 
 export const session = signal<SessionState>({ phase: 'loading' })
 
@@ -38,15 +44,34 @@ function store(token: string | null): void {
   else sessionStorage.removeItem(KEY)
 }
 
-/** takeFragmentToken moves an OAuth token from the URL fragment to sessionStorage and clears the URL. */
-export function takeFragmentToken(): void {
+/** takeFragment removes a token fragment (`#token=…`) from the address bar and history; its parameters. */
+function takeFragment(): URLSearchParams | null {
   const hash = location.hash.slice(1)
-  if (!hash || hash.startsWith('/')) return
+  if (!hash || hash.startsWith('/')) return null
   const params = new URLSearchParams(hash)
-  const token = params.get('token')
-  if (!token) return
-  store(token)
+  if (!params.has('token')) return null
   history.replaceState(null, '', `${location.pathname}${location.search}#/`)
+  return params
+}
+
+/**
+ * loginToken: the fragment's token when it ends the OAuth login this tab began (its nonce is the
+ * one kept before leaving), else null. The kept nonce is used up either way.
+ */
+function loginToken(fragment: URLSearchParams, info: AuthInfo): string | null {
+  if (info.mode !== 'oauth') return null
+  const kept = sessionStorage.getItem(NONCE_KEY)
+  sessionStorage.removeItem(NONCE_KEY)
+  return kept && fragment.get('nonce') === kept ? fragment.get('token') || null : null
+}
+
+/** newNonce: 256 random bits, base64url (what /api/auth/login accepts as the login nonce). */
+function newNonce(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(32))
+  return btoa(String.fromCharCode(...bytes))
+    .replace(/\+/g, '-')
+    .replace(/\//g, '_')
+    .replace(/=+$/, '')
 }
 
 function hasRole(me: Me): boolean {
@@ -74,7 +99,7 @@ async function enter(info: AuthInfo): Promise<void> {
 
 /** start: find out how this gateway authenticates, and whether the stored token still holds. */
 export async function startSession(): Promise<void> {
-  takeFragmentToken()
+  const fragment = takeFragment()
   auth.token = sessionStorage.getItem(KEY)
   auth.onUnauthorized = (message) => expire(message)
   let info: AuthInfo
@@ -84,6 +109,12 @@ export async function startSession(): Promise<void> {
     session.value = { phase: 'unreachable', error: err as ApiError }
     return
   }
+  let notice: string | null = null
+  if (fragment) {
+    const token = loginToken(fragment, info)
+    if (token) store(token)
+    else notice = 'A sign-in link this tab did not ask for was ignored. Log in here.'
+  }
   if (!info.auth_enabled || auth.token) {
     try {
       await enter(info)
@@ -92,7 +123,7 @@ export async function startSession(): Promise<void> {
       store(null)
     }
   }
-  session.value = { phase: 'login', info, notice: null }
+  session.value = { phase: 'login', info, notice }
 }
 
 /** login: simple mode's form. Throws the server's message (wrong password, too many attempts). */
@@ -103,10 +134,17 @@ export async function login(username: string, password: string): Promise<void> {
   await enter(info)
 }
 
-/** loginWithProvider: OAuth mode sends the browser to the provider (a navigation, not a request). */
+/**
+ * loginWithProvider: OAuth mode sends the browser to the provider (a navigation, not a request),
+ * keeping a fresh login nonce for the token's return.
+ */
 export function loginWithProvider(): void {
   const { info } = session.value as { info: AuthInfo }
-  location.assign(info.login_url ?? '/api/auth/login')
+  const nonce = newNonce()
+  sessionStorage.setItem(NONCE_KEY, nonce)
+  const to = new URL(info.login_url ?? '/api/auth/login', location.href)
+  to.searchParams.set('nonce', nonce)
+  location.assign(to.href)
 }
 
 /** expire: the server no longer accepts the token (expired, revoked): back to the login. */
