@@ -52,11 +52,11 @@ export interface ClusterSecrets {
 }
 
 /**
- * checkClusterSecrets refuses, at start-up, a secret shorter than the spec allows, and (when the
- * cluster needs one: `required`) a missing `auth.cluster_secret`. It throws a ConfigError naming
- * the dotted path, as every other config problem is reported.
+ * clusterSecretProblems: what is wrong with the secrets of the signed internal API, by dotted path:
+ * a secret shorter than MIN_SECRET_LENGTH, and (when the cluster needs one: `required`) a missing
+ * `auth.cluster_secret`. The cluster plugin's `validate` reports them with every other config problem.
  */
-export function checkClusterSecrets(auth: ClusterSecrets, required = true): void {
+export function clusterSecretProblems(auth: ClusterSecrets, required = true): string[] {
   const problems: string[] = []
   if (required && !auth.cluster_secret)
     problems.push(
@@ -69,6 +69,12 @@ export function checkClusterSecrets(auth: ClusterSecrets, required = true): void
   for (const [path, value] of given)
     if (value && value.length < MIN_SECRET_LENGTH)
       problems.push(`${path}: must be at least ${MIN_SECRET_LENGTH} characters`)
+  return problems
+}
+
+/** checkClusterSecrets throws clusterSecretProblems as a ConfigError (for a plugin that verifies internal calls). */
+export function checkClusterSecrets(auth: ClusterSecrets, required = true): void {
+  const problems = clusterSecretProblems(auth, required)
   if (problems.length > 0) throw new ConfigError(problems)
 }
 

@@ -1,4 +1,5 @@
 import { type Static, Type as T } from '@sinclair/typebox'
+import type { ValidateContext } from '../../src/host/plugin.ts'
 import { ProxyConfig } from './proxy/config.ts'
 
 /**
@@ -109,6 +110,18 @@ export const GatewayConfig = T.Object(
 )
 
 export type GatewayConfig = Static<typeof GatewayConfig>
+
+/**
+ * gatewayProblems is the gateway plugin's `validate`: rules across its keys. A reversed engine port
+ * range would leave no port for any engine (every load refused with NO_FREE_PORT).
+ */
+export function gatewayProblems(cfg: GatewayConfig, _ctx: ValidateContext): string[] {
+  const problems: string[] = []
+  const { start, end } = cfg.engine.port_range
+  if (start > end)
+    problems.push(`plugins.gateway.engine.port_range: start (${start}) must not be above end (${end})`)
+  return problems
+}
 
 /** expandSelf replaces `@self` in an argv with the command that re-runs modelgate. */
 export function expandSelf(argv: readonly string[], self: readonly string[]): string[] {

@@ -1,5 +1,5 @@
 import { definePlugin } from '../../src/host/plugin.ts'
-import { RouterConfig } from './config.ts'
+import { RouterConfig, routerProblems } from './config.ts'
 import { routerDashboardRoutes } from './dashboard.ts'
 import { routerRoutes } from './routes.ts'
 import { RouterService } from './service.ts'
@@ -34,13 +34,9 @@ export const routerPlugin = (opts: RouterOptions = {}) =>
     id: 'router',
     description: 'Routes inference to configured endpoints, tracks traffic, sleeps idle models.',
     config: RouterConfig,
+    // Duplicate model names and a port shared with the main listener: refused before setup runs.
+    validate: routerProblems,
     setup(ctx, cfg) {
-      const names = new Set<string>()
-      cfg.models.forEach((m, i) => {
-        if (names.has(m.name))
-          throw new Error(`plugins.router.models[${i}].name: duplicate model name '${m.name}'`)
-        names.add(m.name)
-      })
       const service = new RouterService(cfg, ctx, opts.now)
       return {
         listeners: [

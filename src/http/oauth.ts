@@ -2,6 +2,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto'
 import * as oauth from 'oauth4webapi'
 import type { RootConfig } from '../config/schema.ts'
 import { AppError } from './errors.ts'
+import { httpUrl } from './url.ts'
 
 /**
  * OAuth mode (`auth.mode: oauth`): modelgate is an OAuth 2 client of the platform's identity
@@ -48,16 +49,6 @@ export interface OAuthSettings {
 }
 
 const trimSlash = (u: string) => u.replace(/\/+$/, '')
-
-function httpUrl(v: string | undefined): URL | null {
-  if (!v) return null
-  try {
-    const u = new URL(v)
-    return u.protocol === 'http:' || u.protocol === 'https:' ? u : null
-  } catch {
-    return null
-  }
-}
 
 /**
  * oauthProblems lists what is missing or wrong in `auth.oauth` for OAuth mode, by dotted path (the
