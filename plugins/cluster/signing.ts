@@ -4,11 +4,11 @@ import type { InternalRequest, InternalVerdict } from '../../src/http/auth.ts'
 import { AppError, badRequest, unauthorized } from '../../src/http/errors.ts'
 
 /**
- * The signed internal API between pods (spec: Authentication, cluster authentication). Every
+ * The signed internal API between pods. Every
  * `/internal/*` request carries `X-Cluster-Signature`, the hex HMAC-SHA256 of method, path (with
  * query), timestamp and raw body concatenated in that order, and `X-Cluster-Timestamp` (Unix ms).
  * The sender also names itself (`X-Cluster-Pod`) and the highest leader term it has seen
- * (`X-Cluster-Term`); those two are not part of the spec's signature, so a command whose term
+ * (`X-Cluster-Term`); those two are not part of the signature, so a command whose term
  * matters for fencing carries the term in its (signed) body as well.
  */
 export const CLUSTER_HEADERS = {
@@ -18,7 +18,7 @@ export const CLUSTER_HEADERS = {
   term: 'x-cluster-term',
 } as const
 
-/** The spec's shortest CLUSTER_SECRET. */
+/** The shortest CLUSTER_SECRET accepted. */
 export const MIN_SECRET_LENGTH = 16
 /** A timestamp more than this far from the receiver's clock, either way, is refused. */
 export const MAX_SKEW_MS = 30_000

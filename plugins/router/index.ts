@@ -5,7 +5,7 @@ import { routerRoutes } from './routes.ts'
 import { RouterService } from './service.ts'
 
 /**
- * The router plugin: the standalone traffic-routing controller of router-api.md on its own
+ * The router plugin: the standalone traffic-routing controller (README "Router plugin") on its own
  * listener (with its own /docs). It routes OpenAI-style inference to configured vLLM endpoints
  * and, when the gateway plugin is on and `from_gateway` is set, to the gateway's instances; it
  * keeps traffic statistics and sleeps idle models. It does not depend on the gateway: alone it
@@ -15,7 +15,7 @@ import { RouterService } from './service.ts'
 const DESCRIPTION =
   'Traffic-routing controller: OpenAI-compatible /v1 inference routed by model name, traffic statistics, ' +
   'sleep and wake of models (manual and automatic after an idle threshold), health. Authentication: ' +
-  "none for standalone models (`plugins.router.models`, the spec's default: put the router behind a " +
+  'none for standalone models (`plugins.router.models`, the default: put the router behind a ' +
   'reverse proxy that adds it). With `auth.inference_api_key` set and the router following the gateway, ' +
   "the gateway's models need that key (`Authorization: Bearer <key>`, 401 missing_api_key / " +
   'invalid_api_key otherwise) on POST /v1/chat/completions, POST /v1/completions, POST ' +
