@@ -22,9 +22,9 @@ const known = new Map<string, PluginSchemaInfo>([
   ['beta', { schema: T.Object({}, { additionalProperties: false }), dependsOn: ['alpha'] }],
 ])
 
-function problems(yaml: string, env: Record<string, string> = {}): string[] {
+function problems(yaml: string, env: Record<string, string> = {}, plugins = known): string[] {
   try {
-    loadConfig(yaml, env, known)
+    loadConfig(yaml, env, plugins)
   } catch (err) {
     if (err instanceof ConfigError) return err.problems
     throw err
@@ -187,14 +187,7 @@ describe("a plugin's validate", () => {
       },
     ],
   ])
-  const run = (yaml: string, env: Record<string, string> = {}) => {
-    try {
-      loadConfig(yaml, env, withValidate)
-      return []
-    } catch (err) {
-      return (err as ConfigError).problems
-    }
-  }
+  const run = (yaml: string, env: Record<string, string> = {}) => problems(yaml, env, withValidate)
 
   it('reports its problems with the schema problems of every other section', () => {
     expect(run('log:\n  level: loud\nplugins:\n  ranged: { start: 5, end: 2 }\n')).toEqual([
