@@ -23,6 +23,10 @@ Usage:
   modelgate version                   print the version
   modelgate sim engine MODEL [vllm serve flags]
   modelgate sim smi [nvidia-smi query flags]
+
+Exit codes of serve: 0 stopped by a signal; 2 the configuration is invalid (the problems are
+printed, as check-config prints them; retrying cannot help); 1 start-up failed for another reason
+(a port in use, a coordination service unreachable), which a retry may get past.
 `
 
 /** selfCommand is the argv that re-runs this program: the binary itself, or bun + this file. */
@@ -81,6 +85,9 @@ async function serve(load: () => LoadedConfig): Promise<number> {
   try {
     await host.boot()
   } catch (err) {
+    // A configuration problem is exit 2 wherever it surfaces (systemd's RestartPreventExitStatus=2
+    // does not retry it); anything else (a port in use, etcd unreachable) is 1, which may pass.
+    if (err instanceof ConfigError) return reportConfigError(err)
     host.log.error('start-up failed', { error: err instanceof Error ? err.message : String(err) })
     return 1
   }

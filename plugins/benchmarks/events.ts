@@ -1,9 +1,8 @@
 import type { BenchmarkRun, Scenario } from './schemas.ts'
 
 /**
- * Benchmark stream events (spec: Benchmark stream). The spec's names are kept; `scenario:failed`,
- * `scenario:cancelled` and `benchmark:cancelled` are added so every scenario and run ends with an
- * event. Every payload carries `benchmark_id`; scenario events carry `scenario_id`.
+ * Benchmark stream events. `scenario:failed`, `scenario:cancelled` and `benchmark:cancelled` exist
+ * beside the completed and failed ones so every scenario and run ends with an event. Every payload carries `benchmark_id`; scenario events carry `scenario_id`.
  */
 export type BenchmarkEventName =
   | 'benchmark:started'
@@ -34,11 +33,11 @@ export const EVENT_DOCS = `Events (SSE event name → data):
 - scenario:warmup → {benchmark_id, scenario_id, completed, total}
 - scenario:progress → {benchmark_id, scenario_id, completed, total, success_count, error_count}
 - scenario:completed → {benchmark_id, scenario_id, status: "completed", metrics}
-- scenario:failed → {benchmark_id, scenario_id, error} (not in the spec)
-- scenario:cancelled → {benchmark_id, scenario_id, metrics?} (not in the spec; metrics of the requests that finished)
+- scenario:failed → {benchmark_id, scenario_id, error}
+- scenario:cancelled → {benchmark_id, scenario_id, metrics?} (metrics of the requests that finished)
 - benchmark:completed → {benchmark_id, status, completed_at, duration_seconds, total_requests, successful_requests, failed_requests}
 - benchmark:failed → {benchmark_id, error, completed_at}
-- benchmark:cancelled → {benchmark_id, error, completed_at} (not in the spec)
+- benchmark:cancelled → {benchmark_id, error, completed_at}
 
 A client that connects late first receives the current state as events (benchmark:started, then per started scenario scenario:started and its latest warmup/progress or its final event, then the run's final event). The stream closes after the run's final event.`
 

@@ -8,7 +8,7 @@ import { CreateRunSchema, RunSchema, RunStatusSchema, RunSummarySchema } from '.
 import type { BenchmarkService } from './service.ts'
 
 /**
- * benchmarkRoutes: the spec's benchmark endpoints, plus cancel and export/import. Thin: every
+ * benchmarkRoutes: the benchmark endpoints, plus cancel and export/import. Thin: every
  * decision lives in BenchmarkService.
  */
 const tags = ['benchmarks']
@@ -36,7 +36,7 @@ export function benchmarkRoutes(service: BenchmarkService) {
               "instance's max_tokens, else 400 VALIDATION_ERROR naming the scenario; positive integers; " +
               'concurrency ≤ 4096, totalRequests ≤ 100000, warmupRequests ≤ 10000, at most 32 scenarios), stores ' +
               'the run and answers 201 with the pending run; the run starts in the background. `routingMode` ' +
-              'defaults to direct. Beyond the spec: `requestRate` (open loop), `slaTtftMs` and `slaTpotMs`. 409 ' +
+              'defaults to direct. Optional: `requestRate` (open loop), `slaTtftMs` and `slaTpotMs`. 409 ' +
               `BENCHMARK_QUEUE_FULL when max_queued_runs runs already wait.\n\n${STATUS_DOCS}\n\n${METRIC_DOCS}`,
           },
         },

@@ -1,9 +1,9 @@
 import { type Static, Type as T, type TSchema } from '@sinclair/typebox'
 
 /**
- * The benchmark resources (spec: Benchmark run, Benchmark status) as TypeBox schemas, so the
- * routes document exactly what the service returns. Response fields are snake_case as in the spec;
- * the create body is camelCase as the spec's create body is.
+ * The benchmark resources (run, status) as TypeBox schemas, so the
+ * routes document exactly what the service returns. Response fields are snake_case;
+ * the create body is camelCase.
  */
 export const RunStatusSchema = T.Union([
   T.Literal('pending'),

@@ -1,4 +1,9 @@
+import { hostname } from 'node:os'
 import { type Static, Type as T } from '@sinclair/typebox'
+import type { Env } from '../../src/config/load.ts'
+import type { ValidateContext } from '../../src/host/plugin.ts'
+import { httpUrl } from '../../src/http/url.ts'
+import { clusterSecretProblems } from './signing.ts'
 
 /**
  * ClusterConfig is `plugins.cluster` in the YAML. Leadership comes from `coordination` (etcd,
@@ -128,3 +133,68 @@ export const ClusterConfig = T.Object(
 )
 
 export type ClusterConfig = Static<typeof ClusterConfig>
+
+/** LEASE_JITTER: client-go's JitterFactor; a candidate waits retry × (1 + rand × 1.2) between attempts. */
+export const LEASE_JITTER = 1.2
+
+const K8S = 'plugins.cluster.coordination.kubernetes'
+
+/**
+ * kubernetesTimingProblems: client-go's rules for a Lease's timings. The renew deadline must end
+ * before the lease does, or another pod may take over while this one still acts as leader; and a
+ * retry (with its jitter) must fit in the renew deadline, or one missed renewal loses leadership.
+ */
+export function kubernetesTimingProblems(k: ClusterConfig['coordination']['kubernetes']): string[] {
+  const problems: string[] = []
+  if (k.lease_duration_seconds <= k.renew_deadline_seconds)
+    problems.push(`${K8S}.renew_deadline_seconds: must be less than lease_duration_seconds`)
+  if (k.renew_deadline_seconds <= LEASE_JITTER * k.retry_period_seconds)
+    problems.push(`${K8S}.retry_period_seconds: must be less than renew_deadline_seconds / ${LEASE_JITTER}`)
+  return problems
+}
+
+/** podIdOf: this pod's id: `pod_id`, else POD_NAME (a Kubernetes pod's name), else the host name. */
+export function podIdOf(cfg: ClusterConfig, env: Env): string {
+  return cfg.pod_id ?? env.POD_NAME ?? hostname()
+}
+
+/** staticLeaderProblems: the static leader must be a pod the cluster knows: a peer or this pod. */
+export function staticLeaderProblems(s: NonNullable<ClusterConfig['coordination']['static']>, podId: string) {
+  const known = new Set([...s.peers.map((p) => p.pod_id), podId])
+  return known.has(s.leader)
+    ? []
+    : [
+        `plugins.cluster.coordination.static.leader: '${s.leader}' is not among the peers (${[...known].join(', ')})`,
+      ]
+}
+
+/**
+ * clusterProblems is the cluster plugin's `validate`: what would stop it at start-up although each
+ * key passed its schema. The coordination service itself (etcd answering, the service account's
+ * mount) is the environment's, not the configuration's, and is found when the pod starts.
+ */
+export function clusterProblems(cfg: ClusterConfig, { root, env }: ValidateContext): string[] {
+  const problems = clusterSecretProblems(root.auth, true)
+  const url = (path: string, v: string | undefined): void => {
+    if (v !== undefined && !httpUrl(v))
+      problems.push(`${path}: must be an http(s) URL, e.g. http://10.0.0.11:3000`)
+  }
+  url('plugins.cluster.advertise_address', cfg.advertise_address)
+  const c = cfg.coordination
+  if (c.kind === 'etcd')
+    for (const [i, e] of c.etcd.endpoints.entries())
+      url(`plugins.cluster.coordination.etcd.endpoints[${i}]`, e)
+  if (c.kind === 'kubernetes') {
+    problems.push(...kubernetesTimingProblems(c.kubernetes))
+    url(`${K8S}.api_url`, c.kubernetes.api_url)
+  }
+  if (c.kind === 'static') {
+    if (!c.static) problems.push('plugins.cluster.coordination.static: required when kind is static')
+    else {
+      problems.push(...staticLeaderProblems(c.static, podIdOf(cfg, env)))
+      for (const [i, p] of c.static.peers.entries())
+        url(`plugins.cluster.coordination.static.peers[${i}].address`, p.address)
+    }
+  }
+  return problems
+}

@@ -1,8 +1,7 @@
-import { hostname } from 'node:os'
 import { definePlugin } from '../../src/host/plugin.ts'
 import type { BenchmarksApi } from '../benchmarks/api.ts'
 import type { GatewayPodApi } from '../gateway/api.ts'
-import { ClusterConfig } from './config.ts'
+import { ClusterConfig, clusterProblems, podIdOf } from './config.ts'
 import { createCoordinator } from './coordination/index.ts'
 import stateSql from './db/migrations/0001_cluster_state.sql' with { type: 'text' }
 import { fleetInternalRoutes } from './fleet/internal-routes.ts'
@@ -23,7 +22,7 @@ import { RemoteLifecycle } from './remote/service.ts'
 import { ClusterStateRepo } from './repo.ts'
 import { clusterRoutes } from './routes.ts'
 import { ClusterService } from './service.ts'
-import { checkClusterSecrets, InternalVerifier } from './signing.ts'
+import { InternalVerifier } from './signing.ts'
 
 /**
  * The cluster plugin: several gateway pods, one leader named by a coordination service (etcd or a
@@ -37,10 +36,11 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
   dependsOn: ['gateway'],
   config: ClusterConfig,
   migrations: [{ id: 'cluster_0001_state', sql: stateSql }],
+  // The secret, the coordination's URLs and timings, the static leader: refused before setup runs.
+  validate: clusterProblems,
   setup(ctx, cfg) {
     const auth = ctx.config.auth
-    checkClusterSecrets(auth, true)
-    const podId = cfg.pod_id ?? process.env.POD_NAME ?? hostname()
+    const podId = podIdOf(cfg, process.env)
     const log = ctx.log.child('cluster')
     const repo = new ClusterStateRepo(ctx.store.db)
     let service: ClusterService | null = null

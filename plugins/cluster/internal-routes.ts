@@ -5,7 +5,7 @@ import type { ClusterService } from './service.ts'
 import { TERM_HEADER, type TermFence } from './term.ts'
 
 /**
- * internalRoutes: the pod-to-pod half of the spec's Internal API that membership needs. The listener's
+ * internalRoutes: the pod-to-pod half of the internal API that membership needs. The listener's
  * front has verified the HMAC signature, timestamp, replay and rate before any of these runs
  * (plugins/cluster/signing.ts); here every request's term is admitted first (409 STALE_TERM below the
  * highest term this pod has seen).

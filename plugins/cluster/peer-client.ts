@@ -183,7 +183,7 @@ function peerUrl(address: string, pathWithQuery: string): string {
 }
 
 /**
- * peerRefusal reads a non-2xx answer: either error shape of the spec (controller or proxy), else the
+ * peerRefusal reads a non-2xx answer: either error shape (controller or proxy), else the
  * status alone; the peer's X-Cluster-Term, when sent, rides along as `peerTerm`.
  */
 function peerRefusal(address: string, res: Response, text: string): PeerError {

@@ -4,7 +4,7 @@ import { ControllerError } from '../../src/http/schemas.ts'
 import { ClusterStatusSchema, PodModelSchema, PodSchema, RoutingTableSchema } from './schemas.ts'
 import type { ClusterService } from './service.ts'
 
-/** clusterRoutes: the read views of the spec's Cluster API (admin JWT). */
+/** clusterRoutes: the read views of the cluster API (admin JWT). */
 const tags = ['cluster']
 
 export function clusterRoutes(cluster: ClusterService) {

@@ -1,8 +1,8 @@
 import { type Static, t } from 'elysia'
 
 /**
- * The cluster's records as TypeBox schemas (the spec's Cluster records, camelCase as the spec writes
- * them), and the bodies of the internal API the spec leaves open. Routes validate with them, /docs
+ * The cluster's records as TypeBox schemas (camelCase, as every cluster API body), and the bodies
+ * of the internal API. Routes validate with them, /docs
  * shows them, and the types below are derived from them.
  */
 
@@ -98,7 +98,7 @@ export const ClusterEventTypeSchema = t.Union([
 ])
 
 /**
- * ClusterEventBody: POST /internal/cluster/event (the spec leaves the payload open). Every event
+ * ClusterEventBody: POST /internal/cluster/event. Every event
  * carries the sender's state, so a receiver never needs a second call to act on it; leader-elected
  * carries the term and the leader's first routing table.
  */

@@ -4,11 +4,11 @@ import type { InternalRequest, InternalVerdict } from '../../src/http/auth.ts'
 import { AppError, badRequest, unauthorized } from '../../src/http/errors.ts'
 
 /**
- * The signed internal API between pods (spec: Authentication, cluster authentication). Every
+ * The signed internal API between pods. Every
  * `/internal/*` request carries `X-Cluster-Signature`, the hex HMAC-SHA256 of method, path (with
  * query), timestamp and raw body concatenated in that order, and `X-Cluster-Timestamp` (Unix ms).
  * The sender also names itself (`X-Cluster-Pod`) and the highest leader term it has seen
- * (`X-Cluster-Term`); those two are not part of the spec's signature, so a command whose term
+ * (`X-Cluster-Term`); those two are not part of the signature, so a command whose term
  * matters for fencing carries the term in its (signed) body as well.
  */
 export const CLUSTER_HEADERS = {
@@ -18,7 +18,7 @@ export const CLUSTER_HEADERS = {
   term: 'x-cluster-term',
 } as const
 
-/** The spec's shortest CLUSTER_SECRET. */
+/** The shortest CLUSTER_SECRET accepted. */
 export const MIN_SECRET_LENGTH = 16
 /** A timestamp more than this far from the receiver's clock, either way, is refused. */
 export const MAX_SKEW_MS = 30_000
@@ -52,11 +52,11 @@ export interface ClusterSecrets {
 }
 
 /**
- * checkClusterSecrets refuses, at start-up, a secret shorter than the spec allows, and (when the
- * cluster needs one: `required`) a missing `auth.cluster_secret`. It throws a ConfigError naming
- * the dotted path, as every other config problem is reported.
+ * clusterSecretProblems: what is wrong with the secrets of the signed internal API, by dotted path:
+ * a secret shorter than MIN_SECRET_LENGTH, and (when the cluster needs one: `required`) a missing
+ * `auth.cluster_secret`. The cluster plugin's `validate` reports them with every other config problem.
  */
-export function checkClusterSecrets(auth: ClusterSecrets, required = true): void {
+export function clusterSecretProblems(auth: ClusterSecrets, required = true): string[] {
   const problems: string[] = []
   if (required && !auth.cluster_secret)
     problems.push(
@@ -69,6 +69,12 @@ export function checkClusterSecrets(auth: ClusterSecrets, required = true): void
   for (const [path, value] of given)
     if (value && value.length < MIN_SECRET_LENGTH)
       problems.push(`${path}: must be at least ${MIN_SECRET_LENGTH} characters`)
+  return problems
+}
+
+/** checkClusterSecrets throws clusterSecretProblems as a ConfigError (for a plugin that verifies internal calls). */
+export function checkClusterSecrets(auth: ClusterSecrets, required = true): void {
+  const problems = clusterSecretProblems(auth, required)
   if (problems.length > 0) throw new ConfigError(problems)
 }
 

@@ -38,7 +38,7 @@ export class TermFence {
   /**
    * admit checks a request's term header: absent is refused (every internal request carries one),
    * lower than the highest seen is STALE_TERM. It never raises ours: the header is outside the
-   * spec's signature (method, path, timestamp, body), so a term is only believed from a signed body
+   * signature (method, path, timestamp, body), so a term is only believed from a signed body
    * (a heartbeat's state, an event, a routing table) or from the coordination service.
    */
   admit(header: string | null): void {

@@ -27,17 +27,17 @@ import type {
 
 /**
  * GatewayApi is what other plugins (router, benchmarks, later cluster) may call on the gateway, and
- * the records it returns. Field names follow the spec's Model instance resource (snake_case). Each
+ * the records it returns. Field names are the HTTP API's instance fields (snake_case). Each
  * record is declared once, as the TypeBox schema in schemas.ts the routes validate and /docs shows;
  * the types here are derived from those schemas.
  */
 
-/** InstanceStatus: `active` is the serving state; the spec's sleep and move sections call it `running`. */
+/** InstanceStatus: `active` is the serving state; sleep and move results call it `running`. */
 export type InstanceStatus = Static<typeof InstanceStatusSchema>
 
 export type SleepLevel = Static<typeof SleepLevelSchema>
 
-/** MemoryMetrics: the spec's memory_metrics record, per GPU, as parsed from the engine's log. */
+/** MemoryMetrics: an instance's memory_metrics record, per GPU, as parsed from the engine's log. */
 export type { MemoryMetrics }
 
 /** InstanceSummary: an instance as the list route shows it (no memory figures, no launch command). */
@@ -71,17 +71,17 @@ export interface SleepOptions {
   signal?: AbortSignal
 }
 
-/** LogRecord: the spec's Log record (recent engine lines, each prefixed with its stream in brackets). */
+/** LogRecord: an instance's recent log (recent engine lines, each prefixed with its stream in brackets). */
 export interface LogRecord {
   instance_id: string
   logs: string
   line_count: number
 }
 
-/** GpuAvailable: the spec's GPU availability (GET /api/gpu/available). */
+/** GpuAvailable: the GPU availability view (GET /api/gpu/available). */
 export type GpuAvailable = Static<typeof GpuAvailableSchema>
 
-/** MultiGpuMemory: the spec's multi-GPU memory usage (GET /api/memory/usage/multi-gpu). */
+/** MultiGpuMemory: the multi-GPU memory usage view (GET /api/memory/usage/multi-gpu). */
 export type MultiGpuMemory = Static<typeof MultiGpuSchema>
 
 /** INSTANCE_EVENT_TYPES: every instance event type, the default of a stream's `types`. */
@@ -147,7 +147,7 @@ export interface GatewayMoves {
   get(moveId: string): MoveRecord | undefined
   /** subscribe: the current phase, then each one; `onEnd` after completed or failed; null when unknown. */
   subscribe(moveId: string, fn: (e: MoveEvent) => void, onEnd: () => void): (() => void) | null
-  /** cancel applies the spec's cancel table (404 unknown, 409 too late). */
+  /** cancel stops a move: 404 unknown, 409 too late. */
   cancel(moveId: string, force: boolean): void
   /** checkFits: the GPUs exist here and have room for `fit` (400 / 400 INSUFFICIENT_MEMORY / 503). */
   checkFits(fit: MoveFit, targetGpuIds: number[]): Promise<void>

@@ -1,5 +1,6 @@
 import { type Static, Type as T } from '@sinclair/typebox'
 import { KVCACHED_SHM_DIR } from '../../src/gpu/kvcached.ts'
+import type { ValidateContext } from '../../src/host/plugin.ts'
 import { ProxyConfig } from './proxy/config.ts'
 
 /**
@@ -118,6 +119,18 @@ export const GatewayConfig = T.Object(
 )
 
 export type GatewayConfig = Static<typeof GatewayConfig>
+
+/**
+ * gatewayProblems is the gateway plugin's `validate`: rules across its keys. A reversed engine port
+ * range would leave no port for any engine (every load refused with NO_FREE_PORT).
+ */
+export function gatewayProblems(cfg: GatewayConfig, _ctx: ValidateContext): string[] {
+  const problems: string[] = []
+  const { start, end } = cfg.engine.port_range
+  if (start > end)
+    problems.push(`plugins.gateway.engine.port_range: start (${start}) must not be above end (${end})`)
+  return problems
+}
 
 /** expandSelf replaces `@self` in an argv with the command that re-runs modelgate. */
 export function expandSelf(argv: readonly string[], self: readonly string[]): string[] {

@@ -11,7 +11,7 @@ import type {
   LogRecord,
   MultiGpuMemory,
 } from './api.ts'
-import { GatewayConfig } from './config.ts'
+import { GatewayConfig, gatewayProblems } from './config.ts'
 import { dashboardRoutes } from './dashboard/routes.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
@@ -86,6 +86,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   description:
     'Starts and stops vLLM engines, reports GPU and memory, sleeps and wakes models, proxies inference.',
   config: GatewayConfig,
+  validate: gatewayProblems,
   migrations: [
     { id: '0001_instances', sql: instancesSql },
     { id: '0002_presets_profiles', sql: presetsProfilesSql },

@@ -5,7 +5,7 @@ import type { InstanceLifecycleEvent, InstanceSleepEvent, InstanceStatusEvent } 
 import type { GatewayService } from './service.ts'
 
 /**
- * registerGatewayMetrics: the spec's model gauges, derived at scrape time from the live instances
+ * registerGatewayMetrics: the model gauges, derived at scrape time from the live instances
  * (no state kept twice), the KV pool gauges per GPU, and, from the bus, the lifecycle histograms
  * and counters (LifecycleMetrics). The request counter and histogram belong to the proxy.
  */

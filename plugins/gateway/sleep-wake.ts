@@ -285,7 +285,7 @@ export class SleepWake {
     return reported === 1 ? 1 : 2
   }
 
-  /** status is the sleep-status body (spec: not shown; documented in the README). */
+  /** status is the sleep-status body (documented in the README). */
   async status(inst: ManagedInstance): Promise<SleepStatus> {
     let engineSleeping: boolean | null = null
     if (inst.status === 'active' || inst.status === 'sleeping') {

@@ -18,7 +18,7 @@ import type { GatewayService } from './service.ts'
  * GPU and memory views: live nvidia-smi data + the instances' recorded footprints + the shared
  * KV-cache pool of each GPU (the sum of its engines' kvcached segments, SharedCache.usageByGpu; for
  * other engines their own vllm:kv_cache_usage_perc), fed through the
- * spec's formulas in src/gpu/memory.ts. A host without a GPU probe answers 503 GPU_PROBE_UNAVAILABLE
+ * formulas in src/gpu/memory.ts. A host without a GPU probe answers 503 GPU_PROBE_UNAVAILABLE
  * naming the reason, never a 500.
  */
 const GIB = 2 ** 30

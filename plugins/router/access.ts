@@ -8,7 +8,7 @@ import type { ModelEntry } from './model-table.ts'
  * is set (`auth.inference_api_key`) and the router follows the gateway, a request that does not
  * name a standalone endpoint model (`plugins.router.models`) needs the key, checked by the
  * gateway's own AuthService (constant time, its 401 `missing_api_key` / `invalid_api_key`): the
- * inference routes and the actions that change a model's state. Standalone models keep the spec's
+ * inference routes and the actions that change a model's state. Standalone models keep the
  * no-auth default.
  *
  * Unknown names need the key too, so that the answer to a caller without it (401) does not depend

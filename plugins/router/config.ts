@@ -1,4 +1,5 @@
 import { type Static, Type as T } from '@sinclair/typebox'
+import type { ValidateContext } from '../../src/host/plugin.ts'
 import { WakeOnRequestKeys } from '../../src/wire/wake-on-request.ts'
 
 /**
@@ -104,3 +105,29 @@ export const RouterConfig = T.Object(
 )
 
 export type RouterConfig = Static<typeof RouterConfig>
+
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1'])
+const WILDCARD = new Set(['0.0.0.0', '::', '*'])
+
+/** sameSocket: two listeners on these addresses and one port would collide (the second fails to listen). */
+function sameSocket(a: string, b: string): boolean {
+  return a === b || WILDCARD.has(a) || WILDCARD.has(b) || (LOOPBACK.has(a) && LOOPBACK.has(b))
+}
+
+/**
+ * routerProblems is the router plugin's `validate`: a model name routes to one endpoint, so a name
+ * given twice is refused; and the router's listener cannot share the main listener's port.
+ */
+export function routerProblems(cfg: RouterConfig, { root }: ValidateContext): string[] {
+  const problems: string[] = []
+  const seen = new Set<string>()
+  cfg.models.forEach((m, i) => {
+    if (seen.has(m.name)) problems.push(`plugins.router.models[${i}].name: duplicate model name '${m.name}'`)
+    seen.add(m.name)
+  })
+  if (cfg.port !== 0 && cfg.port === root.server.port && sameSocket(cfg.host, root.server.host))
+    problems.push(
+      `plugins.router.port: ${cfg.port} is server.port too (hosts ${cfg.host} and ${root.server.host}); the router needs a port of its own`,
+    )
+  return problems
+}

@@ -1,7 +1,7 @@
 import { type AppError, proxyError } from '../../src/http/errors.ts'
 
 /**
- * Router errors, all in the spec's one error shape `{error: {message, type, code}}` (the proxy
+ * Router errors, all in one error shape `{error: {message, type, code}}` (the proxy
  * shape of src/http/errors.ts). The router listener renders every error this way, including on
  * its admin routes, so a client needs a single parser.
  */
@@ -14,7 +14,7 @@ export const invalidParameter = (message: string): AppError =>
 export const invalidJson = (): AppError =>
   proxyError(400, 'invalid_request', 'invalid_json', 'Request body is not valid JSON')
 
-/** modelWaking: 503 with Retry-After, the spec's answer while a model wakes up. */
+/** modelWaking: 503 with Retry-After, the answer while a model wakes up. */
 export const modelWaking = (model: string, retryAfterSeconds: number, message?: string): AppError =>
   proxyError(
     503,

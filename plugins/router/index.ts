@@ -1,11 +1,11 @@
 import { definePlugin } from '../../src/host/plugin.ts'
-import { RouterConfig } from './config.ts'
+import { RouterConfig, routerProblems } from './config.ts'
 import { routerDashboardRoutes } from './dashboard.ts'
 import { routerRoutes } from './routes.ts'
 import { RouterService } from './service.ts'
 
 /**
- * The router plugin: the standalone traffic-routing controller of router-api.md on its own
+ * The router plugin: the standalone traffic-routing controller (README "Router plugin") on its own
  * listener (with its own /docs). It routes OpenAI-style inference to configured vLLM endpoints
  * and, when the gateway plugin is on and `from_gateway` is set, to the gateway's instances; it
  * keeps traffic statistics and sleeps idle models. It does not depend on the gateway: alone it
@@ -15,7 +15,7 @@ import { RouterService } from './service.ts'
 const DESCRIPTION =
   'Traffic-routing controller: OpenAI-compatible /v1 inference routed by model name, traffic statistics, ' +
   'sleep and wake of models (manual and automatic after an idle threshold), health. Authentication: ' +
-  "none for standalone models (`plugins.router.models`, the spec's default: put the router behind a " +
+  'none for standalone models (`plugins.router.models`, the default: put the router behind a ' +
   'reverse proxy that adds it). With `auth.inference_api_key` set and the router following the gateway, ' +
   "the gateway's models need that key (`Authorization: Bearer <key>`, 401 missing_api_key / " +
   'invalid_api_key otherwise) on POST /v1/chat/completions, POST /v1/completions, POST ' +
@@ -34,13 +34,9 @@ export const routerPlugin = (opts: RouterOptions = {}) =>
     id: 'router',
     description: 'Routes inference to configured endpoints, tracks traffic, sleeps idle models.',
     config: RouterConfig,
+    // Duplicate model names and a port shared with the main listener: refused before setup runs.
+    validate: routerProblems,
     setup(ctx, cfg) {
-      const names = new Set<string>()
-      cfg.models.forEach((m, i) => {
-        if (names.has(m.name))
-          throw new Error(`plugins.router.models[${i}].name: duplicate model name '${m.name}'`)
-        names.add(m.name)
-      })
       const service = new RouterService(cfg, ctx, opts.now)
       return {
         listeners: [

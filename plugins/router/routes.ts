@@ -34,7 +34,7 @@ import {
 import type { RouterService } from './service.ts'
 
 /**
- * routerRoutes: every route of router-api.md on the router listener, thin over RouterService.
+ * routerRoutes: every route of the router listener (documented at its /docs), thin over RouterService.
  * Parameters are checked here (not by Elysia's validator) so that every error, including a bad
  * `threshold`, comes out in the router's one error shape; their schemas are declared in `detail`
  * for /docs. The two inference routes are served as raw routes on the listener; they are declared

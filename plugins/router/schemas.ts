@@ -1,7 +1,7 @@
 import { t } from 'elysia'
 
 /**
- * Response shapes of the router's routes, for /docs. They follow router-api.md's resources;
+ * Response shapes of the router's routes, for /docs. They are the router API's resources;
  * timestamps are ISO 8601 strings and durations seconds.
  */
 const Timestamp = t.String({ format: 'date-time', description: 'ISO 8601 (UTC)' })

@@ -3,7 +3,7 @@ import type { ModelEntry } from './model-table.ts'
 import { round, type TrafficSnapshot } from './stats.ts'
 
 /**
- * Views turn the model table into the spec's resources. Timestamps are ISO 8601 (UTC); durations
+ * Views turn the model table into the router API's resources. Timestamps are ISO 8601 (UTC); durations
  * are seconds with millisecond precision. `last_activity` is null for a model that has had no
  * traffic since the router started.
  */

@@ -1,6 +1,7 @@
 import type { TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { parse as parseYaml } from 'yaml'
+import { parseDocument } from 'yaml'
+import type { ValidateContext } from '../host/plugin.ts'
 import { oauthProblems } from '../http/oauth.ts'
 import { ENV_OVERRIDES, type RootConfig, RootConfigSchema } from './schema.ts'
 
@@ -22,6 +23,9 @@ export type Env = Record<string, string | undefined>
 export interface PluginSchemaInfo {
   schema: TSchema
   dependsOn: string[]
+  /** validate: the plugin's own checks across keys (PluginDefinition.validate), run once its schema passed. */
+  // biome-ignore lint/suspicious/noExplicitAny: each plugin's section has its own static type
+  validate?: (cfg: any, ctx: ValidateContext) => string[]
 }
 
 export interface LoadedConfig {
@@ -168,12 +172,7 @@ function isEnabled(section: unknown): boolean {
 /** loadConfig parses and validates a YAML document against the root and plugin schemas. */
 export function loadConfig(yamlText: string, env: Env, known: Map<string, PluginSchemaInfo>): LoadedConfig {
   const problems: string[] = []
-  let parsed: unknown
-  try {
-    parsed = parseYaml(yamlText) ?? {}
-  } catch (err) {
-    throw new ConfigError([`(yaml): ${(err as Error).message.split('\n')[0]}`])
-  }
+  const parsed = parseYamlText(yamlText)
   if (typeof parsed !== 'object' || Array.isArray(parsed))
     throw new ConfigError(['(root): must be a mapping'])
   const doc = interpolate(parsed, env, '', problems) as Record<string, unknown>
@@ -204,15 +203,48 @@ export function loadConfig(yamlText: string, env: Env, known: Map<string, Plugin
     const { enabled: _enabled, ...rest } = (section ?? {}) as Record<string, unknown>
     if (_enabled !== undefined && typeof _enabled !== 'boolean')
       problems.push(`plugins.${id}.enabled: must be a boolean`)
-    plugins.set(id, validateAgainst(info.schema, rest, `plugins.${id}`, problems))
+    const before = problems.length
+    const cfg = validateAgainst<Record<string, unknown>>(info.schema, rest, `plugins.${id}`, problems)
+    // A section that failed its schema is not the shape validate expects: those problems come first.
+    if (info.validate && problems.length === before) problems.push(...info.validate(cfg, { root, env }))
+    plugins.set(id, cfg)
   }
   for (const id of plugins.keys()) {
     for (const dep of known.get(id)?.dependsOn ?? []) {
       if (!plugins.has(dep)) problems.push(`plugins.${id}: requires plugin '${dep}', which is not enabled`)
     }
   }
-  if (problems.length > 0) throw new ConfigError(problems)
+  if (problems.length > 0) throw new ConfigError([...new Set(problems)])
   return { root, plugins }
+}
+
+/**
+ * parseYamlText parses the document, or throws a ConfigError with every syntax error at its line
+ * and column and the text of that line, so the operator sees where to look.
+ */
+function parseYamlText(yamlText: string): unknown {
+  const doc = parseDocument(yamlText)
+  if (doc.errors.length > 0) {
+    const lines = yamlText.split(/\r?\n/)
+    throw new ConfigError(
+      doc.errors.map((e) => {
+        const at = e.linePos?.[0]
+        const what =
+          e.code === 'MULTIPLE_DOCS'
+            ? 'a config file holds one YAML document (a second starts here)'
+            : e.message.replace(/ at line \d+, column \d+:?[\s\S]*$/, '')
+        if (!at) return `(yaml): ${what}`
+        const text = lines[at.line - 1]
+        return `(yaml) line ${at.line}, column ${at.col}: ${what}${text ? `: ${JSON.stringify(text)}` : ''}`
+      }),
+    )
+  }
+  try {
+    return doc.toJS() ?? {}
+  } catch (err) {
+    // What only resolving finds (an alias to an anchor that is not there) has no position.
+    throw new ConfigError([`(yaml): ${(err as Error).message}`])
+  }
 }
 
 function checkAuth(root: RootConfig, problems: string[]): void {

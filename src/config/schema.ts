@@ -140,7 +140,7 @@ export const RootConfigSchema = T.Object(
 
 export type RootConfig = Static<typeof RootConfigSchema>
 
-/** ENV_OVERRIDES maps the spec's environment variables onto dotted config paths. */
+/** ENV_OVERRIDES maps the environment variables operators and containers set onto dotted config paths. */
 export const ENV_OVERRIDES: Record<string, string> = {
   AUTH_MODE: 'auth.mode',
   ADMIN_USERNAME: 'auth.admin_username',

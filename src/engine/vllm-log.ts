@@ -278,7 +278,7 @@ export function parseVllmLine(line: string): VllmLogFact | null {
   return null
 }
 
-/** MemoryMetrics is the spec's memory_metrics record; every figure is per GPU (one TP rank). */
+/** MemoryMetrics is an instance's memory_metrics record; every figure is per GPU (one TP rank). */
 export interface MemoryMetrics {
   total_gpu_memory_gib: number
   weights_memory_gib: number

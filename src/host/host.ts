@@ -18,6 +18,7 @@ import { abortable, WaitError } from './abortable.ts'
 import { AccessLog } from './access-log.ts'
 import { EventBus } from './bus.ts'
 import { connectionCap } from './limits.ts'
+import { listenError } from './listen-error.ts'
 import { Logger } from './logger.ts'
 import { createMetricsRegistry } from './metrics.ts'
 import type {
@@ -285,7 +286,7 @@ export class Host {
       })
     } catch (err) {
       server.stop(true)
-      throw err
+      throw listenError(name, host, port, err)
     }
     this.servers.push({ name, server, front })
     log.info(`${name} listening`, {

@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Registry } from 'prom-client'
 
-/** METRIC_PREFIX is the spec's neutral metric prefix made concrete. */
+/** METRIC_PREFIX: every metric of modelgate's own starts with it. */
 export const METRIC_PREFIX = 'modelgate_'
 
 /** createMetricsRegistry makes the one registry every plugin registers into. */

@@ -77,11 +77,27 @@ export interface PluginInstance<Api = unknown> {
   kill?(): void
 }
 
+/** ValidateContext: what a plugin's `validate` may read beside its own section. */
+export interface ValidateContext {
+  /** root: the host's part of the YAML, defaults applied (e.g. `auth.cluster_secret`, `server.port`). */
+  readonly root: RootConfig
+  /** env: the environment the config was loaded with (defaults such as POD_NAME come from it). */
+  readonly env: Readonly<Record<string, string | undefined>>
+}
+
 export interface PluginDefinition<S extends TObject = TObject, Api = unknown> {
   id: string
   description: string
   dependsOn?: string[]
   config: S
+  /**
+   * validate finds what the schema cannot: rules across keys (a range's ends, a key another key's
+   * value requires) and against the host's config. It answers one problem per entry, each starting
+   * with its dotted path (`plugins.cluster.coordination.static.leader: …`). The config loader runs
+   * it once the section passed its schema, so `check-config` and start-up refuse the same
+   * configurations, with exit 2, before anything opens. `setup` may then take them as valid.
+   */
+  validate?(cfg: Static<S>, ctx: ValidateContext): string[]
   migrations?: Migration[]
   setup(ctx: PluginContext, cfg: Static<S>): PluginInstance<Api> | Promise<PluginInstance<Api>>
 }

@@ -8,7 +8,7 @@ import { accessDeniedPage, failurePage, PAGE_HEADERS, wantsHtml } from './oauth-
 import { ControllerError } from './schemas.ts'
 
 /**
- * authRoutes: `/api/auth/*`, public by the spec's prefix rule. Simple mode logs in with
+ * authRoutes: `/api/auth/*`, public by their prefix (categorize). Simple mode logs in with
  * `POST /login`; OAuth mode with the browser redirect pair `GET /login` → provider →
  * `GET /callback` → frontend with the JWT in the URL fragment (src/http/oauth.ts). Every OAuth
  * failure is logged once here, and answered with a page (a browser) or the controller JSON shape

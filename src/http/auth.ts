@@ -11,7 +11,7 @@ import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth
  * registered pattern, e.g. `/api/v1/models/:id`), never a second reading of the URL: what a route
  * requires is read from the mounted routes themselves (declareRoutes), so the path that is
  * authorised is the path that is routed. A route's category (public, admin, inference, internal)
- * follows the spec's prefixes applied to its pattern unless its `detail` declares `x-auth`; a
+ * follows its pattern's prefix (categorize) unless its `detail` declares `x-auth`; a
  * state-free POST declares `x-read-only: true`, and a read that only `admin` may make declares
  * `x-required-role: 'admin'`. Routes never check auth themselves. Internal routes (`/internal/*`)
  * are judged on the one parse too: the listener's front checks the cluster signature on the raw
@@ -51,8 +51,9 @@ const INFERENCE_EXACT = new Set([
 ])
 
 /**
- * categorize maps a route pattern to its auth category by the spec's prefixes (Authentication,
- * route categories). The guard applies it to patterns the routes registered, never to a URL.
+ * categorize maps a route pattern to its auth category by its prefix (`/v1/`, `/api/direct/` and
+ * the exact inference paths: inference; `/api/auth/`, `/api/health/`: public; `/internal/`:
+ * internal; other `/api/`: admin). The guard applies it to patterns the routes registered, never to a URL.
  */
 export function categorize(pathname: string): RouteCategory {
   if (pathname.startsWith('/v1/') || pathname === '/v1' || pathname.startsWith('/api/direct/'))

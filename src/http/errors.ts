@@ -1,5 +1,5 @@
 /**
- * AppError is the one place both error shapes of the spec come from.
+ * AppError is the one place both error shapes come from.
  *
  * - controller shape: `{error: {code, message, statusCode}}` for /api/* routes;
  * - proxy shape: `{error: {message, type, param?, code}}` for inference routes (OpenAI convention).
@@ -57,7 +57,7 @@ function defaultType(status: number): string {
   return 'invalid_request_error'
 }
 
-// Controller-shape constructors (codes from the spec's Errors table, plus the ones it leaves open).
+// Controller-shape constructors (the codes /docs lists per route).
 export const badRequest = (message: string, code = 'VALIDATION_ERROR') => new AppError(400, code, message)
 export const unauthorized = (message = 'Missing or invalid authentication token') =>
   new AppError(401, 'UNAUTHORIZED', message)

@@ -4,6 +4,7 @@ import type { RootConfig } from '../config/schema.ts'
 import type { Store } from '../store/db.ts'
 import { AppError } from './errors.ts'
 import { UsedStates } from './oauth-states.ts'
+import { httpUrl } from './url.ts'
 
 /**
  * OAuth mode (`auth.mode: oauth`): modelgate is an OAuth 2 client of the platform's identity
@@ -53,16 +54,6 @@ export interface OAuthSettings {
 }
 
 const trimSlash = (u: string) => u.replace(/\/+$/, '')
-
-function httpUrl(v: string | undefined): URL | null {
-  if (!v) return null
-  try {
-    const u = new URL(v)
-    return u.protocol === 'http:' || u.protocol === 'https:' ? u : null
-  } catch {
-    return null
-  }
-}
 
 /**
  * oauthProblems lists what is missing or wrong in `auth.oauth` for OAuth mode, by dotted path (the

@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 
-/** ControllerError and ProxyError are the spec's two error shapes as response schemas for /docs. */
+/** ControllerError and ProxyError are the two error shapes (admin API and inference) as response schemas for /docs. */
 export const ControllerError = t.Object(
   {
     error: t.Object({ code: t.String(), message: t.String(), statusCode: t.Number() }),

@@ -13,3 +13,14 @@ export function splitUrl(url: string): { path: string; query: string } {
 export function pathOf(url: string): string {
   return splitUrl(url).path
 }
+
+/** httpUrl parses an http(s) URL from the configuration; null when it is missing or not one. */
+export function httpUrl(v: string | undefined): URL | null {
+  if (!v) return null
+  try {
+    const u = new URL(v)
+    return u.protocol === 'http:' || u.protocol === 'https:' ? u : null
+  } catch {
+    return null
+  }
+}

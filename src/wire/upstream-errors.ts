@@ -3,7 +3,7 @@ import { ProtocolError } from './response-parser.ts'
 
 /**
  * The proxy's own failures, in the proxy (OpenAI-style) error shape. Types mirror the HTTP status
- * name the way the spec's 503 uses `service_unavailable`; codes say which deadline or failure hit.
+ * name the way a 503 is `service_unavailable`; codes say which deadline or failure hit.
  *
  * | status | type            | code                     | when                                           |
  * |--------|-----------------|--------------------------|------------------------------------------------|

@@ -138,7 +138,7 @@ async function startAll(g: Group, ids: string[], endpoints: (i: number) => strin
   return pods
 }
 
-const available = etcdAvailable()
+const available = etcdAvailable({ etcdctl: true })
 
 describe.skipIf(!available)('etcd coordination', () => {
   let etcd: TestEtcd

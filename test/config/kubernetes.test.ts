@@ -12,11 +12,9 @@ import {
 import {
   ConfigMap,
   type IConfigMap,
-  type ISecret,
   type IService,
   type IServiceAccount,
   Namespace,
-  Secret,
   Service,
   ServiceAccount,
 } from 'kubernetes-models/v1'
@@ -38,10 +36,11 @@ import { waitFor } from '../support/wait.ts'
  * stand-in Kubernetes API (test/support/lease-stand-in.ts, not a real API server) enforcing that Role.
  */
 const DIR = resolve(import.meta.dir, '../../config/kubernetes')
-const MODELS = { Namespace, ServiceAccount, Role, RoleBinding, Secret, ConfigMap, Service, StatefulSet }
+const MODELS = { Namespace, ServiceAccount, Role, RoleBinding, ConfigMap, Service, StatefulSet }
 type Doc = { kind: string; metadata: { name: string; namespace?: string } }
 
-const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml'))
+/** The files `kubectl apply -f config/kubernetes/` reads: its extensions, not the folder's other files. */
+const files = readdirSync(DIR).filter((f) => /\.(ya?ml|json)$/.test(f))
 const docs: Doc[] = files.flatMap((f) =>
   parseAllDocuments(readFileSync(join(DIR, f), 'utf8')).map((d) => {
     if (d.errors.length) throw new Error(`${f}: ${d.errors[0]!.message}`)
@@ -59,7 +58,6 @@ const pod = sts.spec!.template.spec!
 const container = pod.containers[0]!
 const env = (name: string) => container.env?.find((e) => e.name === name)?.valueFrom
 const configMap = one<IConfigMap>('ConfigMap')
-const secret = one<ISecret>('Secret')
 const role = one<IRole>('Role')
 const rules = role.rules as RbacRule[]
 const configKey = Object.keys(configMap.data!)[0]!
@@ -71,6 +69,21 @@ function modelgateConfig(env: Record<string, string>) {
   if (!known.has('cluster')) known.set('cluster', { schema: ClusterConfig, dependsOn: ['gateway'] })
   return loadConfig(configYaml, env, known)
 }
+/**
+ * readmeKubernetesSteps: the commands of the README's "A cluster on Kubernetes" block, one per
+ * entry, continuation lines joined and comments dropped.
+ */
+function readmeKubernetesSteps(): string[] {
+  const readme = readFileSync(resolve(import.meta.dir, '../../README.md'), 'utf8')
+  const section = readme.slice(readme.indexOf('### A cluster on Kubernetes'))
+  const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!
+  return block
+    .replace(/\\\n\s*/g, ' ')
+    .split('\n')
+    .map((l) => l.replace(/\s+#.*$/, '').trim())
+    .filter((l) => l && !l.startsWith('#'))
+}
+
 const goodSecrets = {
   ADMIN_PASSWORD: 'an-admin-password',
   JWT_SECRET: 'a'.repeat(64),
@@ -113,21 +126,49 @@ describe('config/kubernetes manifests', () => {
     expect(env('POD_IP')?.fieldRef?.fieldPath).toBe('status.podIP')
   })
 
-  it('takes every secret from the Secret, whose placeholders modelgate refuses to start with', () => {
-    for (const name of ['ADMIN_PASSWORD', 'JWT_SECRET', 'CLUSTER_SECRET']) {
-      const ref = env(name)?.secretKeyRef
-      expect({ name, ref }).toEqual({ name, ref: { name: secret.metadata!.name!, key: name } })
-      expect(Object.keys(secret.stringData!)).toContain(name)
-    }
-    const placeholders = { POD_NAME: 'modelgate-0', POD_IP: '10.1.2.3', ...secret.stringData! }
+  it('ships no Secret, so applying the folder again never overwrites the one the operator created', () => {
+    expect(docs.filter((d) => d.kind === 'Secret')).toEqual([])
+  })
+
+  it('has the README create the Secret after the namespace and before the folder, with every key the pods read', () => {
+    const steps = readmeKubernetesSteps()
+    const at = (re: RegExp) => steps.findIndex((l) => re.test(l))
+    const namespace = at(/^kubectl apply -f config\/kubernetes\/00-namespace\.yaml$/)
+    const create = at(/^kubectl -n modelgate create secret generic /)
+    const folder = at(/^kubectl apply -f config\/kubernetes\/(\s|$)/)
+    expect({ namespace: namespace >= 0, create: create >= 0, folder: folder >= 0 }).toEqual({
+      namespace: true,
+      create: true,
+      folder: true,
+    })
+    expect(namespace).toBeLessThan(create)
+    expect(create).toBeLessThan(folder)
+    const command = steps[create]!
+    const name = /create secret generic (\S+)/.exec(command)![1]
+    const literals = [...command.matchAll(/--from-literal=([A-Z_]+)=/g)].map((m) => m[1]!)
+    const refs = container.env!.filter((e) => e.valueFrom?.secretKeyRef)
+    for (const e of refs)
+      expect({ env: e.name, secret: e.valueFrom!.secretKeyRef!.name }).toEqual({ env: e.name, secret: name! })
+    // Every key the command sets is read by the pods; every key they need without `optional` is set.
+    const read = refs.map((e) => e.valueFrom!.secretKeyRef!.key)
+    expect(literals.filter((k) => !read.includes(k))).toEqual([])
+    const required = refs
+      .filter((e) => !e.valueFrom!.secretKeyRef!.optional)
+      .map((e) => e.valueFrom!.secretKeyRef!.key)
+    expect(required.filter((k) => !literals.includes(k))).toEqual([])
+    expect(required.sort()).toEqual(['ADMIN_PASSWORD', 'CLUSTER_SECRET', 'JWT_SECRET'])
+  })
+
+  it('a pod without the Secret refuses to start, naming the keys (check-config finds the same)', () => {
     let problems: string[] = []
     try {
-      modelgateConfig(placeholders)
+      modelgateConfig({ POD_NAME: 'modelgate-0', POD_IP: '10.1.2.3' })
     } catch (err) {
       problems = (err as ConfigError).problems
     }
     expect(problems.some((p) => p.startsWith('auth.jwt_secret:'))).toBe(true)
-    expect(problems.some((p) => p.startsWith('auth.cluster_secret:'))).toBe(true)
+    expect(problems.some((p) => p.startsWith('auth.admin_password:'))).toBe(true)
+    expect(problems.some((p) => p.startsWith('auth.cluster_secret: required'))).toBe(true)
   })
 
   it('mounts the ConfigMap where the command reads it, the data dir on a claim template, and asks for a GPU', () => {

@@ -22,9 +22,9 @@ const known = new Map<string, PluginSchemaInfo>([
   ['beta', { schema: T.Object({}, { additionalProperties: false }), dependsOn: ['alpha'] }],
 ])
 
-function problems(yaml: string, env: Record<string, string> = {}): string[] {
+function problems(yaml: string, env: Record<string, string> = {}, plugins = known): string[] {
   try {
-    loadConfig(yaml, env, known)
+    loadConfig(yaml, env, plugins)
   } catch (err) {
     if (err instanceof ConfigError) return err.problems
     throw err
@@ -158,8 +158,57 @@ describe('config loading', () => {
     ])
   })
 
-  it('reports broken YAML', () => {
-    expect(problems('server: [\n')[0]).toStartWith('(yaml): ')
+  it('reports broken YAML at its line and column, with the text of the line', () => {
+    // Was `(yaml): <message>` with no position: an operator had to hunt for the line.
+    expect(problems('server:\n  port: 3000\nlog: [info\n')).toEqual([
+      '(yaml) line 4, column 1: Flow sequence in block collection must be sufficiently indented and end with a ]',
+    ])
+    expect(problems('server:\n  port: 1\nserver:\n  port: 2\n')).toEqual([
+      '(yaml) line 3, column 1: Map keys must be unique: "server:"',
+    ])
+  })
+})
+
+describe("a plugin's validate", () => {
+  const seen: { cfg: unknown; secret: unknown; pod: unknown }[] = []
+  const withValidate = new Map<string, PluginSchemaInfo>([
+    [
+      'ranged',
+      {
+        schema: T.Object(
+          { start: T.Integer({ default: 1 }), end: T.Integer({ default: 9 }) },
+          { additionalProperties: false },
+        ),
+        dependsOn: [],
+        validate: (cfg: { start: number; end: number }, { root, env }) => {
+          seen.push({ cfg, secret: root.auth.cluster_secret, pod: env.POD })
+          return cfg.start > cfg.end ? ['plugins.ranged.start: must not be above end'] : []
+        },
+      },
+    ],
+  ])
+  const run = (yaml: string, env: Record<string, string> = {}) => problems(yaml, env, withValidate)
+
+  it('reports its problems with the schema problems of every other section', () => {
+    expect(run('log:\n  level: loud\nplugins:\n  ranged: { start: 5, end: 2 }\n')).toEqual([
+      'log.level: must be one of "debug", "info", "warn", "error"',
+      'plugins.ranged.start: must not be above end',
+    ])
+  })
+
+  it('gets its section with defaults, the root config and the environment', () => {
+    seen.length = 0
+    expect(run('plugins:\n  ranged: { end: 4 }\n', { CLUSTER_SECRET: 's'.repeat(16), POD: 'p-1' })).toEqual(
+      [],
+    )
+    expect(seen).toEqual([{ cfg: { start: 1, end: 4 }, secret: 's'.repeat(16), pod: 'p-1' }])
+  })
+
+  it('is not run on a section that failed its schema, nor on a disabled one', () => {
+    seen.length = 0
+    expect(run('plugins:\n  ranged: { start: x }\n')).toEqual(['plugins.ranged.start: must be an integer'])
+    expect(run('plugins:\n  ranged: { enabled: false, start: 5, end: 2 }\n')).toEqual([])
+    expect(seen).toEqual([])
   })
 })
 

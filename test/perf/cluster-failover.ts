@@ -63,7 +63,7 @@ interface Round {
 }
 
 async function main(): Promise<void> {
-  if (!etcdAvailable()) return
+  if (!etcdAvailable({ etcdctl: true })) return
   const etcd = await startEtcd()
   const dir = mkdtempSync(join(tmpdir(), 'modelgate-bench-failover-'))
   const opts = new Map<string, PodProcessOptions>()

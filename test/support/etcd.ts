@@ -14,15 +14,27 @@ import { waitFor } from './wait.ts'
 export const ETCD_BIN = process.env.ETCD_BIN ?? '/usr/bin/etcd'
 export const ETCDCTL_BIN = process.env.ETCDCTL_BIN ?? '/usr/bin/etcdctl'
 
+/** The parts of etcd the tests use, each with the Debian package that installs it (.ci/run does). */
+const ETCD_PARTS = {
+  etcd: { bin: ETCD_BIN, pkg: 'etcd-server' },
+  etcdctl: { bin: ETCDCTL_BIN, pkg: 'etcd-client' },
+} as const
+
 /**
- * etcdAvailable tells whether etcd is installed. Without it a test skips with a message, except
- * with CI set, where it throws: CI installs etcd, so its absence is a broken run, not a skip.
+ * etcdAvailable tells whether the parts of etcd a test file uses are installed: the etcd server
+ * always, etcdctl when the test reads etcd through it (`{ etcdctl: true }`). Without one the test
+ * skips, saying exactly which part and package is missing; with CI set it throws instead: CI
+ * installs them, so a missing part is a broken run, not a skip.
  */
-export function etcdAvailable(): boolean {
-  if (existsSync(ETCD_BIN) && existsSync(ETCDCTL_BIN)) return true
-  const what = `etcd not found (${ETCD_BIN}, ${ETCDCTL_BIN}; Debian package "etcd-server" and "etcd-client")`
-  if (process.env.CI) throw new Error(`${what}: with CI set, tests that need etcd fail instead of skipping`)
-  console.warn(`${what}; skipping the tests that need a real etcd. .ci/run installs it.`)
+export function etcdAvailable(need: { etcdctl?: boolean } = {}): boolean {
+  const parts = need.etcdctl ? (['etcd', 'etcdctl'] as const) : (['etcd'] as const)
+  const missing = parts.filter((p) => !existsSync(ETCD_PARTS[p].bin))
+  if (missing.length === 0) return true
+  const what = `${missing.join(' and ')} ${missing.length > 1 ? 'are' : 'is'} missing (${missing
+    .map((p) => `${ETCD_PARTS[p].bin}: Debian package "${ETCD_PARTS[p].pkg}"`)
+    .join('; ')})`
+  if (process.env.CI) throw new Error(`${what}: with CI set, tests that need it fail instead of skipping`)
+  console.warn(`${what}; skipping the tests that need it. .ci/run installs it.`)
   return false
 }
 

@@ -1,4 +1,4 @@
-import type { ClusterConfig } from '../config.ts'
+import { type ClusterConfig, LEASE_JITTER as JITTER, kubernetesTimingProblems } from '../config.ts'
 import {
   type Env,
   endpointPeers,
@@ -11,9 +11,6 @@ import {
   resolveConnection,
 } from './kubernetes-api.ts'
 import type { Coordinator, CoordinatorChange, CoordinatorOptions, Leadership, Peer } from './types.ts'
-
-/** JITTER: client-go's JitterFactor; a candidate waits retry × (1 + rand × 1.2) between attempts. */
-const JITTER = 1.2
 
 export type KubernetesCoordinatorOptions = CoordinatorOptions & {
   /** now: the clock every lease decision reads (tests inject one); default Date.now. */
@@ -38,7 +35,6 @@ export type KubernetesCoordinatorOptions = CoordinatorOptions & {
 export class KubernetesCoordinator implements Coordinator {
   readonly kind = 'kubernetes'
   private readonly now: () => number
-  private readonly leaseMs: number
   private readonly renewDeadlineMs: number
   private readonly retryMs: number
   private readonly self: Peer
@@ -65,14 +61,11 @@ export class KubernetesCoordinator implements Coordinator {
     private readonly opts: KubernetesCoordinatorOptions,
   ) {
     this.now = opts.now ?? Date.now
-    this.leaseMs = cfg.lease_duration_seconds * 1000
     this.renewDeadlineMs = cfg.renew_deadline_seconds * 1000
     this.retryMs = cfg.retry_period_seconds * 1000
-    const at = 'plugins.cluster.coordination.kubernetes'
-    if (this.leaseMs <= this.renewDeadlineMs)
-      throw new Error(`${at}.renew_deadline_seconds: must be less than lease_duration_seconds`)
-    if (this.renewDeadlineMs <= JITTER * this.retryMs)
-      throw new Error(`${at}.retry_period_seconds: must be less than renew_deadline_seconds / ${JITTER}`)
+    // The cluster plugin's validate refuses these first; a coordinator built directly checks them too.
+    const timing = kubernetesTimingProblems(cfg)
+    if (timing.length > 0) throw new Error(timing.join('; '))
     this.self = { podId: opts.podId, address: opts.address }
     this.peerList = [this.self]
     this.emitted = this.leadership()

@@ -1,4 +1,4 @@
-import type { ClusterConfig } from '../config.ts'
+import { type ClusterConfig, staticLeaderProblems } from '../config.ts'
 import type { Coordinator, CoordinatorChange, CoordinatorOptions, Leadership, Peer } from './types.ts'
 
 /**
@@ -17,8 +17,9 @@ export class StaticCoordinator implements Coordinator {
     const peers = new Map(cfg.peers.map((p) => [p.pod_id, { podId: p.pod_id, address: p.address }]))
     peers.set(opts.podId, { podId: opts.podId, address: opts.address })
     this.list = [...peers.values()].sort((a, b) => a.podId.localeCompare(b.podId))
-    if (!peers.has(cfg.leader))
-      throw new Error(`plugins.cluster.coordination.static.leader: '${cfg.leader}' is not among the peers`)
+    // The cluster plugin's validate refuses this first; a coordinator built directly checks it too.
+    const leader = staticLeaderProblems(cfg, opts.podId)
+    if (leader.length > 0) throw new Error(leader[0])
   }
 
   async start(): Promise<void> {}

@@ -3,7 +3,7 @@ import { BundleSchema as BenchmarkBundleSchema } from '../../benchmarks/export.t
 import { ProfileBundleSchema, ProfileSchema } from '../../gateway/profiles/routes.ts'
 
 /**
- * The fleet routes' bodies (the spec leaves their 200 bodies, and the internal ones, open). Bundles
+ * The fleet routes' bodies, and the internal ones. Bundles
  * are the single-pod export formats unchanged, so a cluster export imports into one pod and back.
  */
 export { BenchmarkBundleSchema, ProfileBundleSchema }

@@ -89,7 +89,7 @@ export class CrossPodMove {
     await this.links.step('target/check', { fit, gpuIds: this.record.target_gpu_ids })
   }
 
-  /** cancel: the spec's table (404 is the caller's): 409 once completing, else the running step stops. */
+  /** cancel (404 is the caller's): 409 once completing, else the running step stops. */
   cancel(force: boolean): void {
     const phase = this.record.phase
     if (TOO_LATE.has(phase)) {

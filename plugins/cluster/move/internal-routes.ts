@@ -22,8 +22,7 @@ import type { ClusterMoves } from './service.ts'
 /**
  * moveInternalRoutes: the Internal API of a move across pods. Each acts on this pod only (never a
  * second hop): the move's start on the pod that holds the instance, its record, events and cancel on
- * the pod that runs it, the leader's lock, the target pod's steps, and every pod's table wait. The
- * spec leaves these bodies open; `GET /internal/moves/:moveId/events` is the spec's.
+ * the pod that runs it, the leader's lock, the target pod's steps, and every pod's table wait.
  */
 const tags = ['internal']
 const Errors = {

@@ -10,7 +10,7 @@ export interface LockCluster {
 export type ActivityProbe = () => Promise<ActiveMoves[]>
 
 /**
- * MoveLock: the spec's "one move at a time, system-wide", held by the leader. A pod that runs a
+ * MoveLock: one move at a time, cluster-wide, held by the leader. A pod that runs a
  * cluster move asks the leader for a hold before anything changes (in the move's validating phase)
  * and lets it go when the move has completed or failed.
  *

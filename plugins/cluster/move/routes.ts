@@ -5,7 +5,7 @@ import type { ClusterMoves } from './service.ts'
 
 /**
  * clusterMoveRoutes: the cluster API's move (admin JWT): start on whichever pod holds the instance,
- * follow and cancel from any pod. The cancel route is not in the spec's cluster table; it applies the
+ * follow and cancel from any pod. The cancel route applies the
  * single-pod move's cancel table to a cluster move, wherever it runs.
  */
 const tags = ['cluster']

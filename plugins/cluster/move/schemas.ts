@@ -2,12 +2,12 @@ import { type Static, t } from 'elysia'
 import { LoadBody, MoveRecordSchema } from '../../gateway/api.ts'
 
 /**
- * The cluster move's records and bodies: the spec's cluster move body (camelCase, as the spec writes
- * it), the move record the single-pod move answers plus the two pods, and the bodies of the internal
- * routes a move needs between pods (left open by the spec).
+ * The cluster move's records and bodies: the cluster move body (camelCase, as every cluster
+ * request body), the move record the single-pod move answers plus the two pods, and the bodies of the internal
+ * routes a move needs between pods.
  */
 
-/** ClusterMoveBody: POST /api/cluster/models/:instanceId/move (spec: Cluster move body). */
+/** ClusterMoveBody: POST /api/cluster/models/:instanceId/move. */
 export const ClusterMoveBody = t.Object(
   {
     targetPodId: t.Optional(

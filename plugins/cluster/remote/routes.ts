@@ -22,7 +22,7 @@ import type { RemoteLifecycle } from './service.ts'
  * remoteRoutes: the cluster API's lifecycle and per-pod views (admin JWT). Each runs on the pod that
  * holds the instance, or the pod named: this pod's own through its gateway, another's over one
  * signed hop to its /internal routes. Every answer is the single-pod record the owning pod's gateway
- * gives, plus `podId` (the spec leaves these 200 bodies open).
+ * gives, plus `podId`.
  */
 const tags = ['cluster']
 const Errors = {

@@ -9,10 +9,10 @@ import {
 } from '../../gateway/api.ts'
 
 /**
- * The bodies of the cluster's remote lifecycle that the spec leaves open. The rule: a cluster answer
+ * The bodies of the cluster's remote lifecycle. The rule: a cluster answer
  * is the single-pod record the owning pod's gateway gives (snake_case, as GET /api/v1/... answers
  * it) plus `podId`, the pod that acted; the internal routes answer the single-pod record alone. The
- * request bodies are camelCase, as the spec writes its cluster bodies.
+ * request bodies are camelCase, as every cluster request body.
  */
 
 const podId = { podId: t.String({ description: 'the pod that acted (or answered)' }) }
@@ -21,7 +21,7 @@ const podId = { podId: t.String({ description: 'the pod that acted (or answered)
 const withPod = <T extends Parameters<typeof t.Composite>[0][number]>(record: T, description: string) =>
   t.Composite([record, t.Object(podId)], { description })
 
-/** ClusterLoadBody: the spec's Cluster load body (modelPath required), and the load options it leaves out. */
+/** ClusterLoadBody: the cluster load body (modelPath required), with the single-pod load's options. */
 export const ClusterLoadBody = t.Object(
   {
     modelPath: t.String({ minLength: 1, description: 'model hub path or local path' }),
@@ -61,7 +61,7 @@ const SleepLevel = t.Union([t.Literal(1), t.Literal(2)], {
   description: '1 offloads weights and drops the KV cache, 2 drops both',
 })
 
-/** ClusterSleepBody: the spec's {level}, and the single-pod route's drain deadline. */
+/** ClusterSleepBody: {level}, and the single-pod route's drain deadline. */
 export const ClusterSleepBody = t.Object(
   {
     level: t.Optional(SleepLevel),
@@ -112,7 +112,7 @@ export const EventsQuery = t.Object({
   token: t.Optional(t.String({ description: 'admin JWT for browsers (EventSource cannot set headers)' })),
 })
 
-/** GpuInfoSchema: nvidia-smi's view of a pod, as the driver reports it (the spec's "full GPU driver info"). */
+/** GpuInfoSchema: nvidia-smi's view of a pod, as the driver reports it (the full GPU driver info). */
 export const GpuInfoSchema = t.Object({
   gpus: t.Array(
     t.Object({

@@ -69,7 +69,7 @@ export class RemoteLifecycle {
     return this.deps.cluster.podId
   }
 
-  /** load: the spec's cluster load on `targetPodId` (default this pod), as the gateway's load body. */
+  /** load: a cluster load on `targetPodId` (default this pod), as the gateway's load body. */
   async load(body: ClusterLoad): Promise<WithPod<LoadResponse>> {
     const pod = this.pod(body.targetPodId ?? this.podId)
     const req = gatewayLoad(body)

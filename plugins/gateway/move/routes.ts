@@ -5,7 +5,7 @@ import { sseResponse } from '../../../src/http/sse.ts'
 import { MoveRecordSchema } from '../schemas.ts'
 import type { MoveManager } from './service.ts'
 
-/** moveRoutes: start, follow and cancel blue-green moves (spec: Model move). */
+/** moveRoutes: start, follow and cancel blue-green moves (README "Behaviour in detail"). */
 const tags = ['gateway']
 
 export function moveRoutes(moves: MoveManager) {

@@ -206,7 +206,7 @@ export class MoveManager {
     return move.progress.subscribe(fn, { onEnd })
   }
 
-  /** cancel applies the spec's table: 404 unknown, 409 completing/completed/failed, else 204. */
+  /** cancel: 404 unknown, 409 completing/completed/failed, else 204. */
   cancel(moveId: string, force: boolean): void {
     const move = this.moves.get(moveId)
     if (!move) throw notFound(`No move with id '${moveId}'`, 'MOVE_NOT_FOUND')

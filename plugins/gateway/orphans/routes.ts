@@ -5,7 +5,7 @@ import { OrphanKillQuery, OrphanKillResultSchema, OrphanListSchema, OrphanParams
 import type { OrphanService } from './service.ts'
 
 /**
- * orphanRoutes: the spec's "kill orphan processes". Listing is a read (admin and admin-readonly);
+ * orphanRoutes: list and kill orphan processes. Listing is a read (admin and admin-readonly);
  * killing needs admin. Thin: OrphanService decides.
  */
 const tags = ['gateway']

@@ -5,7 +5,7 @@ import { PresetSourceTypeSchema } from '../schemas.ts'
 import type { PresetService } from './service.ts'
 
 /**
- * presetRoutes: the spec's configuration (preset) endpoints, plus an SSE stream of preset-load
+ * presetRoutes: the configuration (preset) endpoints, plus an SSE stream of preset-load
  * progress for dashboards. Thin: PresetService decides.
  */
 const tags = ['gateway']

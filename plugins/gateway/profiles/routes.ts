@@ -13,7 +13,7 @@ import {
 } from './service.ts'
 
 /**
- * profileRoutes: the spec's memory-profile endpoints, the pre-load check, and the export/import
+ * profileRoutes: the memory-profile endpoints, the pre-load check, and the export/import
  * bundle the cluster plugin reconciles pods with. Thin: ProfileStore and checkPreload decide.
  */
 const tags = ['gateway']
@@ -187,7 +187,7 @@ export function profileRoutes(
           },
           detail: {
             tags,
-            // The spec: 'Memory profiles (admin; delete admin only)': both roles may create one.
+            // Memory profiles: both roles may create one, only admin may delete.
             'x-required-role': 'admin-readonly',
             summary: 'Create a memory profile (from a running instance or manually)',
             description:

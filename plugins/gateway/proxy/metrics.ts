@@ -2,7 +2,7 @@ import type { Metric, Registry } from 'prom-client'
 import { METRIC_PREFIX } from '../../../src/host/metrics.ts'
 
 /**
- * ProxyMetrics: the spec's request counter and latency histogram for proxied inference requests,
+ * ProxyMetrics: the request counter and latency histogram for proxied inference requests,
  * `modelgate_requests_total{model_id,status}` and `modelgate_request_duration_ms{model_id}`.
  * Buckets span LLM latencies from a cached 5 ms reply to a 10-minute generation.
  *

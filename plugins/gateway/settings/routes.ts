@@ -5,7 +5,7 @@ import { SettingsBody, SettingsSchema } from './schemas.ts'
 import type { SettingsStore } from './service.ts'
 
 /**
- * settingsRoutes: the spec's "settings (model-hub token)". Reading is for admin and admin-readonly
+ * settingsRoutes: the settings (the model-hub token). Reading is for admin and admin-readonly
  * (the guard's rule for a GET), changing for admin. Only an admin sees the real token; the guard has
  * already authenticated the caller, the route only picks the view for the caller's role.
  */

@@ -2,7 +2,7 @@ import { t } from 'elysia'
 
 /**
  * The settings resource: the model-hub token engines receive as `HF_TOKEN`. An `admin` reads the real
- * value; an `admin-readonly` reads HF_TOKEN_MASK (the spec: a masked placeholder with a fixed prefix and
+ * value; an `admin-readonly` reads HF_TOKEN_MASK (a masked placeholder: a fixed prefix and
  * asterisks), which says that a token is set and nothing about it, not even its length.
  */
 export const HF_TOKEN_MASK = `hf_${'*'.repeat(16)}`

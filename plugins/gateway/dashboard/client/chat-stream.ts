@@ -3,7 +3,7 @@ import { sseMessages } from './sse.ts'
 
 /**
  * streamChat sends one streamed chat completion through the gateway's `/v1` (the inference key, not
- * the JWT: the spec keeps the two apart) and reports the text as it arrives with the timings the
+ * the JWT: the two stay apart) and reports the text as it arrives with the timings the
  * benchmarks use: time to first token (request sent → first content), and tokens per second over
  * the generation after it (output tokens ÷ (end − first token)).
  */

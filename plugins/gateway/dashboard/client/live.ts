@@ -28,7 +28,7 @@ export const viewsError = signal<ApiError | null>(null)
 /** connection: the event stream's state, shown in the header. */
 export const connection = signal<'connecting' | 'live' | 'down'>('connecting')
 
-/** colors: each instance's colour from the memory view (the spec's hash colour, the same on every page). */
+/** colors: each instance's colour from the memory view (a colour hashed from the instance, the same on every page). */
 export const colors = computed(() => {
   const out = new Map<string, string>()
   for (const g of memory.value?.gpus ?? []) for (const m of g.models) out.set(m.instance_id, m.color)

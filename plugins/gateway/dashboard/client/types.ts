@@ -55,5 +55,5 @@ export type AuthInfo = ReturnType<AuthService['info']>
 /** Me: GET /api/auth/me (the principal the guard found). */
 export type Me = Principal
 
-/** ErrorBody: either of the spec's two error shapes. */
+/** ErrorBody: either of the two error shapes (admin API, inference). */
 export type ErrorBody = ControllerErrorBody | ProxyErrorBody

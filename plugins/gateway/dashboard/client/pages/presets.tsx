@@ -10,7 +10,7 @@ import type { MemoryProfile, PresetProgressEvent, PresetSummary } from '../types
 
 /**
  * PresetsPage: configuration presets (save what runs now, load one with its progress, delete) and the
- * memory profiles the pre-load check and cluster placement use, with the spec's figures. Lists are
+ * memory profiles the pre-load check and cluster placement use, with their figures. Lists are
  * read when the page opens and after each change made here; a preset load's progress comes live from
  * GET /api/configurations/events.
  */
