@@ -67,6 +67,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
     })
     ctx.auth.useInternalVerifier(
       new InternalVerifier({
+        podId,
         secrets: [auth.cluster_secret as string, auth.cluster_secret_previous].filter(
           (s): s is string => typeof s === 'string' && s.length > 0,
         ),

@@ -1,4 +1,4 @@
-import { CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
+import { addressedTo, CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
 import { freePort } from '../sim/helpers.ts'
 import type { TestEtcd } from './etcd.ts'
 import { startGateway, type TestGateway } from './gateway.ts'
@@ -100,22 +100,26 @@ export async function startEtcdPods<Id extends string>(o: EtcdPodsOptions<Id>): 
   }
 }
 
-/** signedFetch: an internal call signed with `secret`, from pod `from` carrying term `term`. */
+/**
+ * signedFetch: an internal call to pod `to` (at `baseUrl`) signed with `secret`, from pod `from`
+ * carrying term `term`.
+ */
 export function signedFetch(
   baseUrl: string,
   secret: string,
   method: string,
   path: string,
   body: unknown,
-  o: { from: string; term: number },
+  o: { from: string; to: string; term: number },
 ): Promise<Response> {
   const bytes = Buffer.from(body === undefined ? '' : typeof body === 'string' ? body : JSON.stringify(body))
   const ts = Date.now()
-  return fetch(`${baseUrl}${path}`, {
+  const target = addressedTo(path, o.to)
+  return fetch(`${baseUrl}${target}`, {
     method,
     headers: {
       'content-type': 'application/json',
-      [CLUSTER_HEADERS.signature]: signRequest(secret, method, path, ts, bytes),
+      [CLUSTER_HEADERS.signature]: signRequest(secret, method, target, ts, bytes),
       [CLUSTER_HEADERS.timestamp]: String(ts),
       [CLUSTER_HEADERS.pod]: o.from,
       [CLUSTER_HEADERS.term]: String(o.term),
