@@ -125,7 +125,8 @@ export function authRoutes(auth: AuthService) {
             tags: ['auth'],
             summary: 'Simple-mode login',
             description:
-              'Returns an HS256 JWT (claims sub, username, roles, authMode, iat, exp, jti). Each client ' +
+              'Returns an HS256 JWT (claims iss `modelgate`, aud `modelgate-admin`, sub, username, roles, ' +
+              'authMode, iat, exp, jti). Each client ' +
               'address may try `server.login_attempts_per_minute` times a minute; beyond, 429 with Retry-After.',
           },
           response: {

@@ -34,6 +34,13 @@ export interface Principal {
   jti?: string
 }
 
+/** TOKEN_ISSUER: the `iss` of every token modelgate issues, and the only one it accepts. */
+export const TOKEN_ISSUER = 'modelgate'
+/** TOKEN_AUDIENCE: the `aud` of every token modelgate issues (its admin API), and the only one it accepts. */
+export const TOKEN_AUDIENCE = 'modelgate-admin'
+/** How far in the future a token's `iat` may be (clocks of the pods that issue and check it differ). */
+export const CLOCK_SKEW_SECONDS = 60
+
 const ANONYMOUS_ADMIN: Principal = {
   sub: 'anonymous',
   username: 'anonymous',
@@ -275,6 +282,8 @@ export class AuthService {
     const ttl = Math.max(1, Math.min(this.cfg.jwt_ttl_seconds, opts.ttlSeconds ?? Number.POSITIVE_INFINITY))
     const exp = now + ttl
     const token = await this.signer.sign({
+      iss: TOKEN_ISSUER,
+      aud: TOKEN_AUDIENCE,
       sub: opts.sub ?? username,
       username,
       roles,
@@ -293,8 +302,8 @@ export class AuthService {
   }
 
   /**
-   * issueOAuthToken: modelgate's JWT for a user the platform vouched for (claims sub, username,
-   * roles, authMode "oauth", iat, exp, jti). It never outlives the provider's access token.
+   * issueOAuthToken: modelgate's JWT for a user the platform vouched for (claims iss, aud, sub,
+   * username, roles, authMode "oauth", iat, exp, jti). It never outlives the provider's access token.
    */
   issueOAuthToken(user: OAuthUser): Promise<LoginResult> {
     return this.issueToken(user.username, user.roles, {
@@ -331,7 +340,13 @@ export class AuthService {
     return this.issueToken(username, ['admin'])
   }
 
-  /** verifyToken accepts only HS256 tokens with an exp claim, a valid signature and known roles. */
+  /**
+   * verifyToken accepts only what issueToken makes (RFC 8725): HS256 with a valid signature, not
+   * expired, issued by modelgate for its admin API (`iss`, `aud`), with `iat` no later than
+   * CLOCK_SKEW_SECONDS from now and a lifetime (exp − iat) no longer than `jwt_ttl_seconds`, a `jti`
+   * (what a logout revokes) that is not revoked, and known roles. A token signed with the secret but
+   * made otherwise (a 10¹³ exp, an iat in the future, another issuer) is refused.
+   */
   async verifyToken(token: string): Promise<Principal> {
     if (!this.signer) throw unauthorized()
     const header = decodeHeader(token)
@@ -340,10 +355,25 @@ export class AuthService {
       | Record<string, unknown>
       | false
     if (!payload) throw unauthorized('Invalid or expired token')
-    const { sub, username, roles, authMode, exp, jti } = payload
-    if (typeof sub !== 'string' || typeof exp !== 'number' || !Array.isArray(roles))
+    const { sub, username, roles, authMode, exp, iat, jti, iss, aud } = payload
+    if (
+      typeof sub !== 'string' ||
+      typeof exp !== 'number' ||
+      typeof iat !== 'number' ||
+      typeof jti !== 'string' ||
+      jti === '' ||
+      !Array.isArray(roles)
+    )
       throw unauthorized('Invalid token: missing claims')
-    if (typeof jti === 'string' && this.revoked.has(jti)) throw unauthorized('Token has been revoked')
+    if (iss !== TOKEN_ISSUER) throw unauthorized(`Invalid token: the issuer must be "${TOKEN_ISSUER}"`)
+    if (aud !== TOKEN_AUDIENCE) throw unauthorized(`Invalid token: the audience must be "${TOKEN_AUDIENCE}"`)
+    if (iat > Date.now() / 1000 + CLOCK_SKEW_SECONDS)
+      throw unauthorized('Invalid token: issued in the future')
+    if (exp - iat > this.cfg.jwt_ttl_seconds)
+      throw unauthorized(
+        'Invalid token: its lifetime is longer than this server issues (auth.jwt_ttl_seconds)',
+      )
+    if (this.revoked.has(jti)) throw unauthorized('Token has been revoked')
     const known = roles.filter((r): r is Role => r === 'admin' || r === 'admin-readonly')
     return {
       sub,
@@ -351,7 +381,7 @@ export class AuthService {
       roles: known,
       authMode: typeof authMode === 'string' ? authMode : this.mode,
       exp,
-      ...(typeof jti === 'string' ? { jti } : {}),
+      jti,
     }
   }
 
