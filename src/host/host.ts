@@ -11,6 +11,7 @@ import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
 import { splitUrl } from '../http/url.ts'
+import { CORE_OWNER, coreMigrations } from '../store/core/migrations.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
 import { WireFront } from '../wire/server.ts'
 import { abortable, WaitError } from './abortable.ts'
@@ -95,6 +96,8 @@ export class Host {
     this.store = openStore(root.data_dir)
     const order = orderPlugins(definitions, new Set(config.plugins.keys()))
     try {
+      applyMigrations(this.store, CORE_OWNER, coreMigrations)
+      this.auth.useStore(this.store, this.bus)
       for (const def of order) {
         applyMigrations(this.store, def.id, def.migrations ?? [])
         const cfg = config.plugins.get(def.id) ?? Value.Default(def.config, {})

@@ -1,10 +1,13 @@
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
 import { jwt } from '@elysiajs/jwt'
 import type { RootConfig } from '../config/schema.ts'
+import type { EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
+import type { Store } from '../store/db.ts'
 import { INTERNAL_HEADER } from '../wire/headers.ts'
 import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
 import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth.ts'
+import { RevocationBook } from './revocations.ts'
 
 /**
  * AuthService is the one guard for every route. It authorises the route the framework matched (its
@@ -196,8 +199,11 @@ export class AuthService {
     sign(p: Record<string, unknown>): Promise<string>
     verify(t: string, o: unknown): Promise<unknown>
   } | null
-  /** revoked holds logged-out token ids until they expire (in memory: a restart forgets them). */
-  private readonly revoked = new Map<string, number>()
+  /**
+   * revocations: logged-out tokens (by jti) until they expire, kept in the data dir's SQLite once
+   * the host attaches its store (useStore); the cluster plugin shares them with the other pods.
+   */
+  readonly revocations: RevocationBook
   /** Password logins per client address in the current minute (login throttling). */
   private readonly logins = new Map<string, { since: number; count: number }>()
   /** What each mounted route requires, by `METHOD pattern` (declareRoutes). */
@@ -216,6 +222,7 @@ export class AuthService {
   ) {
     this.mode = cfg.mode
     this.log = log ?? null
+    this.revocations = new RevocationBook(cfg.jwt_ttl_seconds + CLOCK_SKEW_SECONDS)
     this.signer = cfg.jwt_secret
       ? (jwt({ name: 'jwt', secret: cfg.jwt_secret, alg: 'HS256' }).decorator
           .jwt as unknown as AuthService['signer'])
@@ -228,6 +235,11 @@ export class AuthService {
           this.log?.warn(msg, fields),
         )
     }
+  }
+
+  /** useStore keeps revocations in the host's store and announces new ones on its bus (at boot). */
+  useStore(store: Store, bus: EventBus): void {
+    this.revocations.attach(store, bus)
   }
 
   /** useLog sets where auth events are logged (the host's logger, scoped `auth`). */
@@ -373,7 +385,7 @@ export class AuthService {
       throw unauthorized(
         'Invalid token: its lifetime is longer than this server issues (auth.jwt_ttl_seconds)',
       )
-    if (this.revoked.has(jti)) throw unauthorized('Token has been revoked')
+    if (this.revocations.has(jti)) throw unauthorized('Token has been revoked')
     const known = roles.filter((r): r is Role => r === 'admin' || r === 'admin-readonly')
     return {
       sub,
@@ -400,11 +412,10 @@ export class AuthService {
     return Math.max(1, Math.ceil((w.since + WINDOW - now) / 1000))
   }
 
+  /** revoke refuses the principal's token from now until it expires (a logout on this pod). */
   revoke(principal: Principal): void {
     if (!principal.jti || !principal.exp) return
-    const nowSec = Date.now() / 1000
-    for (const [id, exp] of this.revoked) if (exp < nowSec) this.revoked.delete(id)
-    this.revoked.set(principal.jti, principal.exp)
+    this.revocations.add([{ jti: principal.jti, exp: principal.exp }], 'local')
   }
 
   /** declareRoutes records what each mounted route requires (call once the routes are mounted). */

@@ -241,6 +241,45 @@ describe('auth in simple mode', () => {
   })
 })
 
+describe('logout across a restart', () => {
+  const env = { AUTH_MODE: 'simple', ADMIN_PASSWORD: 'hunter2', JWT_SECRET: SECRET }
+  const login = async (url: string) => {
+    const res = await fetch(`${url}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: 'hunter2' }),
+    })
+    return ((await res.json()) as { token: string }).token
+  }
+  const me = (url: string, token: string) =>
+    fetch(`${url}/api/auth/me`, { headers: { authorization: `Bearer ${token}` } })
+
+  it('still refuses a logged-out token after the host restarts on the same data dir', async () => {
+    const first = await startHost('plugins:\n  probe: {}\n', [probe], env)
+    let second: TestHost | null = null
+    try {
+      const [out, kept] = [await login(first.url), await login(first.url)]
+      const logout = await fetch(`${first.url}/api/auth/logout`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${out}` },
+      })
+      expect(logout.status).toBe(200)
+      await first.stopKeep()
+      second = await startHost('plugins:\n  probe: {}\n', [probe], env, first.dataDir)
+      const refused = await me(second.url, out)
+      expect(refused.status).toBe(401)
+      expect(await errorOf(refused)).toMatchObject({
+        code: 'UNAUTHORIZED',
+        message: 'Token has been revoked',
+      })
+      // The other token of the same user was not logged out: it still works.
+      expect((await me(second.url, kept)).status).toBe(200)
+    } finally {
+      await (second ?? first).stop()
+    }
+  })
+})
+
 describe('auth in none mode', () => {
   let th: TestHost
   beforeAll(async () => {

@@ -16,7 +16,8 @@ import {
 } from 'drizzle-orm/sqlite-core'
 import { plugins } from '../../plugins/index.ts'
 import { orderPlugins } from '../../src/host/registry.ts'
-import { applyMigrations, openStore, type Store } from '../../src/store/db.ts'
+import { CORE_OWNER, coreMigrations } from '../../src/store/core/migrations.ts'
+import { applyMigrations, type Migration, openStore, type Store } from '../../src/store/db.ts'
 
 /**
  * Each plugin declares its tables twice: as SQL migrations (what a database file really gets,
@@ -264,9 +265,19 @@ function drift(db: Database, table: SQLiteTable): string[] {
   return out
 }
 
-/** drizzleTables: every table exported by a plugin's table modules (plugins/<id>/db/*.ts). */
-async function drizzleTables(pluginId: string): Promise<SQLiteTable[]> {
-  const dir = join(import.meta.dir, '../../plugins', pluginId, 'db')
+/** Owners of tables: the core first (src/store/core/), as Host.boot migrates it, then every plugin. */
+const owners: { id: string; migrations: readonly Migration[]; dbDir: string }[] = [
+  { id: CORE_OWNER, migrations: coreMigrations, dbDir: 'src/store/core' },
+  ...orderPlugins(plugins, new Set(plugins.map((p) => p.id))).map((def) => ({
+    id: def.id,
+    migrations: def.migrations ?? [],
+    dbDir: `plugins/${def.id}/db`,
+  })),
+]
+
+/** drizzleTables: every table exported by an owner's table modules (plugins/<id>/db/*.ts, src/store/core/*.ts). */
+async function drizzleTables(dbDir: string): Promise<SQLiteTable[]> {
+  const dir = join(import.meta.dir, '../..', dbDir)
   const tables: SQLiteTable[] = []
   if (!existsSync(dir)) return tables
   for (const file of new Bun.Glob('*.ts').scanSync({ cwd: dir })) {
@@ -288,12 +299,12 @@ function sqliteTables(db: Database): string[] {
 const dir = mkdtempSync(join(tmpdir(), 'modelgate-migrations-'))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
-/** migrateAll applies every plugin's migrations like Host.boot does, noting the tables each creates. */
+/** migrateAll applies the core's and every plugin's migrations like Host.boot does, noting the tables each creates. */
 function migrateAll(store: Store): Map<string, string[]> {
   const created = new Map<string, string[]>()
-  for (const def of orderPlugins(plugins, new Set(plugins.map((p) => p.id)))) {
+  for (const def of owners) {
     const before = new Set(sqliteTables(store.sqlite))
-    applyMigrations(store, def.id, def.migrations ?? [])
+    applyMigrations(store, def.id, def.migrations)
     created.set(
       def.id,
       sqliteTables(store.sqlite).filter((n) => !before.has(n)),
@@ -307,17 +318,15 @@ describe('SQL migrations and drizzle schemas', () => {
   afterAll(() => store.close())
   const created = migrateAll(store)
 
-  for (const def of plugins) {
+  for (const def of owners) {
     it(`${def.id}: the migrated tables are the drizzle tables, column for column`, async () => {
-      const tables = await drizzleTables(def.id)
+      const tables = await drizzleTables(def.dbDir)
       const own = created.get(def.id) ?? []
       const declared = tables.map((tb) => getTableConfig(tb).name)
       const problems = [
         ...own
           .filter((n) => !declared.includes(n))
-          .map(
-            (n) => `${n}: created by the migrations of ${def.id}, declared in no plugins/${def.id}/db/*.ts`,
-          ),
+          .map((n) => `${n}: created by the migrations of ${def.id}, declared in no ${def.dbDir}/*.ts`),
         ...tables.flatMap((tb) => drift(store.sqlite, tb)),
       ]
       expect(problems).toEqual([])
@@ -328,6 +337,7 @@ describe('SQL migrations and drizzle schemas', () => {
     const withMigrations = plugins.filter((p) => (p.migrations ?? []).length > 0).map((p) => p.id)
     expect(withMigrations).toContain('gateway')
     expect(withMigrations).toContain('benchmarks')
+    expect(created.get(CORE_OWNER)).toEqual(['revoked_tokens'])
     for (const id of withMigrations) expect(created.get(id)?.length ?? 0).toBeGreaterThan(0)
     expect([...migrateAll(store).values()].flat()).toEqual([])
   })
