@@ -41,6 +41,8 @@ declare module '../../src/host/bus.ts' {
   interface BusEvents {
     /** cluster.routing: this pod adopted a routing table (from its leader, or built it as leader). */
     'cluster.routing': RoutingTable
+    /** cluster.pod.joined: another pod announced it (re)joined (its pod-joined event), at `address`. */
+    'cluster.pod.joined': { podId: string; address: string }
   }
 }
 
@@ -255,6 +257,9 @@ export class ClusterService {
     if (ev.state) this.hear(ev.state)
     if (ev.term !== undefined) this.fence.observe(ev.term)
     if (ev.routingTable) this.adopt(ev.routingTable)
+    const address = this.members.address(ev.podId)
+    if (ev.type === 'pod-joined' && ev.podId !== this.deps.podId && address)
+      this.deps.bus.emit('cluster.pod.joined', { podId: ev.podId, address })
   }
 
   private hear(state: PodState): void {

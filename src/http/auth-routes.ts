@@ -239,8 +239,8 @@ export function authRoutes(auth: AuthService) {
             tags: ['auth'],
             summary: 'Log out',
             description:
-              'Revokes the presented token until its exp (kept in the data dir, so across restarts) and tells ' +
-              'the client to discard it. ' +
+              'Revokes the presented token until its exp (kept in the data dir, so across restarts; in a ' +
+              'cluster every pod refuses it) and tells the client to discard it. ' +
               "In OAuth mode the provider's own session is left as it is.",
             security: [{ adminJwt: [] }],
           },
