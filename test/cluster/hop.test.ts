@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { PeerClient, PeerError } from '../../plugins/cluster/peer-client.ts'
-import type { InternalState, RoutingTable } from '../../plugins/cluster/schemas.ts'
+import type { InternalState, RoutingEntry, RoutingTable } from '../../plugins/cluster/schemas.ts'
 import { signRequest } from '../../plugins/cluster/signing.ts'
 import { Logger } from '../../src/host/logger.ts'
 import { freePort } from '../sim/helpers.ts'
@@ -343,14 +343,10 @@ describe('cluster inference hop', () => {
     expect((await admin('a', `/api/models/instances/${id}/wake`, { method: 'POST' })).status).toBe(200)
   })
 
-  it('goes on to the next pod when the table lists a dead one first', async () => {
-    // The test plays the leader: a heartbeat whose (newer) table lists a pod nobody listens for first.
-    const dead = `http://127.0.0.1:${await freePort()}`
+  /** leadWith: the test plays the leader: a heartbeat to pod a with a newer table, `only-b` changed by `change`. */
+  async function leadWith(change: (entries: RoutingEntry[]) => RoutingEntry[]): Promise<void> {
     const current = (await admin<RoutingTable>('a', '/api/cluster/routing-table')).body
-    const entries = {
-      ...current.entries,
-      'only-b': [{ podId: 'ghost', podAddress: dead, vllmPort: 1, weight: 1 }, ...current.entries['only-b']!],
-    }
+    const entries = { ...current.entries, 'only-b': change(current.entries['only-b']!) }
     const table: RoutingTable = { ...current, version: current.version + 1000, entries }
     const leader = await peers.request<InternalState>(
       { podId: 'c', address: pods.c.url },
@@ -361,6 +357,12 @@ describe('cluster inference hop', () => {
       state: leader.state,
       routingTable: table,
     })
+  }
+
+  it('goes on to the next pod when the table lists a dead one first', async () => {
+    // A table that lists a pod nobody listens for first.
+    const dead = `http://127.0.0.1:${await freePort()}`
+    await leadWith((onlyB) => [{ podId: 'ghost', podAddress: dead, vllmPort: 1, weight: 1 }, ...onlyB])
     const adopted = (await admin<RoutingTable>('a', '/api/cluster/routing-table')).body
     expect(adopted.entries['only-b']!.map((e) => e.podId)).toEqual(['ghost', 'b'])
     const before = await served('b', 'only-b')
@@ -423,23 +425,10 @@ describe('cluster inference hop', () => {
     })
 
     it('an inference hop: pod c refuses it, pod b serves it once', async () => {
-      // The test plays the leader: a table whose pod b listens at the recorder.
-      const current = (await admin<RoutingTable>('a', '/api/cluster/routing-table')).body
-      const b = current.entries['only-b']!.find((e) => e.podId === 'b')!
-      const entries = {
-        ...current.entries,
-        'only-b': [{ ...b, podAddress: `http://127.0.0.1:${recorder.port}` }],
-      }
-      const table: RoutingTable = { ...current, version: current.version + 1000, entries }
-      const leader = await peers.request<InternalState>(
-        { podId: 'c', address: pods.c.url },
-        'GET',
-        '/internal/state',
-      )
-      await peers.request({ podId: 'a', address: pods.a.url }, 'POST', '/internal/heartbeat', {
-        state: leader.state,
-        routingTable: table,
-      })
+      // A table whose pod b listens at the recorder.
+      await leadWith((onlyB) => [
+        { ...onlyB.find((e) => e.podId === 'b')!, podAddress: `http://127.0.0.1:${recorder.port}` },
+      ])
       const res = await chat('a', 'only-b', false)
       expect(res.status).toBe(200)
       expect(await res.json()).toEqual({})
