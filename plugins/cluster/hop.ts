@@ -12,7 +12,7 @@ import { errorCode, upstreamConnectTimeout, upstreamUnavailable } from '../../sr
 import type { GatewayInferenceApi, RemoteModel, RemoteRequest, RemoteResolver } from '../gateway/api.ts'
 import { hopCandidates } from './routing-table.ts'
 import type { Pod, RoutingEntry, RoutingTable } from './schemas.ts'
-import { CLUSTER_HEADERS, signRequest } from './signing.ts'
+import { CLUSTER_HEADERS, DESTINATION_PARAM, signRequest } from './signing.ts'
 
 /**
  * The inference hop: every pod's `/v1` serves every model of the routing table. A model no local
@@ -26,9 +26,11 @@ import { CLUSTER_HEADERS, signRequest } from './signing.ts'
  * (GatewayInferenceApi.planLocal), so a request never hops twice: a model it no longer has is 400
  * `invalid_model` in the proxy shape.
  *
- * The signed target carries a nonce (`?hop=<process>.<n>`, removed by the receiver) because the
- * signature covers method, target, timestamp and body only: two identical chats sent in the same
- * millisecond would otherwise carry one signature, and the receiver refuses the second as a replay.
+ * The signed target starts with a nonce (`?hop=<process>.<n>`) because the signature covers method,
+ * target, timestamp and body only: two identical chats sent in the same millisecond would otherwise
+ * carry one signature, and the receiver refuses the second as a replay. The destination pod follows
+ * (`&to=<pod id>`, signing.ts: a hop captured on its way to one pod is refused by the others), then
+ * the client's own query; the receiver removes the first two before the engine sees the query.
  *
  * Candidates: pods other than this one that hold the model, a pod that failed to connect within
  * FAILED_POD_MS last, then running (weight 1) before sleeping, then the fewest hops in flight from
@@ -191,7 +193,9 @@ export class ClusterHop implements RemoteResolver {
   private forward(entry: RoutingEntry, req: RemoteRequest): WireForwardAction {
     const { cluster, secret } = this.o
     const query = req.query.length > 1 ? `&${req.query.slice(1)}` : ''
-    const target = `${HOP_PREFIX}${req.path}${NONCE}${this.nonce}${(++this.seq).toString(36)}${query}`
+    const nonce = `${NONCE}${this.nonce}${(++this.seq).toString(36)}`
+    const to = `&${DESTINATION_PARAM}=${encodeURIComponent(entry.podId)}`
+    const target = `${HOP_PREFIX}${req.path}${nonce}${to}${query}`
     const stamp = this.now()
     const signature = signRequest(secret, 'POST', target, stamp, req.body.bytes())
     const pod = entry.podId
@@ -263,11 +267,15 @@ export function outcomeOf(info: ForwardEnd): HopOutcome {
   return info.status >= 400 ? 'refused' : 'ok'
 }
 
-/** withoutNonce: the client's query of a hop (the nonce the edge put first removed). */
+/**
+ * withoutNonce: the client's query of a hop, as the client sent it: the nonce and the destination the
+ * edge put first removed.
+ */
 export function withoutNonce(query: string): string {
   if (!query.startsWith(NONCE)) return query
-  const amp = query.indexOf('&')
-  return amp < 0 ? '' : `?${query.slice(amp + 1)}`
+  const parts = query.slice(1).split('&').slice(1)
+  if (parts[0]?.startsWith(`${DESTINATION_PARAM}=`)) parts.shift()
+  return parts.length === 0 ? '' : `?${parts.join('&')}`
 }
 
 /**
@@ -283,9 +291,10 @@ export function hopRoutes() {
       summary: 'Inference relayed from another pod (one hop; signed)',
       description:
         'A pod whose `/v1` has no local instance for `model` relays the request here unchanged: ' +
-        '`/internal/v1` + the gateway path (e.g. `/internal/v1/v1/chat/completions`), its nonce first in ' +
-        "the query (`?hop=…`, removed before the engine). Answered with this pod's instances only, never " +
-        'relayed again: a model it does not hold is 400 `invalid_model`. Errors in the proxy shape.',
+        '`/internal/v1` + the gateway path (e.g. `/internal/v1/v1/chat/completions`), its nonce and ' +
+        'destination pod first in the query (`?hop=…&to=<pod id>`, removed before the engine). Answered ' +
+        "with this pod's instances only, never relayed again: a model it does not hold is 400 " +
+        '`invalid_model`. Errors in the proxy shape.',
     },
   }
   return new Elysia({ name: 'cluster-hop-routes' })

@@ -20,6 +20,7 @@ import { LocalPod } from './remote/local-pod.ts'
 import { remoteRoutes } from './remote/routes.ts'
 import { RemoteLifecycle } from './remote/service.ts'
 import { ClusterStateRepo } from './repo.ts'
+import { RevocationSync, revocationRoutes } from './revocations.ts'
 import { clusterRoutes } from './routes.ts'
 import { ClusterService } from './service.ts'
 import { InternalVerifier } from './signing.ts'
@@ -67,6 +68,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
     })
     ctx.auth.useInternalVerifier(
       new InternalVerifier({
+        podId,
         secrets: [auth.cluster_secret as string, auth.cluster_secret_previous].filter(
           (s): s is string => typeof s === 'string' && s.length > 0,
         ),
@@ -109,6 +111,14 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       log: log.child('presets'),
       timeoutMs: cfg.request_timeout_ms,
     })
+    const revocations = new RevocationSync({
+      keeper: ctx.auth.revocations,
+      peers,
+      others: () => cluster.members.peers(),
+      bus: ctx.bus,
+      log: log.child('logouts'),
+      timeoutMs: cfg.request_timeout_ms,
+    })
     return {
       routes: clusterRoutes(cluster)
         .use(internalRoutes(cluster))
@@ -120,15 +130,18 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         .use(fleetInternalRoutes(fleet, cluster.fence))
         .use(placementRoutes(placement))
         .use(presetSyncInternalRoutes((p) => gateway.presets.sync(p), cluster.fence))
+        .use(revocationRoutes(ctx.auth.revocations))
         .use(hopRoutes()),
       rawRoutes: hop.rawRoutes,
       api: cluster,
       start: async () => {
         await cluster.start()
+        await revocations.start()
         hop.start()
         placement.start()
       },
       stop: async (deadline) => {
+        await revocations.stop(deadline)
         await placement.stop()
         await moves.stop(deadline)
         hop.stop()

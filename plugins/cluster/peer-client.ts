@@ -1,7 +1,7 @@
 import { abortable, WaitError } from '../../src/host/abortable.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { AppError } from '../../src/http/errors.ts'
-import { CLUSTER_HEADERS, signRequest } from './signing.ts'
+import { addressedTo, CLUSTER_HEADERS, signRequest } from './signing.ts'
 
 /**
  * PeerError is a peer's refusal or failure as the caller sees it: the peer's own status, code and
@@ -34,6 +34,15 @@ export interface PeerClientOptions {
   log: Logger
 }
 
+/** PeerTarget: the pod a call is for: its id (signed into the call, `to=`) and its base URL. */
+export interface PeerTarget {
+  podId: string
+  address: string
+}
+
+/** PeerCalls: what the cluster's services use of PeerClient (so a test may stand in for it). */
+export type PeerCalls = Pick<PeerClient, 'request' | 'stream'>
+
 export interface PeerRequestOptions {
   signal?: AbortSignal
   /** This call's deadline instead of the client's. */
@@ -41,8 +50,8 @@ export interface PeerRequestOptions {
 }
 
 /**
- * PeerClient is the control plane's one way to call another pod's `/internal/*` API: signed with
- * the current secret (signing.ts), sent with `fetch`, under a deadline. The data-plane hop (a chat
+ * PeerClient is the control plane's one way to call another pod's `/internal/*` API: addressed to
+ * that pod and signed with the current secret (signing.ts), sent with `fetch`, under a deadline. The data-plane hop (a chat
  * relayed to the pod that serves the model) goes through the wire front's pool instead
  * (src/wire/pool.ts), never through here.
  *
@@ -55,27 +64,29 @@ export class PeerClient {
   constructor(private readonly opts: PeerClientOptions) {}
 
   /**
-   * request sends one signed call to the pod at `address` (its base URL) and returns its JSON
+   * request sends one signed call to `pod` (addressed to its id, at its base URL) and returns its JSON
    * (undefined for an empty body). A non-2xx answer throws a PeerError with the peer's status, code
    * and message; no connection → 502, past the deadline → 504, both naming the peer. The caller's
    * own `signal` rejects with the WaitError of src/host/abortable.ts.
    */
   async request<T = unknown>(
-    address: string,
+    pod: PeerTarget,
     method: string,
     pathWithQuery: string,
     body?: unknown,
     opts: PeerRequestOptions = {},
   ): Promise<T> {
+    const { address } = pod
+    const target = addressedTo(pathWithQuery, pod.podId)
     const bytes = body === undefined ? new Uint8Array(0) : Buffer.from(JSON.stringify(body))
-    const url = peerUrl(address, pathWithQuery)
+    const url = peerUrl(address, target)
     const timeoutMs = opts.timeoutMs ?? this.opts.timeoutMs
     const what = `${method} ${url}`
     const cancel = new AbortController()
     const exchange = async () => {
       const res = await fetch(url, {
         method,
-        headers: this.headers(method, pathWithQuery, bytes, body !== undefined),
+        headers: this.headers(method, target, bytes, body !== undefined),
         ...(body === undefined ? {} : { body: bytes }),
         signal: opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal,
       })
@@ -108,8 +119,10 @@ export class PeerClient {
    * the head has arrived (within the client's deadline). The body has no deadline: it ends when the
    * peer ends it or `signal` aborts. A non-2xx answer or no connection throws as request does.
    */
-  async stream(address: string, pathWithQuery: string, signal: AbortSignal): Promise<Response> {
-    const url = peerUrl(address, pathWithQuery)
+  async stream(pod: PeerTarget, pathWithQuery: string, signal: AbortSignal): Promise<Response> {
+    const { address } = pod
+    const target = addressedTo(pathWithQuery, pod.podId)
+    const url = peerUrl(address, target)
     const what = `GET ${url}`
     const cancel = new AbortController()
     const timeoutMs = this.opts.timeoutMs
@@ -118,7 +131,7 @@ export class PeerClient {
       res = await abortable(
         fetch(url, {
           method: 'GET',
-          headers: this.headers('GET', pathWithQuery, new Uint8Array(0), false),
+          headers: this.headers('GET', target, new Uint8Array(0), false),
           signal: AbortSignal.any([signal, cancel.signal]),
         }),
         { signal, timeoutMs, what },
@@ -134,16 +147,12 @@ export class PeerClient {
     return res
   }
 
-  private headers(
-    method: string,
-    pathWithQuery: string,
-    body: Uint8Array,
-    json: boolean,
-  ): Record<string, string> {
+  /** headers: the signature headers of `target` (path, query and destination, exactly as sent). */
+  private headers(method: string, target: string, body: Uint8Array, json: boolean): Record<string, string> {
     const stamp = Math.max(Date.now(), this.lastStamp + 1)
     this.lastStamp = stamp
     return {
-      [CLUSTER_HEADERS.signature]: signRequest(this.opts.secret, method, pathWithQuery, stamp, body),
+      [CLUSTER_HEADERS.signature]: signRequest(this.opts.secret, method, target, stamp, body),
       [CLUSTER_HEADERS.timestamp]: String(stamp),
       [CLUSTER_HEADERS.pod]: this.opts.podId,
       [CLUSTER_HEADERS.term]: String(this.opts.term()),

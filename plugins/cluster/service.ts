@@ -4,7 +4,7 @@ import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
 import type { ClusterConfig } from './config.ts'
 import type { Coordinator, CoordinatorChange, Leadership } from './coordination/types.ts'
 import { Membership } from './membership.ts'
-import { PeerError } from './peer-client.ts'
+import { type PeerCalls, PeerError } from './peer-client.ts'
 import type { ClusterStateRepo } from './repo.ts'
 import { buildEntries, EMPTY_TABLE, newer, sameEntries } from './routing-table.ts'
 import type {
@@ -21,17 +21,6 @@ import type {
 } from './schemas.ts'
 import { TermFence } from './term.ts'
 
-/** PeerCaller: how the service reaches another pod's signed /internal API (PeerClient). */
-export interface PeerCaller {
-  request<T = unknown>(
-    address: string,
-    method: string,
-    pathWithQuery: string,
-    body?: unknown,
-    opts?: { signal?: AbortSignal; timeoutMs?: number },
-  ): Promise<T>
-}
-
 export interface ClusterDeps {
   cfg: ClusterConfig
   podId: string
@@ -39,7 +28,8 @@ export interface ClusterDeps {
   address: () => string
   /** coordinator is made at start, once the address is known. */
   coordinator: (address: string) => Coordinator
-  peers: PeerCaller
+  /** How the service reaches another pod's signed /internal API (PeerClient). */
+  peers: Pick<PeerCalls, 'request'>
   gateway: GatewayApi
   bus: EventBus
   log: Logger
@@ -51,6 +41,8 @@ declare module '../../src/host/bus.ts' {
   interface BusEvents {
     /** cluster.routing: this pod adopted a routing table (from its leader, or built it as leader). */
     'cluster.routing': RoutingTable
+    /** cluster.pod.joined: another pod announced it (re)joined (its pod-joined event), at `address`. */
+    'cluster.pod.joined': { podId: string; address: string }
   }
 }
 
@@ -265,6 +257,9 @@ export class ClusterService {
     if (ev.state) this.hear(ev.state)
     if (ev.term !== undefined) this.fence.observe(ev.term)
     if (ev.routingTable) this.adopt(ev.routingTable)
+    const address = this.members.address(ev.podId)
+    if (ev.type === 'pod-joined' && ev.podId !== this.deps.podId && address)
+      this.deps.bus.emit('cluster.pod.joined', { podId: ev.podId, address })
   }
 
   private hear(state: PodState): void {
@@ -377,7 +372,7 @@ export class ClusterService {
   private sendAll(path: string, body: unknown): void {
     for (const peer of this.members.peers()) {
       const p = this.deps.peers
-        .request(peer.address, 'POST', path, body, { timeoutMs: this.deps.cfg.request_timeout_ms })
+        .request(peer, 'POST', path, body, { timeoutMs: this.deps.cfg.request_timeout_ms })
         .catch((err: unknown) => this.onSendError(peer.podId, path, err))
         .finally(() => this.pending.delete(p))
       this.pending.add(p)
@@ -405,15 +400,9 @@ export class ClusterService {
     const order = first ? [first, ...peers.filter((p) => p !== first)] : peers
     for (const peer of order) {
       try {
-        const s = await this.deps.peers.request<InternalState>(
-          peer.address,
-          'GET',
-          '/internal/state',
-          undefined,
-          {
-            timeoutMs: this.deps.cfg.request_timeout_ms,
-          },
-        )
+        const s = await this.deps.peers.request<InternalState>(peer, 'GET', '/internal/state', undefined, {
+          timeoutMs: this.deps.cfg.request_timeout_ms,
+        })
         this.fence.observe(s.term)
         this.members.heard(s.state)
         this.adopt(s.routingTable)

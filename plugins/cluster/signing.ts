@@ -10,6 +10,13 @@ import { AppError, badRequest, unauthorized } from '../../src/http/errors.ts'
  * The sender also names itself (`X-Cluster-Pod`) and the highest leader term it has seen
  * (`X-Cluster-Term`); those two are not part of the signature, so a command whose term
  * matters for fencing carries the term in its (signed) body as well.
+ *
+ * The signature alone does not say which pod a request is for, and the internal API is plain HTTP:
+ * anyone who sees a request to pod B could send it to pod C within the 30 s window (C has not seen
+ * it, so its replay check passes). Every signed request therefore names its destination in the
+ * signed target, the query parameter `to=<pod id>` (addressedTo), and a pod refuses one that names
+ * another pod, or none (403 `WRONG_DESTINATION`). Putting it in the query keeps the signature
+ * as it is: the path with its query is already signed.
  */
 export const CLUSTER_HEADERS = {
   signature: 'x-cluster-signature',
@@ -17,6 +24,22 @@ export const CLUSTER_HEADERS = {
   pod: 'x-cluster-pod',
   term: 'x-cluster-term',
 } as const
+
+/** DESTINATION_PARAM: the query parameter naming the pod a signed request is for (its first occurrence). */
+export const DESTINATION_PARAM = 'to'
+
+/** addressedTo: `pathWithQuery` with the destination pod appended to its query (sign and send this). */
+export function addressedTo(pathWithQuery: string, podId: string): string {
+  const sep = pathWithQuery.includes('?') ? '&' : '?'
+  return `${pathWithQuery}${sep}${DESTINATION_PARAM}=${encodeURIComponent(podId)}`
+}
+
+/** destinationOf: the pod a signed target names (its first `to` parameter), or null when it names none. */
+export function destinationOf(target: string): string | null {
+  const q = target.indexOf('?')
+  if (q < 0) return null
+  return new URLSearchParams(target.slice(q + 1)).get(DESTINATION_PARAM)
+}
 
 /** The shortest CLUSTER_SECRET accepted. */
 export const MIN_SECRET_LENGTH = 16
@@ -79,6 +102,8 @@ export function checkClusterSecrets(auth: ClusterSecrets, required = true): void
 }
 
 export interface InternalVerifierOptions {
+  /** This pod's id: a signed request must name it as its destination (`to=`). */
+  podId: string
   /**
    * The secrets accepted: auth.cluster_secret (what peers sign with), then
    * auth.cluster_secret_previous (still accepted while a rotation rolls through the pods).
@@ -114,12 +139,14 @@ interface Window {
  * InternalVerifier checks one signed request, in the order that keeps a flood cheap: the source's
  * rate (a sliding second, counted before any HMAC work; refused requests are not counted, so a
  * sender slowing down gets through), the two headers, the timestamp (±30 s), the signature against
- * the current then the previous secret (constant time), then replay (the same signature already
- * accepted within the window). The host's front calls it for every `/internal/*` request with the
- * raw body as received (AuthService.useInternalVerifier).
+ * the current then the previous secret (constant time), the destination (this pod, by the signed
+ * `to=`), then replay (the same signature already accepted within the window). The host's front
+ * calls it for every `/internal/*` request with the raw body as received
+ * (AuthService.useInternalVerifier).
  */
 export class InternalVerifier {
   private readonly secrets: string[]
+  private readonly podId: string
   private readonly rateLimit: number
   private readonly unlimited: readonly string[]
   private readonly capacity: number
@@ -131,6 +158,8 @@ export class InternalVerifier {
   constructor(opts: InternalVerifierOptions) {
     this.secrets = opts.secrets.filter((s) => s.length > 0)
     if (this.secrets.length === 0) throw new Error('InternalVerifier needs at least one cluster secret')
+    if (!opts.podId) throw new Error('InternalVerifier needs the pod id requests must be addressed to')
+    this.podId = opts.podId
     this.rateLimit = opts.rateLimit
     this.unlimited = opts.unlimitedPrefixes ?? DEFAULT_UNLIMITED_PREFIXES
     this.capacity = opts.replayCapacity ?? 500_000
@@ -160,6 +189,17 @@ export class InternalVerifier {
       if (timingSafeEqual(Buffer.from(expected, 'hex'), given)) matched = expected
     }
     if (matched === null) return refuse(unauthorized('Invalid cluster signature'))
+    const to = destinationOf(req.target)
+    if (to !== this.podId)
+      return refuse(
+        new AppError(
+          403,
+          'WRONG_DESTINATION',
+          to === null
+            ? `Signed cluster request names no destination pod (${DESTINATION_PARAM}=); this is pod '${this.podId}'`
+            : `Signed cluster request is for pod '${to}', not this pod ('${this.podId}')`,
+        ),
+      )
     if (this.seen.has(matched)) return refuse(unauthorized('Replayed cluster request'))
     if (!this.remember(matched, ts + MAX_SKEW_MS, now))
       return refuse(rateLimited('Too many signed internal requests to track for replay', 1))

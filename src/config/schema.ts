@@ -111,7 +111,11 @@ export const RootConfigSchema = T.Object(
         admin_username: T.String({ default: 'admin', minLength: 1 }),
         admin_password: T.Optional(T.String()),
         jwt_secret: T.Optional(T.String()),
-        jwt_ttl_seconds: T.Integer({ default: 43200, minimum: 60, description: 'JWT lifetime (12 h)' }),
+        jwt_ttl_seconds: T.Integer({
+          default: 43200,
+          minimum: 60,
+          description: 'JWT lifetime (12 h); a token claiming a longer one (exp − iat) is refused',
+        }),
         inference_api_key: T.Optional(T.String()),
         cluster_secret: T.Optional(T.String()),
         cluster_secret_previous: T.Optional(

@@ -11,8 +11,8 @@ import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
 import { splitUrl } from '../http/url.ts'
+import { CORE_OWNER, coreMigrations } from '../store/core/migrations.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
-import { CORE_OWNER, coreMigrations } from '../store/schema.ts'
 import { WireFront } from '../wire/server.ts'
 import { abortable, WaitError } from './abortable.ts'
 import { AccessLog } from './access-log.ts'
@@ -98,6 +98,7 @@ export class Host {
     const order = orderPlugins(definitions, new Set(config.plugins.keys()))
     try {
       applyMigrations(this.store, CORE_OWNER, coreMigrations)
+      this.auth.useStore(this.store, this.bus)
       this.auth.oauth?.useStore(this.store)
       for (const def of order) {
         applyMigrations(this.store, def.id, def.migrations ?? [])

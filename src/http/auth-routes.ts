@@ -128,7 +128,8 @@ export function authRoutes(auth: AuthService) {
             tags: ['auth'],
             summary: 'Simple-mode login',
             description:
-              'Returns an HS256 JWT (claims sub, username, roles, authMode, iat, exp, jti). Each client ' +
+              'Returns an HS256 JWT (claims iss `modelgate`, aud `modelgate-admin`, sub, username, roles, ' +
+              'authMode, iat, exp, jti). Each client ' +
               'address may try `server.login_attempts_per_minute` times a minute; beyond, 429 with Retry-After.',
           },
           response: {
@@ -267,7 +268,8 @@ export function authRoutes(auth: AuthService) {
             tags: ['auth'],
             summary: 'Log out',
             description:
-              'Revokes the presented token (in memory, until its exp) and tells the client to discard it. ' +
+              'Revokes the presented token until its exp (kept in the data dir, so across restarts; in a ' +
+              'cluster every pod refuses it) and tells the client to discard it. ' +
               "In OAuth mode the provider's own session is left as it is.",
             security: [{ adminJwt: [] }],
           },

@@ -1,10 +1,13 @@
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
 import { jwt } from '@elysiajs/jwt'
 import type { RootConfig } from '../config/schema.ts'
+import type { EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
+import type { Store } from '../store/db.ts'
 import { INTERNAL_HEADER } from '../wire/headers.ts'
 import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
 import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth.ts'
+import { RevocationBook } from './revocations.ts'
 
 /**
  * AuthService is the one guard for every route. It authorises the route the framework matched (its
@@ -33,6 +36,13 @@ export interface Principal {
   exp?: number
   jti?: string
 }
+
+/** TOKEN_ISSUER: the `iss` of every token modelgate issues, and the only one it accepts. */
+export const TOKEN_ISSUER = 'modelgate'
+/** TOKEN_AUDIENCE: the `aud` of every token modelgate issues (its admin API), and the only one it accepts. */
+export const TOKEN_AUDIENCE = 'modelgate-admin'
+/** How far in the future a token's `iat` may be (clocks of the pods that issue and check it differ). */
+export const CLOCK_SKEW_SECONDS = 60
 
 const ANONYMOUS_ADMIN: Principal = {
   sub: 'anonymous',
@@ -190,8 +200,11 @@ export class AuthService {
     sign(p: Record<string, unknown>): Promise<string>
     verify(t: string, o: unknown): Promise<unknown>
   } | null
-  /** revoked holds logged-out token ids until they expire (in memory: a restart forgets them). */
-  private readonly revoked = new Map<string, number>()
+  /**
+   * revocations: logged-out tokens (by jti) until they expire, kept in the data dir's SQLite once
+   * the host attaches its store (useStore); the cluster plugin shares them with the other pods.
+   */
+  readonly revocations: RevocationBook
   /** Password logins per client address in the current minute (login throttling). */
   private readonly logins = new Map<string, { since: number; count: number }>()
   /** What each mounted route requires, by `METHOD pattern` (declareRoutes). */
@@ -210,6 +223,7 @@ export class AuthService {
   ) {
     this.mode = cfg.mode
     this.log = log ?? null
+    this.revocations = new RevocationBook(cfg.jwt_ttl_seconds + CLOCK_SKEW_SECONDS)
     this.signer = cfg.jwt_secret
       ? (jwt({ name: 'jwt', secret: cfg.jwt_secret, alg: 'HS256' }).decorator
           .jwt as unknown as AuthService['signer'])
@@ -222,6 +236,11 @@ export class AuthService {
           this.log?.warn(msg, fields),
         )
     }
+  }
+
+  /** useStore keeps revocations in the host's store and announces new ones on its bus (at boot). */
+  useStore(store: Store, bus: EventBus): void {
+    this.revocations.attach(store, bus)
   }
 
   /** useLog sets where auth events are logged (the host's logger, scoped `auth`). */
@@ -276,6 +295,8 @@ export class AuthService {
     const ttl = Math.max(1, Math.min(this.cfg.jwt_ttl_seconds, opts.ttlSeconds ?? Number.POSITIVE_INFINITY))
     const exp = now + ttl
     const token = await this.signer.sign({
+      iss: TOKEN_ISSUER,
+      aud: TOKEN_AUDIENCE,
       sub: opts.sub ?? username,
       username,
       roles,
@@ -294,8 +315,8 @@ export class AuthService {
   }
 
   /**
-   * issueOAuthToken: modelgate's JWT for a user the platform vouched for (claims sub, username,
-   * roles, authMode "oauth", iat, exp, jti). It never outlives the provider's access token.
+   * issueOAuthToken: modelgate's JWT for a user the platform vouched for (claims iss, aud, sub,
+   * username, roles, authMode "oauth", iat, exp, jti). It never outlives the provider's access token.
    */
   issueOAuthToken(user: OAuthUser): Promise<LoginResult> {
     return this.issueToken(user.username, user.roles, {
@@ -332,7 +353,13 @@ export class AuthService {
     return this.issueToken(username, ['admin'])
   }
 
-  /** verifyToken accepts only HS256 tokens with an exp claim, a valid signature and known roles. */
+  /**
+   * verifyToken accepts only what issueToken makes (RFC 8725): HS256 with a valid signature, not
+   * expired, issued by modelgate for its admin API (`iss`, `aud`), with `iat` no later than
+   * CLOCK_SKEW_SECONDS from now and a lifetime (exp − iat) no longer than `jwt_ttl_seconds`, a `jti`
+   * (what a logout revokes) that is not revoked, and known roles. A token signed with the secret but
+   * made otherwise (a 10¹³ exp, an iat in the future, another issuer) is refused.
+   */
   async verifyToken(token: string): Promise<Principal> {
     if (!this.signer) throw unauthorized()
     const header = decodeHeader(token)
@@ -341,10 +368,25 @@ export class AuthService {
       | Record<string, unknown>
       | false
     if (!payload) throw unauthorized('Invalid or expired token')
-    const { sub, username, roles, authMode, exp, jti } = payload
-    if (typeof sub !== 'string' || typeof exp !== 'number' || !Array.isArray(roles))
+    const { sub, username, roles, authMode, exp, iat, jti, iss, aud } = payload
+    if (
+      typeof sub !== 'string' ||
+      typeof exp !== 'number' ||
+      typeof iat !== 'number' ||
+      typeof jti !== 'string' ||
+      jti === '' ||
+      !Array.isArray(roles)
+    )
       throw unauthorized('Invalid token: missing claims')
-    if (typeof jti === 'string' && this.revoked.has(jti)) throw unauthorized('Token has been revoked')
+    if (iss !== TOKEN_ISSUER) throw unauthorized(`Invalid token: the issuer must be "${TOKEN_ISSUER}"`)
+    if (aud !== TOKEN_AUDIENCE) throw unauthorized(`Invalid token: the audience must be "${TOKEN_AUDIENCE}"`)
+    if (iat > Date.now() / 1000 + CLOCK_SKEW_SECONDS)
+      throw unauthorized('Invalid token: issued in the future')
+    if (exp - iat > this.cfg.jwt_ttl_seconds)
+      throw unauthorized(
+        'Invalid token: its lifetime is longer than this server issues (auth.jwt_ttl_seconds)',
+      )
+    if (this.revocations.has(jti)) throw unauthorized('Token has been revoked')
     const known = roles.filter((r): r is Role => r === 'admin' || r === 'admin-readonly')
     return {
       sub,
@@ -352,7 +394,7 @@ export class AuthService {
       roles: known,
       authMode: typeof authMode === 'string' ? authMode : this.mode,
       exp,
-      ...(typeof jti === 'string' ? { jti } : {}),
+      jti,
     }
   }
 
@@ -371,11 +413,10 @@ export class AuthService {
     return Math.max(1, Math.ceil((w.since + WINDOW - now) / 1000))
   }
 
+  /** revoke refuses the principal's token from now until it expires (a logout on this pod). */
   revoke(principal: Principal): void {
     if (!principal.jti || !principal.exp) return
-    const nowSec = Date.now() / 1000
-    for (const [id, exp] of this.revoked) if (exp < nowSec) this.revoked.delete(id)
-    this.revoked.set(principal.jti, principal.exp)
+    this.revocations.add([{ jti: principal.jti, exp: principal.exp }], 'local')
   }
 
   /** declareRoutes records what each mounted route requires (call once the routes are mounted). */

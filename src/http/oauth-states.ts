@@ -1,6 +1,6 @@
 import { asc, count, inArray, lte } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
-import { oauthUsedStates } from '../store/schema.ts'
+import { oauthUsedStates } from '../store/core/schema.ts'
 
 /**
  * UsedStates: the OAuth login states already presented to the callback, in the store (SQLite), so

@@ -363,7 +363,7 @@ describe.skipIf(skip)('three modelgate processes led through a real etcd', () =>
 
   /** signedPost: a correctly signed internal request from `from` carrying `term` in X-Cluster-Term. */
   const signedPost = (target: string, path: string, body: string, term: number, from: string) =>
-    signedFetch(pods.get(target)!.url, SECRET, 'POST', path, body, { from, term })
+    signedFetch(pods.get(target)!.url, SECRET, 'POST', path, body, { from, to: target, term })
 
   async function chatThrough(pod: string) {
     const r = await fetch(`${pods.get(pod)!.url}/v1/chat/completions`, {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
-import { CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
+import { addressedTo, CLUSTER_HEADERS, signRequest } from '../../plugins/cluster/signing.ts'
 import type { MemoryProfile } from '../../plugins/gateway/api.ts'
 import { type EtcdPods, startEtcdPods } from '../support/cluster.ts'
 import { etcdAvailable, startEtcd, type TestEtcd } from '../support/etcd.ts'
@@ -291,7 +291,7 @@ describe.skipIf(skip)('profiles and benchmarks across the fleet', () => {
     expect((await as(pods.c, readonlyToken, '/api/cluster/memory-profiles/export')).status).toBe(200)
     expect((await as(pods.c, readonlyToken, '/api/cluster/benchmarks/export')).status).toBe(200)
 
-    const path = '/internal/memory-profiles'
+    const path = addressedTo('/internal/memory-profiles', 'b')
     const body = Buffer.from(JSON.stringify({ profiles: [] }))
     const unsigned = await fetch(`${pods.b.url}${path}`, {
       method: 'POST',

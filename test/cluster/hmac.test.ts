@@ -10,14 +10,17 @@ import { startHost, type TestHost, tempDataDir } from '../support/host.ts'
 
 /**
  * The signed internal API, through a real socket to the real listener with auth on: a test-only
- * plugin installs the cluster's verifier (driven by a clock the test owns, so "within one second"
- * and "31 s old" are exact) and mounts internal routes that record every run of their handlers.
+ * plugin installs the cluster's verifier for pod `pod-b` (driven by a clock the test owns, so
+ * "within one second" and "31 s old" are exact) and mounts internal routes that record every run of
+ * their handlers. Requests are addressed to `pod-b` (`to=` in the signed query) unless a test says.
  */
 const SECRET = 'current-cluster-secret-0123456789'
 const PREVIOUS = 'previous-cluster-secret-012345678'
 const RETIRED = 'retired-cluster-secret-012345678'
 const JWT_SECRET = 'j'.repeat(32)
 const KEY = 'sk-inference-test-key'
+/** The listener's pod id. */
+const SELF = 'pod-b'
 const AUTH_ENV = { AUTH_MODE: 'simple', ADMIN_PASSWORD: 'hunter2', JWT_SECRET, INFERENCE_API_KEY: KEY }
 
 let clock = Date.now()
@@ -47,6 +50,7 @@ function probe(withVerifier: boolean): PluginDefinition {
         checkClusterSecrets(auth)
         ctx.auth.useInternalVerifier(
           new InternalVerifier({
+            podId: SELF,
             secrets: [auth.cluster_secret!, auth.cluster_secret_previous ?? ''],
             rateLimit: 100,
             now: () => clock,
@@ -82,6 +86,11 @@ function probe(withVerifier: boolean): PluginDefinition {
   }) as unknown as PluginDefinition
 }
 
+/** addressed: `target` naming pod `to` as its destination, written here on its own. */
+function addressed(target: string, to: string): string {
+  return `${target}${target.includes('?') ? '&' : '?'}to=${encodeURIComponent(to)}`
+}
+
 /** sign: the spec's HMAC, computed here on its own (not with the code under test). */
 function sign(secret: string, method: string, target: string, ts: number, body: string): string {
   return createHmac('sha256', secret).update(`${method}${target}${ts}${body}`).digest('hex')
@@ -97,6 +106,8 @@ interface Send {
   sent?: { method?: string; target?: string; body?: string }
   omit?: 'signature' | 'timestamp'
   headers?: Record<string, string>
+  /** The destination pod appended to the target (signed and sent); default SELF, null: none. */
+  to?: string | null
 }
 
 async function errorOf(res: Response) {
@@ -124,8 +135,11 @@ describe('signed internal API', () => {
   function send(s: Send): Promise<Response> {
     const ts = s.ts ?? clock
     const body = s.body ?? ''
+    const to = s.to === undefined ? SELF : s.to
+    const address = (t: string) => (to === null ? t : addressed(t, to))
+    const target = address(s.target)
     const headers: Record<string, string> = {
-      'x-cluster-signature': sign(s.secret ?? SECRET, s.method, s.target, ts, body),
+      'x-cluster-signature': sign(s.secret ?? SECRET, s.method, target, ts, body),
       'x-cluster-timestamp': String(ts),
       'x-cluster-pod': 'pod-a',
       'x-cluster-term': '3',
@@ -134,7 +148,7 @@ describe('signed internal API', () => {
     }
     if (s.omit) delete headers[`x-cluster-${s.omit}`]
     const sentBody = s.sent?.body ?? body
-    return fetch(`${th.url}${s.sent?.target ?? s.target}`, {
+    return fetch(`${th.url}${s.sent?.target ? address(s.sent.target) : target}`, {
       method: s.sent?.method ?? s.method,
       headers,
       ...(sentBody ? { body: sentBody } : {}),
@@ -177,6 +191,30 @@ describe('signed internal API', () => {
       'UNAUTHORIZED',
       'Replayed cluster request',
     )
+  })
+
+  it('refuses a signed request addressed to another pod, or to none, with 403 WRONG_DESTINATION', async () => {
+    await refused(
+      await send({ method: 'POST', target: '/internal/echo', body: '{"n":1}', to: 'pod-c' }),
+      403,
+      'WRONG_DESTINATION',
+      "Signed cluster request is for pod 'pod-c', not this pod ('pod-b')",
+    )
+    await refused(
+      await send({ method: 'GET', target: '/internal/ping', to: null }),
+      403,
+      'WRONG_DESTINATION',
+      "Signed cluster request names no destination pod (to=); this is pod 'pod-b'",
+    )
+    // The first `to` names the destination; a second one changes nothing.
+    await refused(
+      await send({ method: 'GET', target: '/internal/ping?to=pod-c' }),
+      403,
+      'WRONG_DESTINATION',
+      /for pod 'pod-c'/,
+    )
+    // Addressed to this pod, after another query parameter: accepted.
+    expect((await send({ method: 'GET', target: '/internal/ping?x=1' })).status).toBe(200)
   })
 
   it('refuses a timestamp 31 s old or 31 s ahead, and accepts 29 s either way', async () => {

@@ -75,11 +75,13 @@ describe('cluster hop: which pod', () => {
     expect(hop.plan(request('other'))).toBeNull()
   })
 
-  it('prefers the pod with the fewest hops in flight, and signs a target with a nonce first', async () => {
+  it('prefers the pod with the fewest hops in flight, and signs a target with a nonce, then its destination, first', async () => {
     table.entries.m = [entry('p2', 1), entry('p3', 1)]
     const first = await forwardOf(hop.plan(request('m')))
-    expect(first.target).toMatch(/^\/internal\/v1\/v1\/chat\/completions\?hop=[\w-]+\.\w+&x=1$/)
+    expect(first.target).toMatch(/^\/internal\/v1\/v1\/chat\/completions\?hop=[\w-]+\.\w+&to=p2&x=1$/)
     expect(withoutNonce(first.target.slice(first.target.indexOf('?')))).toBe('?x=1')
+    // A client's own `to` is the client's: only the destination right after the nonce is removed.
+    expect(withoutNonce('?hop=n.1&to=p2&to=mine')).toBe('?to=mine')
     expect(first.extraHead).toContain('x-cluster-pod: self\r\n')
     expect(hop.candidates('m', false).map((e) => e.podId)).toEqual(['p3', 'p2'])
     const second = await forwardOf(hop.plan(request('m')))

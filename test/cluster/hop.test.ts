@@ -1,10 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { PeerClient, PeerError } from '../../plugins/cluster/peer-client.ts'
-import type { InternalState, RoutingTable } from '../../plugins/cluster/schemas.ts'
+import type { InternalState, RoutingEntry, RoutingTable } from '../../plugins/cluster/schemas.ts'
 import { signRequest } from '../../plugins/cluster/signing.ts'
 import { Logger } from '../../src/host/logger.ts'
 import { freePort } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { parse, rawExchange } from '../support/raw-client.ts'
+import { type RawHttpServer, rawHttpServer } from '../support/raw-http.ts'
 import { waitFor } from '../support/wait.ts'
 
 /**
@@ -278,7 +280,12 @@ describe('cluster inference hop', () => {
   it('answers a hop for a model the pod lacks with 400, never relaying it again', async () => {
     const before = await served('c', 'only-c')
     const err = await peers
-      .request(pods.b.url, 'POST', '/internal/v1/v1/chat/completions', JSON.parse(chatBody('only-c', false)))
+      .request(
+        { podId: 'b', address: pods.b.url },
+        'POST',
+        '/internal/v1/v1/chat/completions',
+        JSON.parse(chatBody('only-c', false)),
+      )
       .catch((e: unknown) => e)
     expect(err).toBeInstanceOf(PeerError)
     expect(err).toMatchObject({ status: 400, code: 'invalid_model' })
@@ -287,7 +294,7 @@ describe('cluster inference hop', () => {
     expect(await hops('b', 'only-c', 'c', 'ok')).toBe(0)
     // A signed hop for a model b holds is served from its own instance.
     const ok = await peers.request<{ model: string }>(
-      pods.b.url,
+      { podId: 'b', address: pods.b.url },
       'POST',
       '/internal/v1/v1/chat/completions?hop=test.1',
       JSON.parse(chatBody('only-b', false)),
@@ -336,20 +343,26 @@ describe('cluster inference hop', () => {
     expect((await admin('a', `/api/models/instances/${id}/wake`, { method: 'POST' })).status).toBe(200)
   })
 
-  it('goes on to the next pod when the table lists a dead one first', async () => {
-    // The test plays the leader: a heartbeat whose (newer) table lists a pod nobody listens for first.
-    const dead = `http://127.0.0.1:${await freePort()}`
+  /** leadWith: the test plays the leader: a heartbeat to pod a with a newer table, `only-b` changed by `change`. */
+  async function leadWith(change: (entries: RoutingEntry[]) => RoutingEntry[]): Promise<void> {
     const current = (await admin<RoutingTable>('a', '/api/cluster/routing-table')).body
-    const entries = {
-      ...current.entries,
-      'only-b': [{ podId: 'ghost', podAddress: dead, vllmPort: 1, weight: 1 }, ...current.entries['only-b']!],
-    }
+    const entries = { ...current.entries, 'only-b': change(current.entries['only-b']!) }
     const table: RoutingTable = { ...current, version: current.version + 1000, entries }
-    const leader = await peers.request<InternalState>(pods.c.url, 'GET', '/internal/state')
-    await peers.request(pods.a.url, 'POST', '/internal/heartbeat', {
+    const leader = await peers.request<InternalState>(
+      { podId: 'c', address: pods.c.url },
+      'GET',
+      '/internal/state',
+    )
+    await peers.request({ podId: 'a', address: pods.a.url }, 'POST', '/internal/heartbeat', {
       state: leader.state,
       routingTable: table,
     })
+  }
+
+  it('goes on to the next pod when the table lists a dead one first', async () => {
+    // A table that lists a pod nobody listens for first.
+    const dead = `http://127.0.0.1:${await freePort()}`
+    await leadWith((onlyB) => [{ podId: 'ghost', podAddress: dead, vllmPort: 1, weight: 1 }, ...onlyB])
     const adopted = (await admin<RoutingTable>('a', '/api/cluster/routing-table')).body
     expect(adopted.entries['only-b']!.map((e) => e.podId)).toEqual(['ghost', 'b'])
     const before = await served('b', 'only-b')
@@ -360,5 +373,70 @@ describe('cluster inference hop', () => {
     expect((await streamed(await chat('a', 'only-b', true))).done).toBe(true)
     expect(await hops('a', 'only-b', 'ghost', 'unreachable')).toBe(1)
     expect(await served('b', 'only-b')).toBe(before + 2)
+  })
+
+  describe('a signed request captured on its way to pod b', () => {
+    /** What the recording peer received (head and body, latin1), each answered 200 with `{}`. */
+    const captured: { head: string; body: string }[] = []
+    let recorder: RawHttpServer
+    beforeAll(() => {
+      recorder = rawHttpServer((socket, head, body) => {
+        captured.push({ head, body })
+        socket.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}')
+      })
+    })
+    afterAll(() => recorder.stop())
+
+    /** replay: the captured bytes, unchanged, to `pod`'s listener; its one response. */
+    async function replay(pod: PodId, sent: { head: string; body: string }) {
+      const reply = await rawExchange(ports[pod], `${sent.head}\r\n\r\n${sent.body}`, {
+        waitMs: 10_000,
+        until: (text) => parse(text).length > 0,
+      })
+      const res = parse(reply.text)[0]!
+      return {
+        status: res.status,
+        error: (JSON.parse(res.body) as { error?: Record<string, unknown> }).error,
+      }
+    }
+
+    /** replayedEverywhere: refused by pod c (not its destination), accepted once by b, then refused as a replay. */
+    async function replayedEverywhere(sent: { head: string; body: string }, accepted: () => Promise<void>) {
+      const atC = await replay('c', sent)
+      expect(atC.status).toBe(403)
+      expect(atC.error).toEqual({
+        code: 'WRONG_DESTINATION',
+        message: "Signed cluster request is for pod 'b', not this pod ('c')",
+        statusCode: 403,
+      })
+      expect((await replay('b', sent)).status).toBe(200)
+      await accepted()
+      const again = await replay('b', sent)
+      expect(again.status).toBe(401)
+      expect(again.error?.message).toBe('Replayed cluster request')
+    }
+
+    it('a control-plane call (PeerClient): pod c refuses it, pod b takes it once', async () => {
+      const to = { podId: 'b', address: `http://127.0.0.1:${recorder.port}` }
+      expect(await peers.request(to, 'GET', '/internal/models')).toEqual({})
+      const sent = captured.pop()!
+      expect(sent.head).toStartWith('GET /internal/models?to=b HTTP/1.1')
+      await replayedEverywhere(sent, async () => {})
+    })
+
+    it('an inference hop: pod c refuses it, pod b serves it once', async () => {
+      // A table whose pod b listens at the recorder.
+      await leadWith((onlyB) => [
+        { ...onlyB.find((e) => e.podId === 'b')!, podAddress: `http://127.0.0.1:${recorder.port}` },
+      ])
+      const res = await chat('a', 'only-b', false)
+      expect(res.status).toBe(200)
+      expect(await res.json()).toEqual({})
+      const sent = captured.pop()!
+      expect(sent.head).toMatch(/^POST \/internal\/v1\/v1\/chat\/completions\?hop=[^&]+&to=b HTTP\/1\.1/)
+      const before = await served('b', 'only-b')
+      await replayedEverywhere(sent, async () => expect(await served('b', 'only-b')).toBe(before + 1))
+      expect(await served('b', 'only-b')).toBe(before + 1)
+    })
   })
 })

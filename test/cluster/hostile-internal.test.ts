@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { signRequest } from '../../plugins/cluster/signing.ts'
+import { addressedTo, signRequest } from '../../plugins/cluster/signing.ts'
 import { freePort } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { parse, Raw, rawExchange } from '../support/raw-client.ts'
@@ -15,8 +15,10 @@ const SECRET = 'hostile-internal-secret-0123456789'
 let gw: TestGateway
 let port: number
 
-function signedHead(method: string, target: string, body: Uint8Array, extra = ''): string {
+/** signedHead: the head of a request to `path`, addressed to this pod (`solo`) and signed. */
+function signedHead(method: string, path: string, body: Uint8Array, extra = ''): string {
   const ts = Date.now()
+  const target = addressedTo(path, 'solo')
   const sig = signRequest(SECRET, method, target, ts, body)
   return (
     `${method} ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n` +

@@ -24,7 +24,7 @@ const peer = definePlugin({
   setup(ctx) {
     checkClusterSecrets(ctx.config.auth)
     ctx.auth.useInternalVerifier(
-      new InternalVerifier({ secrets: [ctx.config.auth.cluster_secret!], rateLimit: 100 }),
+      new InternalVerifier({ podId: 'pod-c', secrets: [ctx.config.auth.cluster_secret!], rateLimit: 100 }),
     )
     return {
       routes: new Elysia()
@@ -68,6 +68,8 @@ function client(timeoutMs = 10_000, secret = SECRET): PeerClient {
 
 describe('PeerClient', () => {
   let th: TestHost
+  /** podC: the listener, pod `pod-c`, as a call's destination. */
+  const podC = () => ({ podId: 'pod-c', address: th.url })
   beforeAll(async () => {
     th = await startHost('plugins:\n  peer: {}\n', [peer], { CLUSTER_SECRET: SECRET })
   })
@@ -76,17 +78,17 @@ describe('PeerClient', () => {
     await th.stop()
   })
 
-  it('round-trips JSON, signed, with its pod and term', async () => {
+  it('round-trips JSON, signed and addressed to the pod, with its pod and term', async () => {
     const c = client()
-    const out = await c.request(th.url, 'POST', '/internal/echo?x=1', { hello: 'wörld' })
-    expect(out).toEqual({ body: { hello: 'wörld' }, query: { x: '1' }, pod: 'pod-b', term: '3' })
+    const out = await c.request(podC(), 'POST', '/internal/echo?x=1', { hello: 'wörld' })
+    expect(out).toEqual({ body: { hello: 'wörld' }, query: { x: '1', to: 'pod-c' }, pod: 'pod-b', term: '3' })
     // The same call twice in a row is two requests, not a replay.
-    expect(await c.request(th.url, 'POST', '/internal/echo?x=1', { hello: 'wörld' })).toEqual(out)
+    expect(await c.request(podC(), 'POST', '/internal/echo?x=1', { hello: 'wörld' })).toEqual(out)
   })
 
   it('is refused when signing with a secret the peer does not hold', async () => {
     const err = await client(10_000, 'some-other-secret-0123456789')
-      .request(th.url, 'POST', '/internal/echo', {})
+      .request(podC(), 'POST', '/internal/echo', {})
       .then(
         () => null,
         (e: unknown) => e,
@@ -100,9 +102,25 @@ describe('PeerClient', () => {
     })
   })
 
+  it('is refused 403 WRONG_DESTINATION when the call is addressed to another pod', async () => {
+    const err = await client()
+      .request({ podId: 'pod-d', address: th.url }, 'POST', '/internal/echo', {})
+      .then(
+        () => null,
+        (e: unknown) => e,
+      )
+    expect(err).toBeInstanceOf(PeerError)
+    expect(err).toMatchObject({
+      status: 403,
+      code: 'WRONG_DESTINATION',
+      message: "Signed cluster request is for pod 'pod-d', not this pod ('pod-c')",
+      peer: th.url,
+    })
+  })
+
   it('surfaces 409 STALE_TERM with the term the peer reported', async () => {
     const err = await client()
-      .request(th.url, 'POST', '/internal/command', { op: 'unload' })
+      .request(podC(), 'POST', '/internal/command', { op: 'unload' })
       .then(
         () => null,
         (e: unknown) => e,
@@ -118,7 +136,7 @@ describe('PeerClient', () => {
 
   it('gives up at its deadline with 504 naming the peer', async () => {
     const err = await client(200)
-      .request(th.url, 'GET', '/internal/slow')
+      .request(podC(), 'GET', '/internal/slow')
       .then(
         () => null,
         (e: unknown) => e,
@@ -133,7 +151,7 @@ describe('PeerClient', () => {
     const closed = `http://127.0.0.1:${probe.port}`
     probe.stop(true)
     const err = await client()
-      .request(closed, 'GET', '/internal/ping')
+      .request({ podId: 'pod-c', address: closed }, 'GET', '/internal/ping')
       .then(
         () => null,
         (e: unknown) => e,
@@ -145,7 +163,7 @@ describe('PeerClient', () => {
 
   it('opens a signed event stream and lets the caller end it', async () => {
     const stop = new AbortController()
-    const res = await client().stream(th.url, '/internal/events', stop.signal)
+    const res = await client().stream(podC(), '/internal/events', stop.signal)
     expect(res.status).toBe(200)
     expect(res.headers.get('content-type')).toContain('text/event-stream')
     const reader = res.body!.getReader()

@@ -93,7 +93,7 @@ describe.skipIf(skip)('a preset applied to the cluster', () => {
       'POST',
       '/internal/presets/sync',
       { presets },
-      { from: L, term: withTerm },
+      { from: L, to: pod, term: withTerm },
     )
 
   let cluster: EtcdPods<PodId>

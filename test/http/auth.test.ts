@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { createHmac } from 'node:crypto'
+import { createHmac, randomUUID } from 'node:crypto'
 import { Type as T } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
@@ -38,7 +38,13 @@ function forge(
 }
 
 const now = () => Math.floor(Date.now() / 1000)
+/** The default lifetime (auth.jwt_ttl_seconds). */
+const TTL = 43200
+/** claims: what modelgate issues (iss, aud, iat, exp, jti...), changed by `extra` (undefined drops a claim). */
 const claims = (extra: Record<string, unknown> = {}) => ({
+  iss: 'modelgate',
+  aud: 'modelgate-admin',
+  jti: randomUUID(),
   sub: 'admin',
   username: 'admin',
   roles: ['admin'],
@@ -92,11 +98,19 @@ describe('auth in simple mode', () => {
     })
     expect(res.status).toBe(200)
     const body = (await res.json()) as { token: string; expires_in: number }
-    expect(body.expires_in).toBe(43200)
+    expect(body.expires_in).toBe(TTL)
     const [, payload] = body.token.split('.')
     const decoded = JSON.parse(Buffer.from(payload!, 'base64url').toString())
-    expect(decoded).toMatchObject({ sub: 'admin', username: 'admin', roles: ['admin'], authMode: 'simple' })
-    expect(decoded.exp - decoded.iat).toBe(43200)
+    expect(decoded).toMatchObject({
+      iss: 'modelgate',
+      aud: 'modelgate-admin',
+      sub: 'admin',
+      username: 'admin',
+      roles: ['admin'],
+      authMode: 'simple',
+    })
+    expect(decoded.jti).toMatch(/^[0-9a-f-]{36}$/)
+    expect(decoded.exp - decoded.iat).toBe(TTL)
     expect((await get('/api/models/things', body.token)).status).toBe(200)
     const me = await get('/api/auth/me', body.token)
     expect(await me.json()).toMatchObject({ username: 'admin', roles: ['admin'] })
@@ -136,6 +150,32 @@ describe('auth in simple mode', () => {
     const res = await get('/api/models/things', make())
     expect(res.status).toBe(401)
     expect(await errorOf(res)).toMatchObject({ code: 'UNAUTHORIZED', statusCode: 401 })
+  })
+
+  const HS256 = { alg: 'HS256', typ: 'JWT' }
+  it.each([
+    ['an exp of 10^13', () => claims({ exp: 10 ** 13 }), /lifetime is longer/],
+    ['a lifetime one second longer than jwt_ttl_seconds', () => claims({ exp: now() + TTL + 1 }), /lifetime/],
+    ['an iat an hour in the future', () => claims({ iat: now() + 3600, exp: now() + 3600 + 600 }), /future/],
+    ['a missing iat', () => claims({ iat: undefined }), /missing claims/],
+    ['a missing jti', () => claims({ jti: undefined }), /missing claims/],
+    ['another issuer', () => claims({ iss: 'someone-else' }), /issuer must be "modelgate"/],
+    ['no issuer', () => claims({ iss: undefined }), /issuer must be "modelgate"/],
+    ['another audience', () => claims({ aud: 'modelgate-inference' }), /audience must be "modelgate-admin"/],
+    ['no audience', () => claims({ aud: undefined }), /audience must be "modelgate-admin"/],
+    ['an audience list', () => claims({ aud: ['modelgate-admin', 'x'] }), /audience/],
+  ])('rejects a token signed with the secret but with %s (401 naming why)', async (_name, make, why) => {
+    const res = await get('/api/models/things', forge(HS256, make()))
+    expect(res.status).toBe(401)
+    const error = await errorOf(res)
+    expect(error).toMatchObject({ code: 'UNAUTHORIZED', statusCode: 401 })
+    expect(String(error.message)).toMatch(why)
+  })
+
+  it('accepts the longest lifetime it issues and an iat within the clock skew', async () => {
+    expect((await get('/api/models/things', forge(HS256, claims({ exp: now() + TTL })))).status).toBe(200)
+    const skewed = claims({ iat: now() + 30, exp: now() + 30 + 600 })
+    expect((await get('/api/models/things', forge(HS256, skewed))).status).toBe(200)
   })
 
   it('accepts a well-formed HS256 token it did not issue through login (same secret)', async () => {
@@ -198,6 +238,45 @@ describe('auth in simple mode', () => {
     const jwt = await post(`Bearer ${forge({ alg: 'HS256', typ: 'JWT' }, claims())}`)
     expect(jwt.status).toBe(401)
     expect((await post('Bearer sk-test')).status).toBe(200)
+  })
+})
+
+describe('logout across a restart', () => {
+  const env = { AUTH_MODE: 'simple', ADMIN_PASSWORD: 'hunter2', JWT_SECRET: SECRET }
+  const login = async (url: string) => {
+    const res = await fetch(`${url}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: 'hunter2' }),
+    })
+    return ((await res.json()) as { token: string }).token
+  }
+  const me = (url: string, token: string) =>
+    fetch(`${url}/api/auth/me`, { headers: { authorization: `Bearer ${token}` } })
+
+  it('still refuses a logged-out token after the host restarts on the same data dir', async () => {
+    const first = await startHost('plugins:\n  probe: {}\n', [probe], env)
+    let second: TestHost | null = null
+    try {
+      const [out, kept] = [await login(first.url), await login(first.url)]
+      const logout = await fetch(`${first.url}/api/auth/logout`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${out}` },
+      })
+      expect(logout.status).toBe(200)
+      await first.stopKeep()
+      second = await startHost('plugins:\n  probe: {}\n', [probe], env, first.dataDir)
+      const refused = await me(second.url, out)
+      expect(refused.status).toBe(401)
+      expect(await errorOf(refused)).toMatchObject({
+        code: 'UNAUTHORIZED',
+        message: 'Token has been revoked',
+      })
+      // The other token of the same user was not logged out: it still works.
+      expect((await me(second.url, kept)).status).toBe(200)
+    } finally {
+      await (second ?? first).stop()
+    }
   })
 })
 

@@ -6,8 +6,8 @@ import { Events } from 'oauth2-mock-server'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import { OAuthFlow, oauthProblems, oauthSettings, STATE_COOKIE } from '../../src/http/oauth.ts'
 import { UsedStates } from '../../src/http/oauth-states.ts'
+import { CORE_OWNER, coreMigrations } from '../../src/store/core/migrations.ts'
 import { applyMigrations, openStore, type Store } from '../../src/store/db.ts'
-import { CORE_OWNER, coreMigrations } from '../../src/store/schema.ts'
 import { startHost, type TestHost, tempDataDir } from '../support/host.ts'
 import {
   Browser,

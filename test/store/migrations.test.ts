@@ -16,8 +16,8 @@ import {
 } from 'drizzle-orm/sqlite-core'
 import { plugins } from '../../plugins/index.ts'
 import { orderPlugins } from '../../src/host/registry.ts'
+import { CORE_OWNER, coreMigrations } from '../../src/store/core/migrations.ts'
 import { applyMigrations, type Migration, openStore, type Store } from '../../src/store/db.ts'
-import { CORE_OWNER, coreMigrations } from '../../src/store/schema.ts'
 
 /**
  * Each plugin declares its tables twice: as SQL migrations (what a database file really gets,
@@ -265,9 +265,9 @@ function drift(db: Database, table: SQLiteTable): string[] {
   return out
 }
 
-/** Owners of tables: the core first (src/store/schema.ts), as Host.boot migrates it, then every plugin. */
+/** Owners of tables: the core first (src/store/core/), as Host.boot migrates it, then every plugin. */
 const owners: { id: string; migrations: readonly Migration[]; dbDir: string }[] = [
-  { id: CORE_OWNER, migrations: coreMigrations, dbDir: 'src/store' },
+  { id: CORE_OWNER, migrations: coreMigrations, dbDir: 'src/store/core' },
   ...orderPlugins(plugins, new Set(plugins.map((p) => p.id))).map((def) => ({
     id: def.id,
     migrations: def.migrations ?? [],
@@ -275,7 +275,7 @@ const owners: { id: string; migrations: readonly Migration[]; dbDir: string }[] 
   })),
 ]
 
-/** drizzleTables: every table exported by an owner's table modules (plugins/<id>/db/*.ts, src/store/*.ts). */
+/** drizzleTables: every table exported by an owner's table modules (plugins/<id>/db/*.ts, src/store/core/*.ts). */
 async function drizzleTables(dbDir: string): Promise<SQLiteTable[]> {
   const dir = join(import.meta.dir, '../..', dbDir)
   const tables: SQLiteTable[] = []
@@ -337,7 +337,7 @@ describe('SQL migrations and drizzle schemas', () => {
     const withMigrations = plugins.filter((p) => (p.migrations ?? []).length > 0).map((p) => p.id)
     expect(withMigrations).toContain('gateway')
     expect(withMigrations).toContain('benchmarks')
-    expect(created.get(CORE_OWNER)).toEqual(['oauth_used_states'])
+    expect(created.get(CORE_OWNER)).toEqual(['oauth_used_states', 'revoked_tokens'])
     for (const id of withMigrations) expect(created.get(id)?.length ?? 0).toBeGreaterThan(0)
     expect([...migrateAll(store).values()].flat()).toEqual([])
   })

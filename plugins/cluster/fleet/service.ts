@@ -4,12 +4,12 @@ import type { BenchmarksApi } from '../../benchmarks/api.ts'
 import { BUNDLE_FORMAT, BUNDLE_VERSION, type Bundle } from '../../benchmarks/export.ts'
 import type { GatewayPodApi, MemoryProfile } from '../../gateway/api.ts'
 import { PROFILE_BUNDLE_FORMAT, PROFILE_BUNDLE_VERSION } from '../../gateway/profiles/routes.ts'
-import type { PeerLink } from '../remote/service.ts'
+import type { PeerCalls } from '../peer-client.ts'
 import type { Pod } from '../schemas.ts'
 
 /**
  * ClusterFleet keeps memory profiles and benchmark runs one across the pods, over the signed internal
- * API (PeerLink) and each pod's own stores:
+ * API (PeerClient) and each pod's own stores:
  *
  * - profiles: reconcile collects every healthy pod's profiles, keeps the newest of each key
  *   (model_path, max_tokens, gpu_name, tensor_parallel_size; by created_at, then id) and sends that
@@ -35,7 +35,7 @@ export interface FleetDeps {
   gateway: GatewayPodApi
   /** benchmarks: this pod's benchmarks plugin, when it is on (read when asked: plugins set up in any order). */
   benchmarks: () => BenchmarksApi | undefined
-  peers: PeerLink
+  peers: PeerCalls
   /** version: this modelgate's version, for the bundles' `source`. */
   version: string
   timeoutMs: number
@@ -83,7 +83,7 @@ export class ClusterFleet {
   }
 
   private call<T>(t: Target, method: string, path: string, body?: unknown): Promise<T> {
-    return this.deps.peers.request<T>(t.address as string, method, path, body, {
+    return this.deps.peers.request<T>({ podId: t.podId, address: t.address as string }, method, path, body, {
       timeoutMs: this.deps.timeoutMs,
     })
   }

@@ -1,11 +1,11 @@
 import { AppError, notFound } from '../../../src/http/errors.ts'
 import { sseResponse } from '../../../src/http/sse.ts'
 import type { GatewayPodApi } from '../../gateway/api.ts'
+import type { PeerCalls } from '../peer-client.ts'
 import { relaySse } from '../remote/relay.ts'
 import { peerFailure } from '../remote/service.ts'
 import type { Pod } from '../schemas.ts'
 import type { CrossPodMove } from './cross-pod.ts'
-import type { PeerCalls } from './links.ts'
 import type { ClusterMoveRecord } from './schemas.ts'
 
 /** DirectoryCluster: the pods a move may run on (ClusterService). */
@@ -77,11 +77,7 @@ export class MoveDirectory {
     const stop = () => cancel.abort()
     signal.addEventListener('abort', stop, { once: true })
     try {
-      const res = await this.peers.stream(
-        at.pod.address,
-        `/internal/moves/${enc(moveId)}/events`,
-        cancel.signal,
-      )
+      const res = await this.peers.stream(at.pod, `/internal/moves/${enc(moveId)}/events`, cancel.signal)
       return relaySse(res, cancel, () => signal.removeEventListener('abort', stop))
     } catch (err) {
       cancel.abort()
@@ -95,7 +91,7 @@ export class MoveDirectory {
     const at = await this.locate(moveId)
     if (!at) return here()
     try {
-      await this.peers.request(at.pod.address, 'DELETE', `/internal/moves/${enc(moveId)}?force=${force}`)
+      await this.peers.request(at.pod, 'DELETE', `/internal/moves/${enc(moveId)}?force=${force}`)
     } catch (err) {
       throw peerFailure(at.pod, err)
     }
@@ -110,7 +106,7 @@ export class MoveDirectory {
         pods.map(async (p) => {
           const pod = { podId: p.podId, address: p.address }
           const record = await this.peers.request<ClusterMoveRecord>(
-            p.address,
+            pod,
             'GET',
             `/internal/moves/${enc(moveId)}`,
             undefined,

@@ -1,20 +1,9 @@
 import type { InstanceEvent } from '../../gateway/api.ts'
+import type { PeerCalls } from '../peer-client.ts'
 import type { Pod } from '../schemas.ts'
 import type { MovePod } from './pod-side.ts'
 import type { TableWant } from './schemas.ts'
 import { readEvents } from './sse-read.ts'
-
-/** PeerCalls: the signed calls a move makes to another pod (PeerClient). */
-export interface PeerCalls {
-  request<T = unknown>(
-    address: string,
-    method: string,
-    pathWithQuery: string,
-    body?: unknown,
-    opts?: { signal?: AbortSignal; timeoutMs?: number },
-  ): Promise<T>
-  stream(address: string, pathWithQuery: string, signal: AbortSignal): Promise<Response>
-}
 
 /** MoveTimeouts: the deadlines of a move's waits that the operator's drain deadline does not set. */
 export interface MoveTimeouts {
@@ -50,15 +39,9 @@ export class MoveLinks {
 
   /** step: one step on the target pod, within the plain call deadline unless `timeoutMs` says more. */
   step<T = unknown>(name: string, body: unknown, timeoutMs?: number): Promise<T> {
-    return this.d.peers.request<T>(
-      this.target.address,
-      'POST',
-      `/internal/moves/${this.moveId}/${name}`,
-      body,
-      {
-        timeoutMs: timeoutMs ?? this.d.timeouts.requestMs,
-      },
-    )
+    return this.d.peers.request<T>(this.target, 'POST', `/internal/moves/${this.moveId}/${name}`, body, {
+      timeoutMs: timeoutMs ?? this.d.timeouts.requestMs,
+    })
   }
 
   /**
@@ -72,7 +55,7 @@ export class MoveLinks {
   ) {
     const what = `the start of the target ${instanceId} on pod ${this.target.podId}`
     const events = await this.d.peers.stream(
-      this.target.address,
+      this.target,
       `/internal/models/${encodeURIComponent(instanceId)}/events?types=progress,status&replay_logs=false`,
       signal,
     )
@@ -107,7 +90,7 @@ export class MoveLinks {
         p.podId === self
           ? this.d.local.awaitTable(want, tableMs, signal)
           : this.d.peers.request(
-              p.address,
+              p,
               'POST',
               path,
               { want, timeoutMs: tableMs },

@@ -4,11 +4,12 @@ import type { Logger } from '../../../src/host/logger.ts'
 import { AppError, badRequest, modelNotFound, notFound } from '../../../src/http/errors.ts'
 import { type GatewayPodApi, moveFit } from '../../gateway/api.ts'
 import type { Leadership } from '../coordination/types.ts'
+import type { PeerCalls } from '../peer-client.ts'
 import { peerFailure } from '../remote/service.ts'
 import type { Pod } from '../schemas.ts'
 import { CrossPodMove } from './cross-pod.ts'
 import { MoveDirectory } from './directory.ts'
-import type { MoveTimeouts, PeerCalls } from './links.ts'
+import type { MoveTimeouts } from './links.ts'
 import { MoveLock } from './lock.ts'
 import { MovePod, type StandbyCluster } from './pod-side.ts'
 import type { ActiveMoves, ClusterMoveRecord, ClusterMoveRequest, StartRequest } from './schemas.ts'
@@ -77,7 +78,7 @@ export class ClusterMoves {
     const pod = { podId: owner.podId, address: owner.address }
     try {
       const rec = await this.d.peers.request<ClusterMoveRecord>(
-        owner.address,
+        pod,
         'POST',
         '/internal/moves',
         { instanceId, ...body },
@@ -191,7 +192,7 @@ export class ClusterMoves {
   private async activity(): Promise<ActiveMoves[]> {
     const pods = this.d.cluster.pods().filter((p) => p.status === 'healthy' && p.podId !== this.podId)
     const answers = await Promise.allSettled(
-      pods.map((p) => this.d.peers.request<ActiveMoves>(p.address, 'GET', '/internal/moves/active')),
+      pods.map((p) => this.d.peers.request<ActiveMoves>(p, 'GET', '/internal/moves/active')),
     )
     const out = [this.active()]
     for (const [i, a] of answers.entries()) {
@@ -216,9 +217,10 @@ export class ClusterMoves {
         'NO_LEADER',
         'No leader to serialise moves across the cluster; retry once one leads',
       )
+    const leader = { podId: lead.leaderId, address }
     try {
       await this.d.peers.request(
-        address,
+        leader,
         'POST',
         '/internal/moves/lock',
         { holdId, podId: this.podId },
@@ -229,7 +231,7 @@ export class ClusterMoves {
     } catch (err) {
       if (err instanceof AppError && err.code === 'NOT_LEADER')
         throw new AppError(503, 'NO_LEADER', `Pod ${lead.leaderId} no longer leads; retry`)
-      throw peerFailure({ podId: lead.leaderId, address }, err)
+      throw peerFailure(leader, err)
     }
   }
 
@@ -241,10 +243,13 @@ export class ClusterMoves {
       return
     }
     const address = lead.leaderId ? (lead.leaderAddress ?? this.d.cluster.peerAddress(lead.leaderId)) : null
-    if (!address) return
+    if (!lead.leaderId || !address) return
     this.track(
       this.d.peers
-        .request(address, 'POST', '/internal/moves/unlock', { holdId, podId: this.podId })
+        .request({ podId: lead.leaderId, address }, 'POST', '/internal/moves/unlock', {
+          holdId,
+          podId: this.podId,
+        })
         .then(() => {})
         .catch((err) => this.d.log.warn('move lock: unlock failed', { hold: holdId, error: String(err) })),
     )

@@ -4,7 +4,8 @@ import type { Logger } from '../../../src/host/logger.ts'
 import { AppError, conflict, toAppError } from '../../../src/http/errors.ts'
 import type { GatewayPodApi, InstanceRecord, PresetDetail } from '../../gateway/api.ts'
 import type { Leadership } from '../coordination/types.ts'
-import type { PeerLink, RemoteLifecycle } from '../remote/service.ts'
+import type { PeerCalls } from '../peer-client.ts'
+import type { RemoteLifecycle } from '../remote/service.ts'
 import type { Pod } from '../schemas.ts'
 import { type Need, type Placed, type PlanEntry, type PlanPod, planPreset } from './planner.ts'
 
@@ -33,7 +34,7 @@ export interface PlacementDeps {
   cluster: PlacementCluster
   gateway: GatewayPodApi
   remote: RemoteLifecycle
-  peers: PeerLink
+  peers: PeerCalls
   bus: EventBus
   log: Logger
   timeoutMs: number
@@ -313,13 +314,7 @@ export class PresetPlacement {
     await Promise.all(
       peers.map((p) =>
         this.deps.peers
-          .request(
-            p.address,
-            'POST',
-            '/internal/presets/sync',
-            { presets },
-            { timeoutMs: this.deps.timeoutMs },
-          )
+          .request(p, 'POST', '/internal/presets/sync', { presets }, { timeoutMs: this.deps.timeoutMs })
           .catch((err) =>
             this.deps.log.warn('presets sync to a pod failed', { pod: p.podId, error: String(err) }),
           ),

@@ -1,20 +1,9 @@
 import { AppError, notFound } from '../../../src/http/errors.ts'
 import type { LoadRequest, LoadResponse, SleepLevel, SleepResult, WakeResult } from '../../gateway/api.ts'
+import type { PeerCalls } from '../peer-client.ts'
 import type { EventsFilter, LocalPod } from './local-pod.ts'
 import { relaySse } from './relay.ts'
 import type { ClusterLoad, GpuInfo, ModelsFull, UnloadResult, WakeTags } from './schemas.ts'
-
-/** PeerLink: how RemoteLifecycle reaches a peer's signed /internal API (plugins/cluster/peer-client.ts). */
-export interface PeerLink {
-  request<T = unknown>(
-    address: string,
-    method: string,
-    pathWithQuery: string,
-    body?: unknown,
-    opts?: { signal?: AbortSignal; timeoutMs?: number },
-  ): Promise<T>
-  stream(address: string, pathWithQuery: string, signal: AbortSignal): Promise<Response>
-}
 
 /** PodDirectory: which pod holds an instance and where a pod is (the cluster's ClusterService). */
 export interface PodDirectory {
@@ -26,7 +15,8 @@ export interface PodDirectory {
 export interface RemoteDeps {
   cluster: PodDirectory
   local: LocalPod
-  peers: PeerLink
+  /** How RemoteLifecycle reaches a peer's signed /internal API (PeerClient). */
+  peers: PeerCalls
   /** Deadline of a call that does not wait on an engine (plugins.cluster.request_timeout_ms). */
   timeoutMs: number
 }
@@ -139,7 +129,7 @@ export class RemoteLifecycle {
       signal.addEventListener('abort', stop, { once: true })
       try {
         const res = await this.deps.peers.stream(
-          pod.address,
+          { podId: pod.podId, address: pod.address },
           `/internal/models/${enc(id)}/events${qs}`,
           cancel.signal,
         )
@@ -223,7 +213,8 @@ export class RemoteLifecycle {
     timeoutMs?: number,
   ): Promise<T> {
     try {
-      return await this.deps.peers.request<T>(pod.address as string, method, path, body, {
+      const to = { podId: pod.podId, address: pod.address as string }
+      return await this.deps.peers.request<T>(to, method, path, body, {
         timeoutMs: timeoutMs ?? this.deps.timeoutMs,
       })
     } catch (err) {
