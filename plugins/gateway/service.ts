@@ -1,5 +1,5 @@
 import { PortAllocator, portIsFree } from '../../src/engine/ports.ts'
-import { groupPids, sameProcess, stopGroup } from '../../src/engine/process.ts'
+import { groupPids } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
 import type { SleepTag } from '../../src/engine/vllm-client.ts'
 import { defaultShmDir } from '../../src/gpu/kvcached.ts'
@@ -85,7 +85,7 @@ export class GatewayService implements GatewayApi {
       config.engine.port_range.end,
     )
     this.sharedCache = new SharedCache(defaultShmDir(), () => this.instances.values(), deps.log)
-    this.supervision = new Supervision(config, this.probe, this.sharedCache)
+    this.supervision = new Supervision(config, this.probe, this.sharedCache, deps.dataDir)
     this.sleepWake = new SleepWake({
       config: config.sleep,
       supervision: this.supervision,
@@ -408,10 +408,8 @@ export class GatewayService implements GatewayApi {
   }
 
   private async finishUnload(inst: ManagedInstance): Promise<void> {
-    const grace = this.deps.config.engine.stop_grace_seconds * 1000
-    if (inst.process) await inst.process.stop(grace)
-    else if (inst.row.pgid && sameProcess(inst.row.pid ?? -1, inst.row.process_start_time))
-      await stopGroup(inst.row.pgid, grace)
+    // A failed instance too: what is left of its group (workers that outlived the leader) is stopped.
+    await this.supervision.stopEngine(inst)
     this.sharedCache.cleanup(inst)
     this.remove(inst, 'unloaded')
   }
@@ -464,7 +462,6 @@ export class GatewayService implements GatewayApi {
     this.stopping = true
     this.supervision.halt()
     if (this.deps.config.engine.on_shutdown === 'leave') return this.leave()
-    const grace = this.deps.config.engine.stop_grace_seconds * 1000
     await Promise.all(
       [...this.instances.values()].map(async (inst) => {
         if (inst.status === 'failed') {
@@ -473,7 +470,7 @@ export class GatewayService implements GatewayApi {
         }
         if (inst.status !== 'stopping') inst.lifecycle.to('stopping', 'modelgate shutting down')
         if (deadline.aborted) inst.process?.kill()
-        else if (inst.process) await inst.process.stop(grace)
+        else await this.supervision.stopEngine(inst)
         this.remove(inst, 'modelgate shut down')
       }),
     )
