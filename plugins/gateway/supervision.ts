@@ -77,8 +77,21 @@ export class Supervision {
   /**
    * awaitReady waits until /health answers 200 (active), the process exits (failed) or the deadline
    * (failed). Two paths may see the 200: the startup line's probes (probeOnHint) and the polling.
+   * Whatever goes wrong on the way, an instance is never left `starting` with nobody following it: it
+   * fails with the error and its engine is stopped.
    */
   async awaitReady(inst: ManagedInstance, deadlineAt: number): Promise<void> {
+    try {
+      await this.followStartup(inst, deadlineAt)
+    } catch (err) {
+      if (inst.lifecycle.state !== 'starting') throw err
+      this.fail(inst, `start-up supervision failed: ${(err as Error).message ?? String(err)}`)
+      await this.stopEngine(inst)
+      throw err
+    }
+  }
+
+  private async followStartup(inst: ManagedInstance, deadlineAt: number): Promise<void> {
     const { engine } = this.config
     const proc = inst.process!
     const r: Readiness = { claimed: new AbortController(), ready: null, footprint: null, hinted: false }
