@@ -1,3 +1,4 @@
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { EngineProcess } from '../../src/engine/supervisor.ts'
 import { engineOrigin, VllmClient } from '../../src/engine/vllm-client.ts'
@@ -56,6 +57,16 @@ export class ManagedInstance {
 
   static logFiles(logDir: string) {
     return { stdout: join(logDir, 'stdout.log'), stderr: join(logDir, 'stderr.log') }
+  }
+
+  /**
+   * writeLaunchRecord writes `launch.txt` (when and what was launched) into a new engine's log dir. The
+   * row goes at unload while the logs stay, so this says which command wrote them; and it is the first
+   * write to the log dir, so a full disk is found before an engine is started that could not log.
+   */
+  static writeLaunchRecord(row: InstanceRow): void {
+    mkdirSync(row.log_dir, { recursive: true })
+    writeFileSync(join(row.log_dir, 'launch.txt'), `${row.loaded_at} ${row.id}\n${row.launch_command}\n`)
   }
 
   record(): InstanceRecord {

@@ -1,4 +1,4 @@
-import { sameProcess, stopGroup } from '../../src/engine/process.ts'
+import { sameProcess } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { GatewayConfig } from './config.ts'
@@ -22,18 +22,29 @@ export interface RecoveryHost {
 
 /**
  * recover re-adopts the healthy engines of a previous run and stops the others. A pid is signalled
- * only when it is still the process that was started (pid and start time), never a reused one.
+ * only when it is still the process that was started (pid and start time), never a reused one. An
+ * engine whose leader died (with modelgate, or while it was down) may have left its EngineCore and
+ * workers running in its group, holding the GPU: those are stopped too, by their group, start time and
+ * marker (Supervision.stopEngine), whether the instance is now failed, was already failed or was
+ * being stopped.
  */
 export async function recover(h: RecoveryHost): Promise<void> {
   const { engine } = h.config
   for (const row of h.rows()) {
     const inst = h.newInstance(row)
     h.register(inst)
-    if (row.status === 'failed') continue
     const alive = row.pid !== null && sameProcess(row.pid, row.process_start_time)
-    if (!alive) {
+    if (!alive || row.status === 'failed') {
+      if (!alive && row.status !== 'failed' && row.status !== 'stopping')
+        h.supervision.fail(inst, 'engine exited while modelgate was not running')
+      const left = await h.supervision.stopEngine(inst)
+      if (left !== 'gone')
+        h.log.warn('stopped what was left of an engine of a previous run', {
+          instance: row.id,
+          pgid: row.pgid,
+          how: left,
+        })
       if (row.status === 'stopping') h.remove(inst, 'engine gone after restart')
-      else h.supervision.fail(inst, 'engine exited while modelgate was not running')
       h.sharedCache.cleanup(inst)
       continue
     }
@@ -44,7 +55,7 @@ export async function recover(h: RecoveryHost): Promise<void> {
       h.log.warn('stopping engine left by a previous run', { instance: row.id, pid: row.pid })
       if (inst.lifecycle.state !== 'stopping')
         inst.lifecycle.to('stopping', 'stopping an unhealthy engine left by a previous run')
-      await stopGroup(row.pgid ?? row.pid!, engine.stop_grace_seconds * 1000)
+      await h.supervision.stopEngine(inst)
       h.remove(inst, 'stopped after restart (unhealthy)')
       h.sharedCache.cleanup(inst)
       continue

@@ -53,7 +53,7 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
       },
       {
         body: LoadBody,
-        response: { 202: LoadResponseSchema, ...Errors },
+        response: { 202: LoadResponseSchema, ...Errors, 507: ControllerError },
         detail: {
           tags,
           summary: 'Load a model (asynchronous)',
@@ -61,7 +61,8 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
             'Validates, places on GPUs (most free memory first), allocates a port and spawns the engine; returns 202 ' +
             'with status `starting`. Watch the instance events for `active` or `failed`. 400 INSUFFICIENT_MEMORY when ' +
             'a GPU has less free memory than gpu_memory_utilization × its total; 409 MODEL_ALREADY_EXISTS when ' +
-            'extra_args ask for a port an instance already uses.',
+            'extra_args ask for a port an instance already uses. 507 INSUFFICIENT_STORAGE when the disk is full: ' +
+            'an engine whose log dir or instance row cannot be written is not left running.',
         },
       },
     )

@@ -1,12 +1,19 @@
 import { PortAllocator, portIsFree } from '../../src/engine/ports.ts'
-import { groupPids, sameProcess, stopGroup } from '../../src/engine/process.ts'
+import { groupPids } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
 import type { SleepTag } from '../../src/engine/vllm-client.ts'
 import { defaultShmDir } from '../../src/gpu/kvcached.ts'
 import { GpuProbe, type GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
-import { AppError, badRequest, conflict, modelNotFound, proxyError } from '../../src/http/errors.ts'
+import {
+  AppError,
+  badRequest,
+  conflict,
+  modelNotFound,
+  proxyError,
+  storageFull,
+} from '../../src/http/errors.ts'
 import type {
   GatewayApi,
   InstanceRecord,
@@ -85,7 +92,7 @@ export class GatewayService implements GatewayApi {
       config.engine.port_range.end,
     )
     this.sharedCache = new SharedCache(defaultShmDir(), () => this.instances.values(), deps.log)
-    this.supervision = new Supervision(config, this.probe, this.sharedCache)
+    this.supervision = new Supervision(config, this.probe, this.sharedCache, deps.dataDir)
     this.sleepWake = new SleepWake({
       config: config.sleep,
       supervision: this.supervision,
@@ -219,7 +226,7 @@ export class GatewayService implements GatewayApi {
     const previousStatus = change.previous as InstanceStatus
     if (current !== 'removed') {
       inst.row.status = current
-      this.deps.repo.save(inst.row)
+      this.persist(inst, 'save', () => this.deps.repo.save(inst.row))
     }
     inst.events.emit('status', { previousStatus, currentStatus: current, message })
     if (current === 'removed') inst.events.end()
@@ -231,6 +238,26 @@ export class GatewayService implements GatewayApi {
     })
     if (current === 'removed') this.deps.log.info(`instance ${inst.id}: removed`, { message })
     else this.deps.log.info(`instance ${inst.id}: ${previousStatus} → ${current}`, { message })
+  }
+
+  /**
+   * persist writes a lifecycle change to the database, or logs why it could not (a full disk). The
+   * change has already happened to the engine (it failed, stopped, slept), so it is reported all the
+   * same: the registry in memory is what runs, and the row catches up at the next change that can be
+   * written. A restart reconciles a stale row with the processes it finds (recovery.ts).
+   */
+  private persist(inst: ManagedInstance, what: 'save' | 'delete', write: () => void): void {
+    try {
+      write()
+    } catch (err) {
+      const full = storageFull(err)
+      this.deps.log.error(
+        `instance ${inst.id}: could not ${what} its row${full ? ': the disk is full' : ''}`,
+        {
+          error: full?.message ?? String(err),
+        },
+      )
+    }
   }
 
   private newInstance(row: InstanceRow, deviceTotalGib?: number, opts: LoadOptions = {}): ManagedInstance {
@@ -360,6 +387,8 @@ export class GatewayService implements GatewayApi {
     const inst = this.newInstance(row, deviceTotalGib, opts)
     this.instances.set(id, inst)
     try {
+      // An engine whose logs cannot be written is not started (on a full disk it would run blind).
+      ManagedInstance.writeLaunchRecord(row)
       inst.process = EngineProcess.spawn({
         argv,
         env,
@@ -368,12 +397,25 @@ export class GatewayService implements GatewayApi {
       })
     } catch (err) {
       this.instances.delete(id)
-      throw badRequest(`could not start the engine: ${(err as Error).message}`, 'ENGINE_SPAWN_FAILED')
+      throw (
+        storageFull(err, `the engine's log dir ${row.log_dir} could not be written; nothing was started`) ??
+        badRequest(`could not start the engine: ${(err as Error).message}`, 'ENGINE_SPAWN_FAILED')
+      )
     }
     row.pid = inst.process.pid
     row.pgid = inst.process.pgid
     row.process_start_time = inst.process.startTime
-    this.deps.repo.save(row)
+    try {
+      this.deps.repo.save(row)
+    } catch (err) {
+      // An engine without its row would be unknown to the next start: stop it and forget the load.
+      await this.supervision.stopEngine(inst)
+      this.instances.delete(id)
+      this.deps.log.error(`instance ${id}: its row could not be written; its engine was stopped`, {
+        error: String(err),
+      })
+      throw storageFull(err, 'the new instance could not be recorded; its engine was stopped') ?? err
+    }
     inst.events.emit('status', {
       previousStatus: null,
       currentStatus: 'starting',
@@ -408,10 +450,8 @@ export class GatewayService implements GatewayApi {
   }
 
   private async finishUnload(inst: ManagedInstance): Promise<void> {
-    const grace = this.deps.config.engine.stop_grace_seconds * 1000
-    if (inst.process) await inst.process.stop(grace)
-    else if (inst.row.pgid && sameProcess(inst.row.pid ?? -1, inst.row.process_start_time))
-      await stopGroup(inst.row.pgid, grace)
+    // A failed instance too: what is left of its group (workers that outlived the leader) is stopped.
+    await this.supervision.stopEngine(inst)
     this.sharedCache.cleanup(inst)
     this.remove(inst, 'unloaded')
   }
@@ -420,7 +460,7 @@ export class GatewayService implements GatewayApi {
   private remove(inst: ManagedInstance, message: string): void {
     if (inst.lifecycle.state === 'removed') return
     this.instances.delete(inst.id)
-    this.deps.repo.delete(inst.id)
+    this.persist(inst, 'delete', () => this.deps.repo.delete(inst.id))
     inst.lifecycle.to('removed', message)
   }
 
@@ -464,7 +504,6 @@ export class GatewayService implements GatewayApi {
     this.stopping = true
     this.supervision.halt()
     if (this.deps.config.engine.on_shutdown === 'leave') return this.leave()
-    const grace = this.deps.config.engine.stop_grace_seconds * 1000
     await Promise.all(
       [...this.instances.values()].map(async (inst) => {
         if (inst.status === 'failed') {
@@ -473,7 +512,7 @@ export class GatewayService implements GatewayApi {
         }
         if (inst.status !== 'stopping') inst.lifecycle.to('stopping', 'modelgate shutting down')
         if (deadline.aborted) inst.process?.kill()
-        else if (inst.process) await inst.process.stop(grace)
+        else await this.supervision.stopEngine(inst)
         this.remove(inst, 'modelgate shut down')
       }),
     )

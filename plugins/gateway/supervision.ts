@@ -1,4 +1,4 @@
-import { groupPids } from '../../src/engine/process.ts'
+import { groupPids, sameProcess, stopGroup, stopProcesses } from '../../src/engine/process.ts'
 import type { LogStream } from '../../src/engine/supervisor.ts'
 import { waitHealthy } from '../../src/engine/vllm-client.ts'
 import { PHASE_PROGRESS } from '../../src/engine/vllm-log.ts'
@@ -6,13 +6,15 @@ import type { GpuProbe } from '../../src/gpu/smi.ts'
 import { pause } from '../../src/host/abortable.ts'
 import type { GatewayConfig } from './config.ts'
 import type { ManagedInstance } from './instance.ts'
+import { instanceProcesses } from './orphans/marker.ts'
 import { usedMibByGpuForPids } from './placement.ts'
 import type { SharedCache } from './shared-cache.ts'
 
 /**
  * Supervision follows an engine from spawn to exit: its log lines become progress events, /health
  * makes it active, its GPU footprint is measured when it gets ready, sleeps or wakes, and an exit
- * nobody asked for fails it with its last error lines and stops the rest of its process group.
+ * nobody asked for fails it with its last error lines and stops the rest of its process group
+ * (stopEngine: also what unload, shutdown and restart recovery use).
  *
  * Readiness: vLLM has no readiness push, but uvicorn prints `Application startup complete.` when
  * the server is about to answer. That line (a hint) triggers a /health probe at once, and a few
@@ -45,6 +47,8 @@ export class Supervision {
     private readonly config: GatewayConfig,
     private readonly probe: GpuProbe,
     private readonly sharedCache: SharedCache,
+    /** dataDir: the data dir the engines' marker names (orphans/marker.ts). */
+    private readonly dataDir: string,
   ) {}
 
   /** halt ends every liveness watch (shutdown: the engines are stopped or left, not failed). */
@@ -73,8 +77,21 @@ export class Supervision {
   /**
    * awaitReady waits until /health answers 200 (active), the process exits (failed) or the deadline
    * (failed). Two paths may see the 200: the startup line's probes (probeOnHint) and the polling.
+   * Whatever goes wrong on the way, an instance is never left `starting` with nobody following it: it
+   * fails with the error and its engine is stopped.
    */
   async awaitReady(inst: ManagedInstance, deadlineAt: number): Promise<void> {
+    try {
+      await this.followStartup(inst, deadlineAt)
+    } catch (err) {
+      if (inst.lifecycle.state !== 'starting') throw err
+      this.fail(inst, `start-up supervision failed: ${(err as Error).message ?? String(err)}`)
+      await this.stopEngine(inst)
+      throw err
+    }
+  }
+
+  private async followStartup(inst: ManagedInstance, deadlineAt: number): Promise<void> {
     const { engine } = this.config
     const proc = inst.process!
     const r: Readiness = { claimed: new AbortController(), ready: null, footprint: null, hinted: false }
@@ -105,7 +122,7 @@ export class Supervision {
     if (inst.lifecycle.state !== 'starting') return
     if (outcome === 'timeout') {
       this.fail(inst, `engine did not become healthy within ${engine.startup_timeout_seconds} s`)
-      await proc.stop(engine.stop_grace_seconds * 1000)
+      await this.stopEngine(inst)
     }
     // 'stopped': the process exited and the exit watcher records the failure
   }
@@ -181,6 +198,22 @@ export class Supervision {
     })
   }
 
+  /**
+   * stopEngine stops whatever runs of an instance's engine. While its leader is alive (same pid and
+   * start time) it pins the group id, so the whole group is stopped (TERM, the grace, KILL). Once the
+   * leader is gone the group id proves nothing by itself, yet vLLM's EngineCore and workers may live on
+   * in it holding the GPU: then only processes of that group that started after the engine and carry
+   * its marker are stopped (instanceProcesses), each checked by pid and start time before its signal.
+   */
+  async stopEngine(inst: ManagedInstance): Promise<'gone' | 'terminated' | 'killed'> {
+    const row = inst.row
+    const graceMs = this.config.engine.stop_grace_seconds * 1000
+    if (row.pid !== null && sameProcess(row.pid, row.process_start_time))
+      return inst.process ? inst.process.stop(graceMs) : stopGroup(row.pgid ?? row.pid, graceMs)
+    inst.process?.close()
+    return stopProcesses(() => instanceProcesses(row, this.dataDir), graceMs)
+  }
+
   fail(inst: ManagedInstance, message: string): void {
     inst.row.error = message
     inst.events.emit('error', { message, source: 'engine' })
@@ -210,7 +243,7 @@ export class Supervision {
             )
       this.fail(inst, reason)
       // The leader is gone; its workers may still hold GPU memory. Stop the rest of the group.
-      await proc.stop(this.config.engine.stop_grace_seconds * 1000)
+      await this.stopEngine(inst)
       this.sharedCache.cleanup(inst)
     })
   }
@@ -251,7 +284,7 @@ export class Supervision {
         ...inst.logs.lastErrorLines(5),
       ].join('\n')
       this.fail(inst, reason)
-      await inst.process?.stop(this.config.engine.stop_grace_seconds * 1000)
+      await this.stopEngine(inst)
       this.sharedCache.cleanup(inst)
       return
     }

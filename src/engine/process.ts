@@ -5,16 +5,20 @@ import { readdirSync, readFileSync } from 'node:fs'
  * and process-group signalling (vLLM spawns workers; signalling the leader alone orphans them).
  */
 
-/** processStartTime reads field 22 of /proc/<pid>/stat (clock ticks since boot), or null if gone. */
-export function processStartTime(pid: number): string | null {
+/** statFields: the fields of /proc/<pid>/stat after comm (state first), or null if gone. */
+function statFields(pid: number): string[] | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
     // comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return rest[19] ?? null
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
   } catch {
     return null
   }
+}
+
+/** processStartTime reads field 22 of /proc/<pid>/stat (clock ticks since boot), or null if gone. */
+export function processStartTime(pid: number): string | null {
+  return statFields(pid)?.[19] ?? null
 }
 
 /** isAlive tells whether a pid exists (a zombie counts as gone). */
@@ -52,10 +56,14 @@ export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
   }
 }
 
-/** sameProcess: the pid is alive and its start time is the one we recorded (no pid reuse). */
+/**
+ * sameProcess: the pid is alive and its start time is the one we recorded (no pid reuse). A zombie is
+ * not alive: an engine that died and waits for its parent (or an init slow to reap) to collect it.
+ */
 export function sameProcess(pid: number, startTime: string | null): boolean {
   if (!startTime) return false
-  return processStartTime(pid) === startTime
+  const fields = statFields(pid)
+  return fields !== null && fields[0] !== 'Z' && fields[19] === startTime
 }
 
 /** waitFor polls `check` until it returns true or the deadline passes. */
@@ -79,6 +87,42 @@ export async function stopGroup(pgid: number, graceMs: number): Promise<'gone' |
   signalGroup(pgid, 'SIGKILL')
   await waitFor(() => !groupAlive(pgid), 5000)
   return 'killed'
+}
+
+/** ProcessRef: a process as it was seen, by pid and start time (a pid alone may be reused). */
+export interface ProcessRef {
+  pid: number
+  startTime: string
+}
+
+/**
+ * stopProcesses: SIGTERM every process `remaining()` returns, wait up to `graceMs` for it to return
+ * none, then SIGKILL those it still returns and wait for them to vanish. `remaining` reads /proc again
+ * each time and returns only the processes still meant (same pid and start time), and each is checked
+ * once more right before its signal, so a pid reused meanwhile is never signalled. This is the stop for
+ * processes whose group id no longer proves who they are (their group leader is gone), and for the
+ * processes an admin was shown, where a signal to the whole group could reach one never shown.
+ */
+export async function stopProcesses(
+  remaining: () => ProcessRef[],
+  graceMs: number,
+): Promise<'gone' | 'terminated' | 'killed'> {
+  const first = remaining()
+  if (first.length === 0) return 'gone'
+  for (const p of first) signalProcess(p, 'SIGTERM')
+  if (await waitFor(() => remaining().length === 0, graceMs)) return 'terminated'
+  for (const p of remaining()) signalProcess(p, 'SIGKILL')
+  await waitFor(() => remaining().length === 0, 5000)
+  return 'killed'
+}
+
+function signalProcess(p: ProcessRef, signal: NodeJS.Signals): void {
+  if (processStartTime(p.pid) !== p.startTime) return
+  try {
+    process.kill(p.pid, signal)
+  } catch {
+    // gone meanwhile
+  }
 }
 
 /** groupPids lists the live pids whose process group is `pgid` (vLLM's GPU memory sits in workers). */

@@ -1,7 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Logger } from '../host/logger.ts'
 import { type AuthService, categorize, type Principal } from './auth.ts'
-import { AppError, type ErrorShape, proxyError } from './errors.ts'
+import { AppError, type ErrorShape, proxyError, storageFull } from './errors.ts'
 import { pathOf } from './url.ts'
 import { describeValidationError } from './validation.ts'
 
@@ -31,10 +31,12 @@ export function principalOf(req: Request): Principal | undefined {
 export function renderError(err: unknown, pathname: string, log: Logger, fixed?: ErrorShape): Response {
   const shape = fixed ?? shapeFor(pathname)
   if (err instanceof AppError) return err.toResponse(shape)
-  log.error('unhandled error', {
+  const full = storageFull(err)
+  log.error(full ? 'write failed: the disk is full' : 'unhandled error', {
     path: pathname,
     error: err instanceof Error ? (err.stack ?? err.message) : String(err),
   })
+  if (full) return full.toResponse(shape)
   return new AppError(500, 'INTERNAL_ERROR', 'Internal server error', 'server_error').toResponse(shape)
 }
 

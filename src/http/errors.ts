@@ -80,8 +80,31 @@ export const proxyError = (
   headers: Record<string, string> = {},
 ) => new AppError(status, code, message, type, param, headers)
 
+/** The codes of a write refused for lack of space: the file system's (disk, quota) and SQLite's. */
+const STORAGE_FULL_CODES = new Set(['ENOSPC', 'EDQUOT', 'SQLITE_FULL'])
+
+/**
+ * storageFull: 507 INSUFFICIENT_STORAGE when `err` (or an error it wraps as its `cause`, as drizzle
+ * wraps SQLite's) is a write refused because the disk is full, else null. `what` says what could not be
+ * written. A full disk is the operator's to fix, not a bug: the answer says so instead of a bare 500.
+ */
+export function storageFull(err: unknown, what = 'modelgate could not write its data'): AppError | null {
+  let e: unknown = err
+  for (let depth = 0; e && typeof e === 'object' && depth < 8; depth++) {
+    const code = (e as { code?: unknown }).code
+    if (typeof code === 'string' && STORAGE_FULL_CODES.has(code))
+      return new AppError(
+        507,
+        'INSUFFICIENT_STORAGE',
+        `The disk is full (${code}): ${what}. Free space on the file system of modelgate's data dir and retry.`,
+      )
+    e = (e as { cause?: unknown }).cause
+  }
+  return null
+}
+
 /** toAppError turns anything thrown into an AppError without leaking internals. */
 export function toAppError(err: unknown): AppError {
   if (err instanceof AppError) return err
-  return internalError()
+  return storageFull(err) ?? internalError()
 }

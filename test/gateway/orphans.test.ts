@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { resolve } from 'node:path'
+import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
-import { processStartTime } from '../../src/engine/process.ts'
+import { groupPids, isAlive, processStartTime } from '../../src/engine/process.ts'
 import { baseEnv, freePort, groupAlive } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { SELF } from '../support/host.ts'
@@ -28,8 +28,9 @@ interface Orphan {
   gpu_memory_mib_by_gpu: Record<string, number>
   total_gpu_memory_mib: number
   marker: { state: string; instance_id: string | null; data_dir: string | null; this_data_dir: boolean }
+  owner: { install: string; data_dir: string | null }
   stop_scope: 'group' | 'tree'
-  processes: { pid: number; process_name: string; command: string }[]
+  processes: { pid: number; process_name: string; command: string; start_time: string; engine: boolean }[]
 }
 type ErrorBody = { error: { code: string; message: string } }
 
@@ -206,6 +207,12 @@ describe('orphan engines', () => {
       data_dir: resolve(gw.dataDir),
       this_data_dir: true,
     })
+    expect((await find(foreign.pid))?.owner).toEqual({
+      install: 'another',
+      data_dir: '/srv/other-modelgate/data',
+    })
+    expect((await find(stale.pid))?.owner).toEqual({ install: 'this', data_dir: resolve(gw.dataDir) })
+    expect((await find(orphan.pid))?.owner).toEqual({ install: 'none', data_dir: null })
     // Marked as this data dir's *managed* instance: not an orphan, even outside its process group.
     const claimed = await handEngine({
       MODELGATE_INSTANCE_ID: managedId,
@@ -217,6 +224,78 @@ describe('orphan engines', () => {
       process.kill(-e.pid, 'SIGKILL')
       await e.proc.exited
     }
+  }, 20_000)
+
+  it('refuses to stop an engine of another modelgate install, naming its data dir', async () => {
+    const foreign = await handEngine({
+      MODELGATE_INSTANCE_ID: 'opt-125m-fe0000',
+      MODELGATE_DATA_DIR: '/srv/other-modelgate/data',
+    })
+    const listed = (await find(foreign.pid))!
+    expect(listed.owner).toEqual({ install: 'another', data_dir: '/srv/other-modelgate/data' })
+    const r = await kill(foreign.pid, listed.start_time)
+    expect(r.status).toBe(409)
+    expect(r.body.error.code).toBe('ORPHAN_FOREIGN')
+    expect(r.body.error.message).toContain('/srv/other-modelgate/data')
+    expect(r.body.error.message).toContain('Nothing was signalled')
+    expect(foreign.proc.exitCode).toBeNull()
+    expect(await healthy(foreign.port)).toBe(true)
+    process.kill(-foreign.pid, 'SIGKILL')
+    await foreign.proc.exited
+  }, 20_000)
+
+  it('lists every process of an orphan’s group and stops only those it listed', async () => {
+    // A wrapper that looks like vLLM's API server leads its own group: an EngineCore and a plain
+    // bystander (what a launch script leaves beside an engine) run in it. On SIGUSR1 it starts one
+    // more process in the group: one that joins after the admin saw the listing.
+    const lateFile = join(gw.dataDir, 'late.pid')
+    const leader = Bun.spawn(
+      [
+        'bash',
+        '-c',
+        'trap \'sleep 303 & echo $! > "$LATE_PID_FILE"\' USR1; (exec -a VLLM::EngineCore sleep 300) & sleep 302 & wait; wait',
+      ],
+      {
+        argv0: 'VLLM::APIServer',
+        env: { ...baseEnv(), LATE_PID_FILE: lateFile },
+        stdin: 'ignore',
+        stdout: 'ignore',
+        stderr: 'ignore',
+        detached: true,
+      },
+    )
+    spawned.push(leader)
+    await waitFor(`the three processes of group ${leader.pid}`, () => groupPids(leader.pid).length === 3)
+    const listed = (await find(leader.pid))!
+    expect(listed.stop_scope).toBe('group')
+    const members = listed.processes
+      .map((p) => ({ command: p.command, engine: p.engine }))
+      .sort((a, b) => (a.command < b.command ? -1 : 1))
+    expect(members).toEqual([
+      { command: expect.stringContaining('VLLM::APIServer -c'), engine: true },
+      { command: 'VLLM::EngineCore 300', engine: true },
+      { command: 'sleep 302', engine: false },
+    ])
+    for (const p of listed.processes) expect(p.start_time).toBe(processStartTime(p.pid)!)
+
+    process.kill(leader.pid, 'SIGUSR1')
+    const late = await waitFor('the late process of the group to start', async () => {
+      const text = await Bun.file(lateFile)
+        .text()
+        .catch(() => '')
+      return Number(text.trim()) || undefined
+    })
+    expect(groupPids(leader.pid)).toContain(late)
+    const r = await kill(leader.pid, listed.start_time)
+    expect(r.status).toBe(200)
+    expect(r.body).toMatchObject({ stopped: true, scope: 'group', outcome: 'terminated' })
+    expect(r.body.signalled_pids).toEqual(listed.processes.map((p) => p.pid))
+    expect(await leader.exited).not.toBe(0)
+    for (const p of listed.processes)
+      await waitFor(`listed process ${p.pid} to be gone`, () => !isAlive(p.pid))
+    // The process that joined the group after the listing was never signalled.
+    expect(isAlive(late)).toBe(true)
+    process.kill(late, 'SIGKILL')
   })
 
   it('refuses hostile requests: bad pids and start times, no token, admin-readonly', async () => {

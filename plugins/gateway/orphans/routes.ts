@@ -22,8 +22,10 @@ export function orphanRoutes(orphans: OrphanService) {
           '(nvidia-smi compute apps) or looking like an engine (`vllm serve`, a `VLLM::…` process, ' +
           '`modelgate sim engine`). Each shows its pid, command line, GPU memory per GPU, start time and whether ' +
           'it carries a modelgate marker (MODELGATE_INSTANCE_ID, MODELGATE_DATA_DIR: another install’s, or ' +
-          'this data dir’s from before a crash). Engines of one process group are listed once, under the ' +
-          'group leader. Without a GPU probe the list still shows engines found by their command line.',
+          'this data dir’s from before a crash), with the install that owns it. An engine leading its process ' +
+          'group is listed once with every process of its group (engine-looking or not), any other engine with ' +
+          'its descendants: exactly what DELETE stops. Without a GPU probe the list still shows engines found ' +
+          'by their command line.',
         'x-auth': 'admin',
       },
     })
@@ -47,9 +49,12 @@ export function orphanRoutes(orphans: OrphanService) {
             'Pass back the `start_time` the listing showed. The process is read again first: 404 ' +
             'ORPHAN_NOT_FOUND when it is gone or not an orphan engine; 409 ORPHAN_MANAGED when it belongs to ' +
             'an instance this gateway manages; 409 ORPHAN_CHANGED when the pid is now another process (its ' +
-            'start time differs: nothing is signalled); 409 ORPHAN_NOT_PERMITTED for another user’s process. ' +
-            'A group leader is stopped with its process group (SIGTERM, the engine stop grace, SIGKILL), other ' +
-            'processes with their descendants. Answers once it is gone (or after SIGKILL and 5 s).',
+            'start time differs: nothing is signalled); 409 ORPHAN_NOT_PERMITTED for another user’s process; ' +
+            '409 ORPHAN_FOREIGN when a process of it carries another modelgate install’s marker (the message ' +
+            'names that install’s data dir: stop it through that modelgate). Signals exactly the processes ' +
+            'the last listing showed under it, each only if its pid still has the listed start time (SIGTERM, ' +
+            'the engine stop grace, SIGKILL): a process that joined its group since is never reached. ' +
+            'Answers once they are gone (or after SIGKILL and 5 s).',
           'x-auth': 'admin',
         },
       },

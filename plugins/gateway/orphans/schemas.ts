@@ -39,7 +39,27 @@ export const OrphanProcessSchema = t.Object({
   command: t.String({
     description: 'its command line; values of flags naming a key, token, secret or password are hidden',
   }),
+  start_time: t.String({
+    description: 'start time in clock ticks since boot: a DELETE signals it only if unchanged',
+  }),
+  engine: t.Boolean({
+    description:
+      'it looks like an engine or holds GPU memory; false: another process of the group (a wrapper, a shell…)',
+  }),
 })
+
+export const OrphanOwnerSchema = t.Object(
+  {
+    install: t.Union([t.Literal('none'), t.Literal('this'), t.Literal('another'), t.Literal('unknown')], {
+      description:
+        'another: a process of it carries another modelgate install’s marker (DELETE refuses: 409 ORPHAN_FOREIGN); ' +
+        'this: this data dir’s, an instance it no longer manages; none: no marker (started by hand or by ' +
+        'something else); unknown: an environment is unreadable',
+    }),
+    data_dir: t.Nullable(t.String({ description: 'the data dir of the modelgate that started it' })),
+  },
+  { description: 'which modelgate install started it, by the markers of the processes listed with it' },
+)
 
 export const OrphanSchema = t.Object({
   pid: t.Number({ description: 'the process DELETE /api/orphans/{pid} stops' }),
@@ -59,12 +79,15 @@ export const OrphanSchema = t.Object({
   }),
   total_gpu_memory_mib: t.Number(),
   marker: OrphanMarkerSchema,
+  owner: OrphanOwnerSchema,
   stop_scope: t.Union([t.Literal('group'), t.Literal('tree')], {
-    description: 'group: it leads its process group, DELETE signals the group; tree: it and its descendants',
+    description:
+      'group: it leads its process group, listed with every member of the group; tree: it and its descendants',
   }),
   processes: t.Array(OrphanProcessSchema, {
     description:
-      'engine processes of its group listed with it (vLLM’s EngineCore and workers hold the GPU memory)',
+      'what DELETE stops, and nothing else: it and every process of its group (group) or its descendants ' +
+      '(tree), engine-looking or not (vLLM’s EngineCore and workers hold the GPU memory)',
   }),
 })
 
@@ -103,5 +126,7 @@ export const OrphanKillResultSchema = t.Object({
       'terminated: ended within the grace after SIGTERM; killed: SIGKILL was needed; gone: it ended on its own first',
   }),
   scope: t.Union([t.Literal('group'), t.Literal('tree')]),
-  signalled_pids: t.Array(t.Number(), { description: 'tree scope: the processes signalled' }),
+  signalled_pids: t.Array(t.Number(), {
+    description: 'the processes signalled: those the listing showed under it that were still the same',
+  }),
 })

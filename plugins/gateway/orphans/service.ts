@@ -1,10 +1,20 @@
 import { resolve } from 'node:path'
-import { isAlive, sameProcess, stopGroup, waitFor } from '../../../src/engine/process.ts'
+import { type ProcessRef, sameProcess, stopProcesses } from '../../../src/engine/process.ts'
 import type { GpuSnapshot } from '../../../src/gpu/smi.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import { conflict, notFound } from '../../../src/http/errors.ts'
+import { engineReasons, gpuMemoryByPid, type OrphanReason, shownCommand } from './engines.ts'
 import { MARKER_DATA_DIR, MARKER_INSTANCE_ID, MARKER_VARS } from './marker.ts'
-import { listPids, type ProcInfo, readEnvVars, readProc, startedAt } from './proc.ts'
+import { type ProcInfo, readEnvVars, readProc, startedAt } from './proc.ts'
+import {
+  ancestorsOfSelf,
+  type HostProcesses,
+  readHostProcesses,
+  type StopUnit,
+  stopUnits,
+  treeUnit,
+  type UnitRules,
+} from './units.ts'
 
 /**
  * OrphanService finds inference-engine processes on this host that this gateway does not manage (left
@@ -13,22 +23,24 @@ import { listPids, type ProcInfo, readEnvVars, readProc, startedAt } from './pro
  *
  * A process is a candidate when it holds GPU memory (nvidia-smi compute apps) or looks like an engine
  * (`vllm serve`, vLLM's OpenAI entry point, a `VLLM::…` process name, `modelgate sim engine`). It is
- * managed, and never listed nor signalled, when it is an instance's recorded pid or in an instance's
- * process group (live instances and the rows still being recovered), or carries this data dir's marker
- * with an instance id this gateway knows. Candidates of one process group are listed once, under the
- * group leader when it is a candidate itself.
+ * managed, and never listed nor signalled, when it carries this data dir's marker with an instance id
+ * this gateway knows (live instances and the rows still being recovered), is an instance's recorded
+ * pid with its recorded start time, or is in the group of an instance whose leader is alive (a live
+ * leader pins its group id). What is listed comes in stop units (units.ts): a candidate leading its
+ * group with all of that group's members, or a candidate with its descendants.
  *
  * A kill re-reads the process right before signalling: the pid must still have the start time the
  * caller saw in the listing (a reused pid is never signalled), still be a candidate and still not be
- * managed. A group leader is stopped as a group (TERM, the grace, KILL), anything else as a tree (it and
- * its descendants, each checked by start time again before the KILL).
+ * managed, and no process of its unit may carry another install's marker (that install stops its own
+ * engines). Then exactly the processes the last listing showed under it are signalled one by one, each
+ * checked again by pid and start time (TERM, the grace, KILL): a process that joined the group since
+ * is never reached, as a signal to the whole group would.
  */
-export type OrphanReason = 'gpu_memory' | 'vllm_command' | 'engine_process_name' | 'simulator'
-
 export interface ManagedRef {
   id: string
   pid: number | null
   pgid: number | null
+  process_start_time: string | null
 }
 
 export interface OrphanMarker {
@@ -42,6 +54,13 @@ export interface OrphanProcess {
   pid: number
   process_name: string
   command: string
+  start_time: string
+  engine: boolean
+}
+
+export interface OrphanOwner {
+  install: 'none' | 'this' | 'another' | 'unknown'
+  data_dir: string | null
 }
 
 export interface Orphan {
@@ -56,6 +75,7 @@ export interface Orphan {
   gpu_memory_mib_by_gpu: Record<string, number>
   total_gpu_memory_mib: number
   marker: OrphanMarker
+  owner: OrphanOwner
   stop_scope: 'group' | 'tree'
   processes: OrphanProcess[]
 }
@@ -78,7 +98,7 @@ export interface KillResult {
 
 export interface OrphanDeps {
   probe: { snapshot(): Promise<GpuSnapshot> }
-  /** managed: every instance this gateway manages or is recovering (recorded pid and process group). */
+  /** managed: every instance this gateway manages or is recovering (recorded pid, group, start time). */
   managed: () => Iterable<ManagedRef>
   dataDir: string
   /** graceMs: SIGTERM → SIGKILL, as for the gateway's own engines. */
@@ -87,25 +107,32 @@ export interface OrphanDeps {
 }
 
 interface Candidate {
-  info: ProcInfo
   reasons: Set<OrphanReason>
   gpu: Map<number, number>
 }
 
 interface ManagedSet {
-  pids: Set<number>
-  pgids: Set<number>
+  /** recorded pid → recorded start time (null: unknown, the pid alone counts) */
+  pids: Map<number, string | null>
+  /** group of a live leader → the leader's start time */
+  liveGroups: Map<number, number>
   ids: Set<string>
 }
 
-/** How long a SIGKILLed process may take to vanish before the kill reports it as still there. */
-const KILL_WAIT_MS = 5000
-const MAX_COMMAND_CHARS = 2000
-const SECRET_FLAG = /key|token|secret|passw/i
+/** Survey: one look at the host, from which the listing and a kill are both computed. */
+interface Survey {
+  host: HostProcesses
+  managed: ManagedSet
+  candidates: Map<number, Candidate>
+  markers: Map<number, OrphanMarker>
+  rules: UnitRules
+}
 
 export class OrphanService {
   readonly dataDir: string
   private readonly kills = new Map<string, Promise<KillResult>>()
+  /** listed: the processes the last listing showed under each entry (`pid:start_time`), what a kill signals */
+  private listed = new Map<string, ProcessRef[]>()
 
   constructor(private readonly deps: OrphanDeps) {
     this.dataDir = resolve(deps.dataDir)
@@ -113,25 +140,10 @@ export class OrphanService {
 
   async list(): Promise<OrphanList> {
     const snapshot = await this.deps.probe.snapshot()
-    const gpuByPid = gpuMemoryByPid(snapshot)
-    const managed = this.managedSet()
-    const found = new Map<number, Candidate>()
-    for (const pid of listPids()) {
-      const c = this.candidate(pid, gpuByPid, managed)
-      if (c) found.set(pid, c.cand)
-    }
-    // Fold the engine processes of a group under its leader when the leader is listed itself.
-    const entries = new Map<number, { lead: Candidate; members: Candidate[] }>()
-    for (const c of found.values()) {
-      const leader = c.info.pgid !== c.info.pid ? found.get(c.info.pgid) : undefined
-      const key = leader ? leader.info.pid : c.info.pid
-      const entry = entries.get(key) ?? { lead: leader ?? c, members: [] }
-      entry.members.push(c)
-      entries.set(key, entry)
-    }
-    const orphans = [...entries.values()]
-      .map(({ lead, members }) => this.view(lead, members))
-      .sort((a, b) => a.pid - b.pid)
+    const survey = this.survey(snapshot)
+    const units = stopUnits(survey.host, survey.rules)
+    this.listed = new Map(units.map((u) => [unitKey(u.lead), u.members.map(ref)]))
+    const orphans = units.map((u) => this.view(u, survey))
     return {
       orphans,
       total: orphans.length,
@@ -157,8 +169,8 @@ export class OrphanService {
     // From here to the first signal nothing awaits: what is checked is what is signalled.
     const info = readProc(pid)
     if (!info || info.state === 'Z') throw notFound(`No process with pid ${pid}`, 'ORPHAN_NOT_FOUND')
-    const managed = this.managedSet()
-    if (this.isManaged(info, managed, this.marker(pid)))
+    const survey = this.survey(snapshot)
+    if (this.isManaged(info, survey.managed, this.marker(pid)))
       throw conflict(
         `pid ${pid} belongs to an engine this modelgate manages; unload its instance instead`,
         'ORPHAN_MANAGED',
@@ -168,8 +180,7 @@ export class OrphanService {
         `pid ${pid} is now another process (start time ${info.startTime}, not ${startTime}); nothing was signalled`,
         'ORPHAN_CHANGED',
       )
-    const c = this.candidate(pid, gpuMemoryByPid(snapshot), managed)
-    if (!c)
+    if (!survey.candidates.has(pid))
       throw notFound(
         `pid ${pid} is not an orphan engine (no GPU memory, no engine command line)`,
         'ORPHAN_NOT_FOUND',
@@ -178,20 +189,34 @@ export class OrphanService {
       throw conflict(`pid ${pid} runs this modelgate (one of its parent processes)`, 'ORPHAN_NOT_PERMITTED')
     if (!maySignal(pid))
       throw conflict(`modelgate may not signal pid ${pid} (another user's process)`, 'ORPHAN_NOT_PERMITTED')
-    const ownPgid = readProc(process.pid)?.pgid
+    const lead = survey.host.byPid.get(pid) ?? info
+    const unit =
+      stopUnits(survey.host, survey.rules).find((u) => u.lead.pid === pid) ??
+      treeUnit(survey.host, lead, survey.rules)
+    // What the caller was shown, else (nothing listed since this modelgate started) what a listing shows now.
+    const shown = this.listed.get(unitKey(lead)) ?? unit.members.map(ref)
+    const targets = shown.filter((t) => {
+      const now = survey.host.byPid.get(t.pid)
+      return now !== undefined && now.startTime === t.startTime && survey.rules.keep(now)
+    })
+    const owner = this.owner(unit.members.concat(targets.map((t) => survey.host.byPid.get(t.pid)!)), survey)
+    if (owner.install === 'another')
+      throw conflict(
+        `pid ${pid} is an engine of another modelgate install (data dir ${owner.data_dir}); stop it through ` +
+          'that modelgate, or by hand if that install is gone. Nothing was signalled',
+        'ORPHAN_FOREIGN',
+      )
     const command = shownCommand(info)
-    // A group leader is stopped with its group, unless that group is this modelgate's own.
-    const group = info.pgid === pid && pid !== ownPgid
-    const targets = group ? [] : [info, ...descendants(pid)]
-    const outcome = group
-      ? await stopGroup(pid, this.deps.graceMs)
-      : await stopTree(targets, this.deps.graceMs)
+    const outcome = await stopProcesses(
+      () => targets.filter((t) => sameProcess(t.pid, t.startTime)),
+      this.deps.graceMs,
+    )
     const result: KillResult = {
       pid,
       start_time: startTime,
-      stopped: !(isAlive(pid) && sameProcess(pid, startTime)),
+      stopped: !sameProcess(pid, startTime),
       outcome,
-      scope: group ? 'group' : 'tree',
+      scope: unit.scope,
       signalled_pids: targets.map((t) => t.pid),
     }
     this.deps.log.info(`orphan engine ${pid} stopped`, {
@@ -199,40 +224,63 @@ export class OrphanService {
       outcome: result.outcome,
       scope: result.scope,
       stopped: result.stopped,
+      signalled: result.signalled_pids.join(','),
       command: command.slice(0, 300),
     })
     return result
   }
 
-  private candidate(
-    pid: number,
-    gpuByPid: Map<number, Map<number, number>>,
-    managed: ManagedSet,
-  ): { cand: Candidate } | null {
-    if (pid === process.pid) return null
-    const info = readProc(pid)
-    if (!info || info.state === 'Z') return null
-    const reasons = new Set(engineReasons(info))
-    const gpu = gpuByPid.get(pid) ?? new Map<number, number>()
-    if (gpu.size > 0) reasons.add('gpu_memory')
-    if (reasons.size === 0) return null
-    if (this.isManaged(info, managed, this.marker(pid))) return null
-    return { cand: { info, reasons, gpu } }
+  private survey(snapshot: GpuSnapshot): Survey {
+    const gpuByPid = gpuMemoryByPid(snapshot)
+    const managed = this.managedSet()
+    const host = readHostProcesses()
+    const markers = new Map<number, OrphanMarker>()
+    const markerOf = (pid: number) => {
+      const known = markers.get(pid)
+      if (known) return known
+      const m = this.marker(pid)
+      markers.set(pid, m)
+      return m
+    }
+    const self = ancestorsOfSelf()
+    const keep = (p: ProcInfo) => !self.has(p.pid) && !this.isManaged(p, managed, markerOf(p.pid))
+    const candidates = new Map<number, Candidate>()
+    for (const info of host.byPid.values()) {
+      if (info.pid === process.pid) continue
+      const reasons = new Set(engineReasons(info))
+      const gpu = gpuByPid.get(info.pid) ?? new Map<number, number>()
+      if (gpu.size > 0) reasons.add('gpu_memory')
+      if (reasons.size === 0 || !keep(info)) continue
+      candidates.set(info.pid, { reasons, gpu })
+    }
+    const rules: UnitRules = {
+      isCandidate: (p) => candidates.has(p.pid),
+      keep,
+      ownPgid: host.byPid.get(process.pid)?.pgid,
+    }
+    return { host, managed, candidates, markers, rules }
   }
 
   private managedSet(): ManagedSet {
-    const set: ManagedSet = { pids: new Set(), pgids: new Set(), ids: new Set() }
+    const set: ManagedSet = { pids: new Map(), liveGroups: new Map(), ids: new Set() }
     for (const m of this.deps.managed()) {
       set.ids.add(m.id)
-      if (m.pid) set.pids.add(m.pid)
-      if (m.pgid) set.pgids.add(m.pgid)
+      if (!m.pid) continue
+      set.pids.set(m.pid, m.process_start_time)
+      if (m.process_start_time !== null && sameProcess(m.pid, m.process_start_time))
+        set.liveGroups.set(m.pgid ?? m.pid, Number(m.process_start_time))
     }
     return set
   }
 
   private isManaged(info: ProcInfo, managed: ManagedSet, marker: OrphanMarker): boolean {
-    if (managed.pids.has(info.pid) || managed.pgids.has(info.pgid)) return true
-    return marker.this_data_dir && marker.instance_id !== null && managed.ids.has(marker.instance_id)
+    if (marker.this_data_dir && marker.instance_id !== null && managed.ids.has(marker.instance_id))
+      return true
+    const recorded = managed.pids.get(info.pid)
+    if (recorded !== undefined && (recorded === null || recorded === info.startTime)) return true
+    // A live leader pins its group id: whatever of its group started after it is its engine's.
+    const since = managed.liveGroups.get(info.pgid)
+    return since !== undefined && Number(info.startTime) >= since
   }
 
   private marker(pid: number): OrphanMarker {
@@ -245,16 +293,28 @@ export class OrphanService {
     return { state: 'present', instance_id: id, data_dir: dir, this_data_dir: dir === this.dataDir }
   }
 
-  private view(lead: Candidate, members: Candidate[]): Orphan {
+  /** owner: which install started a unit, by its processes' markers; another install's wins. */
+  private owner(members: ProcInfo[], survey: Survey): OrphanOwner {
+    const markers = members.map((m) => survey.markers.get(m.pid) ?? this.marker(m.pid))
+    const foreign = markers.find((m) => m.state === 'present' && m.data_dir !== null && !m.this_data_dir)
+    if (foreign) return { install: 'another', data_dir: foreign.data_dir }
+    if (markers.some((m) => m.this_data_dir)) return { install: 'this', data_dir: this.dataDir }
+    if (markers.some((m) => m.state === 'unreadable')) return { install: 'unknown', data_dir: null }
+    return { install: 'none', data_dir: null }
+  }
+
+  private view(unit: StopUnit, survey: Survey): Orphan {
     const gpu = new Map<number, number>()
     const reasons = new Set<OrphanReason>()
-    for (const m of members) {
-      for (const r of m.reasons) reasons.add(r)
-      for (const [idx, mib] of m.gpu) gpu.set(idx, (gpu.get(idx) ?? 0) + mib)
+    for (const m of unit.members) {
+      const c = survey.candidates.get(m.pid)
+      if (!c) continue
+      for (const r of c.reasons) reasons.add(r)
+      for (const [idx, mib] of c.gpu) gpu.set(idx, (gpu.get(idx) ?? 0) + mib)
     }
     const byGpu: Record<string, number> = {}
     for (const [idx, mib] of [...gpu].sort((a, b) => a[0] - b[0])) byGpu[String(idx)] = mib
-    const info = lead.info
+    const info = unit.lead
     return {
       pid: info.pid,
       pgid: info.pgid,
@@ -266,111 +326,26 @@ export class OrphanService {
       reasons: [...reasons],
       gpu_memory_mib_by_gpu: byGpu,
       total_gpu_memory_mib: [...gpu.values()].reduce((a, b) => a + b, 0),
-      marker: this.marker(info.pid),
-      stop_scope: info.pgid === info.pid ? 'group' : 'tree',
-      processes: members
-        .map((m) => ({ pid: m.info.pid, process_name: m.info.comm, command: shownCommand(m.info) }))
-        .sort((a, b) => a.pid - b.pid),
+      marker: survey.markers.get(info.pid) ?? this.marker(info.pid),
+      owner: this.owner(unit.members, survey),
+      stop_scope: unit.scope,
+      processes: unit.members.map((m) => ({
+        pid: m.pid,
+        process_name: m.comm,
+        command: shownCommand(m),
+        start_time: m.startTime,
+        engine: survey.candidates.has(m.pid),
+      })),
     }
   }
 }
 
-/** engineReasons: what in a process's name or command line says it is an inference engine. */
-export function engineReasons(info: Pick<ProcInfo, 'comm' | 'argv'>): OrphanReason[] {
-  const out: OrphanReason[] = []
-  const argv = info.argv
-  if (info.comm.startsWith('VLLM::') || (argv[0] ?? '').startsWith('VLLM::')) out.push('engine_process_name')
-  const base = (s: string) => s.slice(s.lastIndexOf('/') + 1)
-  // The program or the script an interpreter runs (index 0 or 1), so `grep vllm serve` is no engine.
-  for (let i = 0; i <= 1 && i < argv.length; i++) {
-    const a = argv[i] ?? ''
-    if ((base(a) === 'vllm' && argv[i + 1] === 'serve') || a.startsWith('vllm.entrypoints')) {
-      out.push('vllm_command')
-      break
-    }
-  }
-  if (!out.includes('vllm_command') && argv[1] === '-m' && (argv[2] ?? '').startsWith('vllm.entrypoints'))
-    out.push('vllm_command')
-  // modelgate's simulator: `modelgate sim engine …`, `bun src/main.ts sim engine …`.
-  for (let i = 0; i <= 2 && i < argv.length; i++)
-    if (argv[i] === 'sim' && argv[i + 1] === 'engine') {
-      out.push('simulator')
-      break
-    }
-  return out
+function unitKey(info: ProcInfo): string {
+  return `${info.pid}:${info.startTime}`
 }
 
-/** shownCommand: the command line with the values of key/token/secret/password flags hidden. */
-export function shownCommand(info: Pick<ProcInfo, 'comm' | 'argv'>): string {
-  if (info.argv.length === 0) return `[${info.comm}]`
-  const out: string[] = []
-  for (let i = 0; i < info.argv.length; i++) {
-    const a = info.argv[i] ?? ''
-    if (a.startsWith('-') && SECRET_FLAG.test(a)) {
-      const eq = a.indexOf('=')
-      if (eq > 0) out.push(`${a.slice(0, eq)}=***`)
-      else {
-        out.push(a)
-        if (i + 1 < info.argv.length && !(info.argv[i + 1] ?? '').startsWith('-')) {
-          out.push('***')
-          i++
-        }
-      }
-    } else out.push(/\s/.test(a) || a === '' ? JSON.stringify(a) : a)
-  }
-  const s = out.join(' ')
-  return s.length > MAX_COMMAND_CHARS ? `${s.slice(0, MAX_COMMAND_CHARS)}…` : s
-}
-
-/** gpuMemoryByPid: MiB per GPU index per pid, from nvidia-smi's compute apps. */
-function gpuMemoryByPid(snapshot: GpuSnapshot): Map<number, Map<number, number>> {
-  const out = new Map<number, Map<number, number>>()
-  if (!snapshot.available) return out
-  const indexOf = new Map(snapshot.gpus.map((g) => [g.uuid, g.index]))
-  for (const app of snapshot.apps) {
-    if (app.pid === null) continue
-    const idx = indexOf.get(app.gpuUuid)
-    if (idx === undefined) continue
-    const m = out.get(app.pid) ?? new Map<number, number>()
-    m.set(idx, (m.get(idx) ?? 0) + (app.usedMemoryMib ?? 0))
-    out.set(app.pid, m)
-  }
-  return out
-}
-
-/** descendants: every live process below `pid` (by parent pid), read from /proc now. */
-function descendants(pid: number): ProcInfo[] {
-  const children = new Map<number, ProcInfo[]>()
-  for (const p of listPids()) {
-    const info = readProc(p)
-    if (!info || info.state === 'Z') continue
-    const list = children.get(info.ppid) ?? []
-    list.push(info)
-    children.set(info.ppid, list)
-  }
-  const out: ProcInfo[] = []
-  const queue = [pid]
-  const seen = new Set([pid])
-  while (queue.length) {
-    for (const c of children.get(queue.shift()!) ?? []) {
-      if (seen.has(c.pid)) continue
-      seen.add(c.pid)
-      out.push(c)
-      queue.push(c.pid)
-    }
-  }
-  return out
-}
-
-/** ancestorsOfSelf: this process and its parents up to init (never to be signalled). */
-function ancestorsOfSelf(): Set<number> {
-  const out = new Set<number>()
-  let pid = process.pid
-  while (pid > 0 && !out.has(pid)) {
-    out.add(pid)
-    pid = readProc(pid)?.ppid ?? 0
-  }
-  return out
+function ref(info: ProcInfo): ProcessRef {
+  return { pid: info.pid, startTime: info.startTime }
 }
 
 function maySignal(pid: number): boolean {
@@ -380,27 +355,4 @@ function maySignal(pid: number): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code !== 'EPERM'
   }
-}
-
-function signal(pid: number, sig: NodeJS.Signals): void {
-  try {
-    process.kill(pid, sig)
-  } catch {
-    // gone meanwhile
-  }
-}
-
-/**
- * stopTree: SIGTERM each target that is still the same process, wait up to `graceMs` for all to end,
- * then SIGKILL those still there (checked by start time again) and wait for them to vanish.
- */
-async function stopTree(targets: ProcInfo[], graceMs: number): Promise<'terminated' | 'killed' | 'gone'> {
-  const alive = () => targets.filter((t) => sameProcess(t.pid, t.startTime) && isAlive(t.pid))
-  const first = alive()
-  if (first.length === 0) return 'gone'
-  for (const t of first) signal(t.pid, 'SIGTERM')
-  if (await waitFor(() => alive().length === 0, graceMs)) return 'terminated'
-  for (const t of alive()) signal(t.pid, 'SIGKILL')
-  await waitFor(() => alive().length === 0, KILL_WAIT_MS)
-  return 'killed'
 }
