@@ -1,3 +1,4 @@
+import { type BindOutcome, bindTcp } from '../engine/tcp-bind.ts'
 import { type EngineChild, spawnEngineChildren } from './children.ts'
 import { visibleDevices } from './devices.ts'
 import {
@@ -50,15 +51,21 @@ export class StartFailure extends Error {
   }
 }
 
-function portIsFree(hostname: string, port: number): boolean {
-  if (port === 0) return true
-  try {
-    const probe = Bun.listen({ hostname, port, socket: { data() {} } })
-    probe.stop(true)
-    return true
-  } catch {
-    return false
-  }
+const STRERROR: Record<string, string> = {
+  EADDRINUSE: 'Address already in use',
+  EADDRNOTAVAIL: 'Cannot assign requested address',
+  EACCES: 'Permission denied',
+}
+
+/**
+ * bindServerSocket is vLLM's `create_server_socket`, called before the engine is built (vllm#8204):
+ * the port is bound with SO_REUSEADDR, plus SO_REUSEPORT where the imitated release sets it, and is
+ * only listened on when the server starts. Meanwhile connections to it are refused and another
+ * process's exclusive bind there fails. Null where libc cannot bind (the final listen finds a taken
+ * port then); port 0 (any port) is left to the listen.
+ */
+function bindServerSocket(host: string, port: number, reusePort: boolean): BindOutcome | null {
+  return port === 0 ? null : bindTcp(host, port, { reuseAddr: true, reusePort })
 }
 
 /** BootTarget: what start-up reads and sets on the engine (SimEngine, engine.ts, implements it). */
@@ -113,7 +120,9 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   log.info(api, 'model.py:547', `Resolved architecture: ${model.architecture}`)
   log.info(api, 'model.py:1510', `Using max model len ${e.maxModelLen}`)
   if (!v0) log.info(api, 'scheduler.py:205', 'Chunked prefill is enabled with max_num_batched_tokens=8192.')
-  if (!portIsFree(args.host, args.port)) fail(1, ['OSError: [Errno 98] Address already in use'])
+  const bound = bindServerSocket(args.host, args.port, profile.reusePort)
+  if (bound && !bound.ok) fail(1, [`OSError: [Errno ${bound.errno}] ${STRERROR[bound.code] ?? bound.code}`])
+  const serverSocket = bound?.ok ? bound.socket : undefined
 
   e.children = spawnEngineChildren(args.tensorParallelSize)
   e.watchChildren()
@@ -299,12 +308,15 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   const dev = knobs.devMode ? DEV_ROUTE_LINES : []
   for (const [path, method] of [...ROUTE_LINES, ...dev])
     log.info(api, 'launcher.py:42', `Route: ${path}, Methods: ${method}`)
+  // uvicorn listens on vLLM's socket (it never binds one itself): the listen fails when another
+  // process listens there already, unless both set SO_REUSEPORT. The server listens on its own
+  // socket with the same options, taken while the early one is still bound, then that one closes.
   try {
     e.startServing()
-  } catch (err) {
-    fail(1, [
-      `OSError: [Errno 98] error while attempting to bind on address ('${args.host}', ${args.port}): ${(err as Error).message}`,
-    ])
+  } catch {
+    fail(1, ['OSError: [Errno 98] Address already in use'])
+  } finally {
+    serverSocket?.close()
   }
   log.stderr(
     `INFO:     Started server process [${process.pid}]`,

@@ -120,9 +120,12 @@ export class SimEngine implements EngineRuntime {
   startServing(): void {
     const maxNumSeqs = this.args.maxNumSeqs ?? (this.plan.deviceTotalGiB >= 70 ? 1024 : 256)
     this.scheduler = new Scheduler(maxNumSeqs, this.plan.kvTokens, (seq) => this.canRun(seq))
+    // reusePort is explicit: Bun.serve turns SO_REUSEPORT on by itself when `development` is false,
+    // which would let any number of engines share a port whatever the imitated vLLM does.
     this.server = Bun.serve({
       hostname: this.args.host,
       port: this.args.port,
+      reusePort: this.knobs.profile.reusePort,
       idleTimeout: 120,
       development: false,
       fetch: engineFetch(this),

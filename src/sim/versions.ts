@@ -40,6 +40,13 @@ export interface VllmProfile {
   sleepKeepsWeights: boolean
   /** Sleep figures as `%.2f` (older) or Python's `round(x, 2)` (`format_gib`, newer). */
   sleepFiguresRounded: boolean
+  /**
+   * The API server's socket gets SO_REUSEPORT (`entrypoints/openai/api_server.py`,
+   * `create_server_socket`), so a second engine on the same port starts and shares its connections
+   * (vllm#39762); vllm#47529 (July 2026) kept it for several API servers only, and a second engine
+   * then fails on the taken port.
+   */
+  reusePort: boolean
 }
 
 const V0: VllmProfile = {
@@ -55,6 +62,7 @@ const V0: VllmProfile = {
   sleepStateMetric: false,
   sleepKeepsWeights: false,
   sleepFiguresRounded: false,
+  reusePort: true,
 }
 
 const V0_10: VllmProfile = {
@@ -88,8 +96,17 @@ const V0_18: VllmProfile = {
   sleepKeepsWeights: false,
 }
 
-/** The start-up summary is INFO again after v0.20.2; 0.29.0 is the release known to print it so. */
-const V0_29: VllmProfile = { ...V0_18, version: '0.29.0', mergedKvLine: true, startupMemoryDebug: false }
+/**
+ * The start-up summary is INFO again after v0.20.2; 0.29.0 is the release known to print it so. Its
+ * socket has no SO_REUSEPORT for a single API server (vllm#47529, July 2026).
+ */
+const V0_29: VllmProfile = {
+  ...V0_18,
+  version: '0.29.0',
+  mergedKvLine: true,
+  startupMemoryDebug: false,
+  reusePort: false,
+}
 
 /** PROFILES, oldest first. */
 export const PROFILES: readonly VllmProfile[] = [V0, V0_10, V0_11, V0_11_1, V0_14, V0_17, V0_18, V0_29]
