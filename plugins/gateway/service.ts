@@ -1,4 +1,4 @@
-import { PortAllocator, portIsFree } from '../../src/engine/ports.ts'
+import { PortAllocator, type PortClaim } from '../../src/engine/ports.ts'
 import { groupPids } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
 import type { SleepTag } from '../../src/engine/vllm-client.ts'
@@ -314,23 +314,28 @@ export class GatewayService implements GatewayApi {
     return pending
   }
 
-  private choosePort(requested: number | null): number {
+  /**
+   * choosePort claims the port of a new instance (ports.ts): the one asked for, or one of the range.
+   * The claim keeps the port bound until the engine is up or gone, so another modelgate sharing the
+   * range on this host does not pick it meanwhile.
+   */
+  private choosePort(requested: number | null): PortClaim {
     const taken = new Set(
       [...this.instances.values()].filter((i) => i.status !== 'failed').map((i) => i.row.port),
     )
     if (requested !== null) {
       if (taken.has(requested))
         throw conflict(`An instance already exists on port ${requested}`, 'MODEL_ALREADY_EXISTS')
-      if (!portIsFree(this.deps.config.engine.host, requested))
-        throw conflict(`Port ${requested} is in use by another process`, 'PORT_IN_USE')
-      return requested
+      const claim = this.ports.claim(requested)
+      if (!claim) throw conflict(`Port ${requested} is in use by another process`, 'PORT_IN_USE')
+      return claim
     }
-    const port = this.ports.allocate(taken)
-    if (port === null) {
+    const claim = this.ports.allocate(taken)
+    if (claim === null) {
       const { start, end } = this.deps.config.engine.port_range
       throw conflict(`No free port in the engine port range ${start}-${end}`, 'NO_FREE_PORT')
     }
-    return port
+    return claim
   }
 
   /** place picks the GPUs for a load from a snapshot, counting what loads in progress will claim. */
@@ -363,7 +368,8 @@ export class GatewayService implements GatewayApi {
     const { extra, port: requestedPort } = checkArgs(req)
     const util = req.gpu_memory_utilization ?? config.engine.gpu_memory_utilization
     const sharedCache = config.sharedcache.enabled && tp === 1
-    if (requestedPort !== null) this.choosePort(requestedPort) // a taken port is refused before any GPU work
+    // A taken port is refused before any GPU work (the claim is made again below, without an await).
+    if (requestedPort !== null) this.choosePort(requestedPort).release()
     const snapshot = await this.probe.snapshot()
     if (!snapshot.available)
       this.deps.log.warn('GPU probe unavailable; loading without placement checks', {
@@ -374,7 +380,8 @@ export class GatewayService implements GatewayApi {
     // From here to registration nothing awaits: two loads arriving together can never both count
     // the same free memory or the same port (the second sees the first as a pending claim).
     const { gpuIds, deviceTotalGib } = place()
-    const port = this.choosePort(requestedPort)
+    const claim = this.choosePort(requestedPort)
+    const port = claim.port
     const { argv, env, row } = launchPlan(config, this.deps, req, {
       port,
       gpuIds,
@@ -397,6 +404,7 @@ export class GatewayService implements GatewayApi {
       })
     } catch (err) {
       this.instances.delete(id)
+      claim.release()
       throw (
         storageFull(err, `the engine's log dir ${row.log_dir} could not be written; nothing was started`) ??
         badRequest(`could not start the engine: ${(err as Error).message}`, 'ENGINE_SPAWN_FAILED')
@@ -411,6 +419,7 @@ export class GatewayService implements GatewayApi {
       // An engine without its row would be unknown to the next start: stop it and forget the load.
       await this.supervision.stopEngine(inst)
       this.instances.delete(id)
+      claim.release()
       this.deps.log.error(`instance ${id}: its row could not be written; its engine was stopped`, {
         error: String(err),
       })
@@ -429,11 +438,11 @@ export class GatewayService implements GatewayApi {
     })
     this.deps.log.info(`instance ${id}: starting`, { model: req.model_path, port, gpus: gpuIds.join(',') })
     this.supervision.watchExit(inst)
+    // Once the engine listens (or is gone) its port needs no claim: its own socket holds it then.
     this.track(
-      this.supervision.awaitReady(
-        inst,
-        Date.parse(row.loaded_at) + config.engine.startup_timeout_seconds * 1000,
-      ),
+      this.supervision
+        .awaitReady(inst, Date.parse(row.loaded_at) + config.engine.startup_timeout_seconds * 1000)
+        .finally(() => claim.release()),
     )
     return { status: 'starting', model: req.model_path, port, loaded_at: row.loaded_at, instance_id: id }
   }
