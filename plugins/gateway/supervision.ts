@@ -5,6 +5,7 @@ import { PHASE_PROGRESS } from '../../src/engine/vllm-log.ts'
 import type { GpuProbe } from '../../src/gpu/smi.ts'
 import { pause } from '../../src/host/abortable.ts'
 import type { GatewayConfig } from './config.ts'
+import { confirmEngine } from './engine-identity.ts'
 import type { ManagedInstance } from './instance.ts'
 import { instanceProcesses } from './orphans/marker.ts'
 import { usedMibByGpuForPids } from './placement.ts'
@@ -18,8 +19,10 @@ import type { SharedCache } from './shared-cache.ts'
  *
  * Readiness: vLLM has no readiness push, but uvicorn prints `Application startup complete.` when
  * the server is about to answer. That line (a hint) triggers a /health probe at once, and a few
- * quick ones after it; a 200 makes the instance active. Polling /health with backoff
- * (engine.health_poll_ms) stays the fallback for an engine whose line never comes or is missed.
+ * quick ones after it; a 200 makes the instance active once the engine's identity is confirmed
+ * (engine-identity.ts: the port's listeners are its own, its /v1/models lists its served name).
+ * Polling /health with backoff (engine.health_poll_ms) stays the fallback for an engine whose line
+ * never comes or is missed.
  * The log tail (src/engine/log-tail.ts) watches the files, so the line is seen when it is written.
  * The footprint is measured as soon as the log shows the API server starting (the GPU memory is
  * all allocated by then), so nvidia-smi's run is not added to the time readiness is reported.
@@ -151,10 +154,19 @@ export class Supervision {
     }
   }
 
+  /** markReady: active once confirmEngine shows the engine alone answers; else failed and stopped. */
   private async markReady(
     inst: ManagedInstance,
     footprint: Promise<Record<string, number> | null> | null,
   ): Promise<void> {
+    const impostor = await confirmEngine(inst, this.config.engine.host)
+    if (inst.lifecycle.state !== 'starting') return
+    if (impostor) {
+      this.fail(inst, `${impostor}. Nothing was routed there; the engine's process group is stopped.`)
+      await this.stopEngine(inst)
+      this.sharedCache.cleanup(inst)
+      return
+    }
     const row = inst.row
     row.ready_at = new Date().toISOString()
     row.memory_metrics = inst.logs.metrics()

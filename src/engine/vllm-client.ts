@@ -2,8 +2,8 @@ import { pause } from '../host/abortable.ts'
 
 /**
  * VllmClient is the one client of an engine's HTTP endpoints other than inference: /health,
- * /sleep, /wake_up, /is_sleeping, /collective_rpc, /reset_prefix_cache, /metrics and /tokenize,
- * and vLLM's wake sequence after a level-2 sleep (`wakeUp`). The gateway, the router and the
+ * /v1/models, /sleep, /wake_up, /is_sleeping, /collective_rpc, /reset_prefix_cache, /metrics and
+ * /tokenize, and vLLM's wake sequence after a level-2 sleep (`wakeUp`). The gateway, the router and the
  * benchmarks' prompt builder all use it. Every call has a deadline, so a hung engine never hangs a
  * request of ours, and may also take the caller's AbortSignal (the router's calls end when it
  * stops). Engines are addressed directly, never through an HTTP_PROXY from the environment.
@@ -313,6 +313,16 @@ export class VllmClient {
         if (!(await this.resetPrefixCache(call))) throw new Error('the engine answered {"success": false}')
       })
     return { phases, sleeping }
+  }
+
+  /** servedModels: the model ids `GET /v1/models` lists (every served name of the engine). */
+  async servedModels(o: CallOptions = {}): Promise<string[]> {
+    const body = (await (await this.call('GET', '/v1/models', o, 5000)).json().catch(() => null)) as {
+      data?: unknown
+    } | null
+    if (!Array.isArray(body?.data))
+      throw new EngineCallError('engine GET /v1/models answered without a model list', 200)
+    return body.data.map((m: { id?: unknown }) => String(m?.id ?? ''))
   }
 
   async isSleeping(o: CallOptions = {}): Promise<boolean> {

@@ -1,6 +1,8 @@
 /**
- * A stand-in engine for the readiness tests (test/gateway/metrics.test.ts): it answers GET /health
- * 200 on `--port` and nothing else. READY_LINE says what it prints of uvicorn's start-up:
+ * A stand-in engine for the readiness tests (test/gateway/metrics.test.ts, engine-ports.test.ts): it
+ * answers GET /health 200 on `--port`, and GET /v1/models with its `--served-model-name` (or SERVED_AS,
+ * to play an engine serving something else), and nothing else. READY_LINE says what it prints of
+ * uvicorn's start-up:
  * - `early`: `INFO:     Application startup complete.` first, and opens its port LINE_LEAD_MS
  *   (default 150) later, as an engine whose line precedes its socket by a moment;
  * - `none`: no line at all (an engine whose output is not uvicorn's), its port open at once.
@@ -12,6 +14,7 @@ const flag = (name: string) => {
 }
 const port = Number(flag('--port'))
 const hostname = flag('--host') ?? '127.0.0.1'
+const served = process.env['SERVED_AS'] ?? flag('--served-model-name') ?? args[0]
 const mode = process.env['READY_LINE'] ?? 'early'
 const leadMs = Number(process.env['LINE_LEAD_MS'] ?? 150)
 
@@ -19,10 +22,13 @@ const serve = () =>
   Bun.serve({
     hostname,
     port,
-    fetch: (req) =>
-      new URL(req.url).pathname === '/health'
-        ? new Response(null)
-        : new Response('not found', { status: 404 }),
+    fetch: (req) => {
+      const path = new URL(req.url).pathname
+      if (path === '/health') return new Response(null)
+      if (path === '/v1/models')
+        return Response.json({ object: 'list', data: [{ id: served, object: 'model' }] })
+      return new Response('not found', { status: 404 })
+    },
   })
 
 if (mode === 'early') {
