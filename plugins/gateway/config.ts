@@ -25,7 +25,11 @@ export const GatewayConfig = T.Object(
             start: T.Integer({ default: 8100, minimum: 1024, maximum: 65535 }),
             end: T.Integer({ default: 8199, minimum: 1024, maximum: 65535 }),
           },
-          { additionalProperties: false, default: {} },
+          {
+            additionalProperties: false,
+            default: {},
+            description: 'engine ports; modelgates sharing a host each need their own range',
+          },
         ),
         gpu_memory_utilization: T.Number({ default: 0.9, exclusiveMinimum: 0, maximum: 1 }),
         startup_timeout_seconds: T.Integer({
