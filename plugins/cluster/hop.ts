@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { Elysia } from 'elysia'
 import { Counter, type Registry } from 'prom-client'
+import type { Backend, BackendRequest, LeaseHandle, Readiness } from '../../src/directory/backend.ts'
+import type { BackendSource, ModelDirectory } from '../../src/directory/directory.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { METRIC_PREFIX } from '../../src/host/metrics.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
@@ -9,7 +11,7 @@ import { servedByTheFront } from '../../src/wire/openai-routes.ts'
 import { upstreams } from '../../src/wire/pool.ts'
 import type { ForwardEnd, WireAction, WireForwardAction } from '../../src/wire/route.ts'
 import { errorCode, upstreamConnectTimeout, upstreamUnavailable } from '../../src/wire/upstream-errors.ts'
-import type { GatewayInferenceApi, RemoteModel, RemoteRequest, RemoteResolver } from '../gateway/api.ts'
+import type { GatewayInferenceApi, RemoteModel } from '../gateway/api.ts'
 import { hopCandidates } from './routing-table.ts'
 import type { Pod, RoutingEntry, RoutingTable } from './schemas.ts'
 import { CLUSTER_HEADERS, DESTINATION_PARAM, signRequest } from './signing.ts'
@@ -32,12 +34,9 @@ import { CLUSTER_HEADERS, DESTINATION_PARAM, signRequest } from './signing.ts'
  * (`&to=<pod id>`, signing.ts: a hop captured on its way to one pod is refused by the others), then
  * the client's own query; the receiver removes the first two before the engine sees the query.
  *
- * Candidates: pods other than this one that hold the model, a pod that failed to connect within
- * FAILED_POD_MS last, then running (weight 1) before sleeping, then the fewest hops in flight from
- * this pod, then the table's order. When no pooled connection to the first is idle, the decision
- * waits (WireAction.defer) until a connection to a candidate is open, trying the next on a failed
- * connect: a dead pod in a stale table costs time, not a failed request. The open connection goes
- * into the pool, where the forward's exchange takes it.
+ * The other pods that hold a model are backends of the model directory (src/directory), which
+ * orders them with this pod's own (order.ts: running before sleeping, this pod first, a pod that
+ * failed to connect within FAILED_POD_MS last, then the fewest hops in flight from this pod).
  */
 export const HOP_PREFIX = '/internal/v1'
 const NONCE = '?hop='
@@ -59,6 +58,8 @@ export interface HopCluster {
 export interface ClusterHopOptions {
   cluster: HopCluster
   inference: GatewayInferenceApi
+  /** The host's model directory, to which the other pods are added as backends. */
+  directory: ModelDirectory
   /** auth.cluster_secret: hops are signed with the current secret. */
   secret: string
   metrics: Registry
@@ -70,7 +71,7 @@ export interface ClusterHopOptions {
 /** HopOutcome: the `outcome` label of modelgate_cluster_hops_total. */
 export type HopOutcome = 'ok' | 'refused' | 'failed' | 'unreachable' | 'client_gone'
 
-export class ClusterHop implements RemoteResolver {
+export class ClusterHop implements BackendSource {
   /** The receiving side: `POST /internal/v1/*`, answered with local instances only. */
   readonly rawRoutes: RawRoute[]
   private readonly hops: Counter<'model' | 'pod' | 'outcome'>
@@ -83,7 +84,7 @@ export class ClusterHop implements RemoteResolver {
   private firstSeen = new Map<string, number>()
   private readonly nonce = `${randomBytes(6).toString('base64url')}.`
   private seq = 0
-  private uninstall: (() => void) | null = null
+  private uninstall: (() => void)[] = []
 
   constructor(private readonly o: ClusterHopOptions) {
     this.now = o.now ?? Date.now
@@ -97,100 +98,69 @@ export class ClusterHop implements RemoteResolver {
     ]
   }
 
-  /** start installs this resolver into the gateway's /v1. */
+  /** start adds the other pods to the model directory, and their models to the gateway's GET /v1/models. */
   start(): void {
-    this.uninstall ??= this.o.inference.useRemote(this)
-  }
-
-  stop(): void {
-    this.uninstall?.()
-    this.uninstall = null
-  }
-
-  plan(req: RemoteRequest): WireAction | null {
-    const order = this.candidates(req.model, req.runningOnly)
-    const first = order[0]
-    if (!first) return null
-    if (upstreams.idleCount(upstreams.origin(first.podAddress)) > 0)
-      return { forward: this.forward(first, req) }
-    const startedAt = performance.now()
-    return { defer: (signal) => this.reach(order, req, signal, startedAt) }
-  }
-
-  /**
-   * candidates: the pods to try for `model`, best first (see the class comment); one entry per pod
-   * (its best), only `http://` addresses (the front forwards on the wire to those only).
-   */
-  candidates(model: string, runningOnly: boolean): RoutingEntry[] {
-    const best = new Map<string, RoutingEntry>()
-    for (const e of hopCandidates(this.o.cluster.routingTable(), model, this.o.cluster.podId)) {
-      if ((runningOnly && e.weight <= 0) || !e.podAddress.startsWith('http://')) continue
-      const seen = best.get(e.podId)
-      if (!seen || e.weight > seen.weight) best.set(e.podId, e)
-    }
-    if (best.size < 2) return [...best.values()]
-    const now = this.now()
-    const failed = (e: RoutingEntry) =>
-      now - (this.failedAt.get(e.podId) ?? -Infinity) < FAILED_POD_MS ? 1 : 0
-    const load = (e: RoutingEntry) => this.outstanding.get(e.podId) ?? 0
-    return [...best.values()].sort(
-      (a, b) => failed(a) - failed(b) || b.weight - a.weight || load(a) - load(b),
+    if (this.uninstall.length > 0) return
+    this.uninstall.push(
+      this.o.directory.addSource(this),
+      this.o.inference.useRemoteModels(() => this.models()),
     )
   }
 
-  /**
-   * reach opens a connection to the first candidate that answers and forwards there; when none does,
-   * the last failure is the answer (502 upstream_unavailable, or 504 upstream_connect_timeout).
-   */
-  private async reach(
-    order: RoutingEntry[],
-    req: RemoteRequest,
-    signal: AbortSignal,
-    startedAt: number,
-  ): Promise<WireAction> {
-    let last: unknown = null
-    let lastPod = order[0]!.podId
-    const connectMs = req.connectTimeoutMs > 0 ? req.connectTimeoutMs : DEFAULT_CONNECT_MS
-    for (const entry of order) {
-      if (signal.aborted) break
-      const target = upstreams.origin(entry.podAddress)
-      if (upstreams.idleCount(target) === 0) {
-        try {
-          // Into the pool: the forward's exchange takes the most recently pooled connection.
-          ;(await upstreams.connect(target, connectMs)).release()
-        } catch (err) {
-          last = err
-          lastPod = entry.podId
-          this.failedAt.set(entry.podId, this.now())
-          this.hops.inc({ model: req.model, pod: entry.podId, outcome: 'unreachable' })
-          this.o.log.warn('cluster hop: pod unreachable, trying the next', {
-            pod: entry.podId,
-            model: req.model,
-            error: String(errorCode(err) ?? err),
-          })
-          continue
-        }
-      }
-      return { forward: this.forward(entry, req) }
-    }
-    const error =
-      errorCode(last) === 'ConnectTimeout' ? upstreamConnectTimeout(connectMs) : upstreamUnavailable(last)
-    const durationMs = performance.now() - startedAt
-    const info: ForwardEnd = {
-      status: signal.aborted ? 499 : error.status,
-      bytes: 0,
-      durationMs,
-      ttftMs: null,
-      streamed: false,
-      aborted: signal.aborted,
-    }
-    if (!signal.aborted) info.error = error.code
-    req.record(info, lastPod)
-    return { error }
+  stop(): void {
+    for (const off of this.uninstall.splice(0)) off()
   }
 
-  /** forward: the signed hop to `entry`'s gateway; its end is counted and reported once. */
-  private forward(entry: RoutingEntry, req: RemoteRequest): WireForwardAction {
+  /**
+   * backends: the other pods that hold `model` in the routing table, one per pod (its best entry),
+   * `http://` addresses only (the front forwards on the wire to those only). The directory orders
+   * them with every other backend (src/directory/order.ts).
+   */
+  backends(model: string): readonly Backend[] {
+    const entries = hopCandidates(this.o.cluster.routingTable(), model, this.o.cluster.podId)
+    if (entries.length === 0) return NONE
+    const best = new Map<string, RoutingEntry>()
+    for (const e of entries) {
+      if (!e.podAddress.startsWith('http://')) continue
+      const seen = best.get(e.podId)
+      if (!seen || e.weight > seen.weight) best.set(e.podId, e)
+    }
+    return [...best.values()].map((e) => new PodBackend(this, e, model))
+  }
+
+  // ---- what a pod backend reads and reports (per pod, across its models) ----
+
+  inFlight(pod: string): number {
+    return this.outstanding.get(pod) ?? 0
+  }
+
+  acquire(pod: string): void {
+    this.outstanding.set(pod, this.inFlight(pod) + 1)
+  }
+
+  release(pod: string): void {
+    const left = this.inFlight(pod) - 1
+    if (left > 0) this.outstanding.set(pod, left)
+    else this.outstanding.delete(pod)
+  }
+
+  failedRecently(pod: string): boolean {
+    return this.now() - (this.failedAt.get(pod) ?? -Infinity) < FAILED_POD_MS
+  }
+
+  /** unreachable: a pod refused or timed the connection (it goes last for FAILED_POD_MS). */
+  unreachable(entry: RoutingEntry, model: string, err: unknown): void {
+    this.failedAt.set(entry.podId, this.now())
+    this.hops.inc({ model, pod: entry.podId, outcome: 'unreachable' })
+    this.o.log.warn('cluster hop: pod unreachable, trying the next', {
+      pod: entry.podId,
+      model,
+      error: String(errorCode(err) ?? err),
+    })
+  }
+
+  /** signed: the signed hop of a leased request to `entry`'s gateway; its end is counted once. */
+  signed(entry: RoutingEntry, req: BackendRequest, lease: LeaseHandle): WireForwardAction {
     const { cluster, secret } = this.o
     const query = req.query.length > 1 ? `&${req.query.slice(1)}` : ''
     const nonce = `${NONCE}${this.nonce}${(++this.seq).toString(36)}`
@@ -198,8 +168,6 @@ export class ClusterHop implements RemoteResolver {
     const target = `${HOP_PREFIX}${req.path}${nonce}${to}${query}`
     const stamp = this.now()
     const signature = signRequest(secret, 'POST', target, stamp, req.body.bytes())
-    const pod = entry.podId
-    this.outstanding.set(pod, (this.outstanding.get(pod) ?? 0) + 1)
     return {
       origin: entry.podAddress,
       target,
@@ -208,28 +176,29 @@ export class ClusterHop implements RemoteResolver {
       extraHead:
         `${CLUSTER_HEADERS.signature}: ${signature}\r\n${CLUSTER_HEADERS.timestamp}: ${stamp}\r\n` +
         `${CLUSTER_HEADERS.pod}: ${cluster.podId}\r\n${CLUSTER_HEADERS.term}: ${cluster.fence.term}\r\n`,
-      firstByteTimeoutMs: req.firstByteTimeoutMs,
+      // The serving pod applies its own deadlines (and may hold the request while its model wakes):
+      // this pod's is a backstop behind them.
+      firstByteTimeoutMs: req.firstByteTimeoutMs + req.holdTimeoutMs,
       connectTimeoutMs: req.connectTimeoutMs,
-      onEnd: (info) => this.ended(entry, req, info),
+      onEnd: (info) => {
+        this.ended(entry, req.model, info)
+        lease.end(info)
+      },
     }
   }
 
-  private ended(entry: RoutingEntry, req: RemoteRequest, info: ForwardEnd): void {
+  private ended(entry: RoutingEntry, model: string, info: ForwardEnd): void {
     const pod = entry.podId
-    const left = (this.outstanding.get(pod) ?? 1) - 1
-    if (left > 0) this.outstanding.set(pod, left)
-    else this.outstanding.delete(pod)
     const outcome = outcomeOf(info)
     if (outcome === 'unreachable') this.failedAt.set(pod, this.now())
-    this.hops.inc({ model: req.model, pod, outcome })
+    this.hops.inc({ model, pod, outcome })
     if (info.error)
-      this.o.log.warn('cluster hop failed', { pod, model: req.model, status: info.status, error: info.error })
+      this.o.log.warn('cluster hop failed', { pod, model, status: info.status, error: info.error })
     else if (info.status === 401 || info.status === 403)
       this.o.log.warn('cluster hop refused by the pod: do both pods have the same CLUSTER_SECRET?', {
         pod,
         status: info.status,
       })
-    req.record(info, pod)
   }
 
   /** models: every model the table lists on another pod where it runs, with that pod's instance. */
@@ -258,6 +227,76 @@ export class ClusterHop implements RemoteResolver {
     return out
   }
 }
+
+/**
+ * PodBackend: another pod that holds a model, as the model directory serves it. A request goes to
+ * that pod's gateway in one signed hop; when no pooled connection to it is idle, the decision waits
+ * (WireAction.defer) until one is open, and a pod that refuses or times the connection hands the
+ * request to the next candidate (LeaseHandle.next): a dead pod in a stale table costs time, not a
+ * failed request. The open connection goes into the pool, where the forward's exchange takes it.
+ */
+class PodBackend implements Backend {
+  readonly kind = 'pod'
+  readonly local = false
+
+  constructor(
+    private readonly hop: ClusterHop,
+    private readonly entry: RoutingEntry,
+    readonly model: string,
+  ) {}
+
+  get key(): string {
+    return `pod:${this.entry.podId}`
+  }
+
+  get podId(): string {
+    return this.entry.podId
+  }
+
+  /** readiness: where the model runs (weight 1) it serves; a pod where it sleeps wakes it itself. */
+  readiness(): Readiness {
+    return this.entry.weight > 0 ? 'ready' : 'asleep'
+  }
+
+  inFlight(): number {
+    return this.hop.inFlight(this.entry.podId)
+  }
+
+  acquire(): void {
+    this.hop.acquire(this.entry.podId)
+  }
+
+  release(): void {
+    this.hop.release(this.entry.podId)
+  }
+
+  failedRecently(): boolean {
+    return this.hop.failedRecently(this.entry.podId)
+  }
+
+  forward(req: BackendRequest, lease: LeaseHandle): WireAction {
+    const target = upstreams.origin(this.entry.podAddress)
+    if (upstreams.idleCount(target) > 0) return { forward: this.hop.signed(this.entry, req, lease) }
+    const connectMs = req.connectTimeoutMs > 0 ? req.connectTimeoutMs : DEFAULT_CONNECT_MS
+    return {
+      defer: async (signal) => {
+        try {
+          // Into the pool: the forward's exchange takes the most recently pooled connection.
+          ;(await upstreams.connect(target, connectMs)).release()
+        } catch (err) {
+          if (signal.aborted) return lease.next(upstreamUnavailable(err))
+          this.hop.unreachable(this.entry, req.model, err)
+          const error =
+            errorCode(err) === 'ConnectTimeout' ? upstreamConnectTimeout(connectMs) : upstreamUnavailable(err)
+          return lease.next(error)
+        }
+        return { forward: this.hop.signed(this.entry, req, lease) }
+      },
+    }
+  }
+}
+
+const NONE: readonly Backend[] = Object.freeze([])
 
 /** outcomeOf: how a hop ended, for the metric. */
 export function outcomeOf(info: ForwardEnd): HopOutcome {

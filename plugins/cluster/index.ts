@@ -80,6 +80,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
     const hop = new ClusterHop({
       cluster,
       inference: gateway.inference,
+      directory: ctx.directory,
       secret: auth.cluster_secret as string,
       metrics: ctx.metrics,
       log: log.child('hop'),

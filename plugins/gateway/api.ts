@@ -1,11 +1,11 @@
 import type { Static } from 'elysia'
+import type { Backend } from '../../src/directory/backend.ts'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
-import type { BodyRange } from '../../src/wire/body-range.ts'
-import type { ForwardEnd, WireAction, WireRequest } from '../../src/wire/route.ts'
+import type { WireAction, WireRequest } from '../../src/wire/route.ts'
 import type { MemoryProfile } from './db/presets.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
-import type { Change, Lifecycle, Operation } from './lifecycle.ts'
+import type { Change, InstanceState, Operation, WaitOptions } from './lifecycle.ts'
 import type { PresetDetail, PresetSummary, PresetSyncResult } from './presets/types.ts'
 import type {
   GpuAvailableSchema,
@@ -86,7 +86,7 @@ export type MultiGpuMemory = Static<typeof MultiGpuSchema>
 
 /** INSTANCE_EVENT_TYPES: every instance event type, the default of a stream's `types`. */
 export { INSTANCE_EVENT_TYPES } from './events.ts'
-export type { InstanceEvent, InstanceEventType, Lifecycle, Operation }
+export type { InstanceEvent, InstanceEventType, InstanceState, Operation, WaitOptions }
 
 /** InstanceEventsOptions: which event types (default all), and whether buffered logs are replayed first. */
 export interface InstanceEventsOptions {
@@ -190,6 +190,14 @@ export interface GatewayPresets {
 
 export type { MemoryProfile, PresetDetail, PresetSummary, PresetSyncResult }
 
+/** InstanceRouting: an instance as routing sees it (GatewayPodApi.routingOf). */
+export interface InstanceRouting {
+  state: InstanceState
+  operation: Operation | null
+  routing: boolean
+  inFlight: number
+}
+
 /** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
 export interface LoadOptions {
   routing?: boolean
@@ -224,11 +232,11 @@ export interface GatewayApi {
   /** engineBaseUrl is where an instance's engine listens. */
   engineBaseUrl(instance: InstanceRecord): string
   /**
-   * acquire picks a routable instance for a model field (instance id, served name or model path),
-   * least outstanding requests first, and counts the request as in flight until released. Throws
-   * an AppError in the proxy shape: 400 invalid_model, 503 model_not_ready / model_sleeping.
+   * backends: the instances a client's `model` names (an instance id, served name or model path),
+   * as the model directory serves them (src/directory/backend.ts): readiness, a lease on each
+   * instance's one in-flight count, its one wake.
    */
-  acquire(model: string): Lease
+  backends(name: string): readonly Backend[]
   /** acquireByPort returns a lease on the managed instance listening on `port`, or null. */
   acquireByPort(port: number): Lease | null
   /** inFlight is the number of proxied requests currently open on an instance. */
@@ -274,50 +282,41 @@ export interface GatewayPodApi extends GatewayApi {
    * routing with its move running, as the single-pod move's does.
    */
   load(req: LoadRequest, opts?: LoadOptions): Promise<LoadResponse>
+  // What a move across pods does to an instance, as commands (404 MODEL_NOT_FOUND when unknown):
+  /** routingOf: its state, its control operation, whether routing may pick it, its requests in flight. */
+  routingOf(id: string): InstanceRouting
+  /** route: routing may pick it again (409 in a state that cannot take requests), or no longer. */
+  route(id: string, on: boolean): void
+  /** beginMove: its move begins (409 while another operation runs or in a state it cannot move from). */
+  beginMove(id: string): void
+  /** endMove: its move ends (nothing when none runs). */
+  endMove(id: string): void
+  /** drained: resolves once no request is in flight on it; rejects on the signal or deadline (WaitError). */
+  drained(id: string, opts?: WaitOptions): Promise<void>
   /**
-   * lifecycle: an instance's lifecycle (routing on or off, the move operation, in-flight requests
-   * and the waits on them), for a move across pods; 404 MODEL_NOT_FOUND when unknown.
+   * waitFor resolves with its state once `ready` accepts it ('removed' once it is gone), woken by its
+   * changes; rejects on the signal or deadline (WaitError).
    */
-  lifecycle(id: string): Lifecycle
+  waitFor(id: string, ready: (s: InstanceState) => boolean, opts?: WaitOptions): Promise<InstanceState>
   /** engineHealthy: the instance's engine answers /health within `timeoutMs` (false when unknown). */
   engineHealthy(id: string, timeoutMs: number): Promise<boolean>
 }
 
 /**
- * GatewayInferenceApi: how a cluster extends the gateway's `/v1` to models other pods serve, without
- * the gateway knowing pods. The edge consults the one remote resolver only when no local instance
- * can take the request; the pod a request was relayed to plans it with `planLocal`, which never
- * consults the resolver, so a request crosses at most one hop.
+ * GatewayInferenceApi: what a cluster needs of the gateway's `/v1`: planning a request another pod
+ * relayed here on this pod's instances only (a request crosses at most one hop), and listing the
+ * models other pods serve in `GET /v1/models`. Where a request goes is the model directory's
+ * (src/directory), to which the cluster adds the other pods as backends itself.
  */
 export interface GatewayInferenceApi {
-  /** useRemote installs the remote resolver (one at a time); returns its removal. */
-  useRemote(resolver: RemoteResolver): () => void
   /**
    * planLocal plans a model route (`path` as the gateway serves it, e.g. `/v1/chat/completions`) on
    * this pod's instances only, exactly as `/v1` does (wake on request included); a model this pod
    * does not hold is 400 `invalid_model` in the proxy shape.
    */
   planLocal(path: string, query: string, req: WireRequest): WireAction
-}
-
-/**
- * RemoteRequest: a request no local instance can take, as the remote resolver sees it. `runningOnly`:
- * a local instance exists but is starting or asleep; a hop is worth it only to a pod where the model
- * runs (else the local wake or refusal stands).
- */
-export interface RemoteRequest {
-  /** The `model` field as the client sent it (forwarded unchanged, resolved by the pod that serves it). */
-  model: string
-  /** The gateway path (e.g. `/v1/chat/completions`) and the query ('' or '?…'). */
-  path: string
-  query: string
-  body: BodyRange
-  runningOnly: boolean
-  /** The gateway proxy's deadlines (plugins.gateway.proxy): reaching a pod, and its first byte. */
-  connectTimeoutMs: number
-  firstByteTimeoutMs: number
-  /** record: once, when the relayed response has ended: the gateway counts it as it counts its own. */
-  record(info: ForwardEnd, podId: string): void
+  /** useRemoteModels: the models other pods serve, for `GET /v1/models` (one lister); returns its removal. */
+  useRemoteModels(list: () => RemoteModel[]): () => void
 }
 
 /** RemoteModel: a model another pod serves, as `GET /v1/models` lists it after the local ones. */
@@ -332,14 +331,7 @@ export interface RemoteModel {
   pod_id: string
 }
 
-/** RemoteResolver: what the cluster installs into the gateway's `/v1` (plugins/cluster/hop.ts). */
-export interface RemoteResolver {
-  /** plan: the hop for a request (a forward, or a decision deferred while a pod is reached), or null when no other pod has the model. */
-  plan(req: RemoteRequest): WireAction | null
-  /** models: the models other pods serve now, for `GET /v1/models`. */
-  models(): RemoteModel[]
-}
-
+/** The preset and memory-profile record shapes and bundle format, for the cluster's fleet and placement routes. */
 /**
  * The schemas of the records GatewayPodApi returns, for a dependent's routes to declare in /docs the
  * very records they relay (one declaration of each).
@@ -352,6 +344,11 @@ export {
   MoveEventSchema,
   MoveRecordSchema,
   MultiGpuSchema,
+  PROFILE_BUNDLE_FORMAT,
+  PROFILE_BUNDLE_VERSION,
+  PresetDetailSchema,
+  ProfileBundleSchema,
+  ProfileSchema,
   SleepResultSchema,
   WakeResultSchema,
 } from './schemas.ts'
@@ -364,18 +361,8 @@ export interface InstanceStatusEvent {
   message: string
 }
 
-/** ProxyRequestEvent: one proxied inference request, emitted when its response has fully ended. */
-export interface ProxyRequestEvent {
-  model: string
-  instance_id: string | null
-  status: number
-  duration_ms: number
-  ttft_ms: number | null
-  streamed: boolean
-  path: string
-  /** pod_id: the pod that served a request this pod relayed to it (a cluster hop); absent when local. */
-  pod_id?: string
-}
+/** ProxyRequestEvent: one proxied inference request, emitted once when its response has fully ended (src/directory). */
+export type { ProxyRequestEvent } from '../../src/directory/directory.ts'
 
 /**
  * InstanceLifecycleEvent: every change of an instance's lifecycle (plugins/gateway/lifecycle.ts):
@@ -407,6 +394,5 @@ declare module '../../src/host/bus.ts' {
     'gateway.instance.sleep': InstanceSleepEvent
     'gateway.instance.status': InstanceStatusEvent
     'gateway.instance.lifecycle': InstanceLifecycleEvent
-    'proxy.request': ProxyRequestEvent
   }
 }

@@ -7,9 +7,10 @@ import type {
   GpuAvailable,
   InstanceEvent,
   InstanceEventsOptions,
-  Lifecycle,
+  InstanceRouting,
   LogRecord,
   MultiGpuMemory,
+  WaitOptions,
 } from './api.ts'
 import { GatewayConfig, gatewayProblems } from './config.ts'
 import { dashboardRoutes } from './dashboard/routes.ts'
@@ -68,8 +69,26 @@ class PodGateway extends GatewayService implements GatewayPodApi {
     return multiGpuView(this)
   }
 
-  lifecycle(id: string): Lifecycle {
-    return this.require(id).lifecycle
+  routingOf(id: string): InstanceRouting {
+    const l = this.require(id).lifecycle
+    return { state: l.state, operation: l.operation, routing: l.routing, inFlight: l.inFlight }
+  }
+
+  route(id: string, on: boolean): void {
+    this.require(id).lifecycle.route(on)
+  }
+
+  beginMove(id: string): void {
+    this.require(id).lifecycle.begin('move')
+  }
+
+  endMove(id: string): void {
+    const l = this.require(id).lifecycle
+    if (l.operation === 'move') l.end('move')
+  }
+
+  drained(id: string, opts: WaitOptions = {}): Promise<void> {
+    return this.require(id).lifecycle.drained(opts)
   }
 
   async engineHealthy(id: string, timeoutMs: number): Promise<boolean> {
@@ -129,6 +148,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
     service.presets = presets
     const inference = createInference({
       api: service,
+      directory: ctx.directory,
       bus: ctx.bus,
       metrics: ctx.metrics,
       log: ctx.log,

@@ -1,5 +1,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import type { Backend } from '../../src/directory/backend.ts'
 import type { EngineProcess } from '../../src/engine/supervisor.ts'
 import { engineOrigin, VllmClient } from '../../src/engine/vllm-client.ts'
 import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
@@ -23,6 +24,8 @@ export class ManagedInstance {
   lastProgress = -1
   /** currentMemoryGib is the footprint per GPU last measured (ready, sleep, wake). */
   currentMemoryGib: Record<string, number> | null = null
+  /** backend: this instance as the model directory serves it (made once). */
+  readonly backend: Backend
 
   constructor(
     public row: InstanceRow,
@@ -31,11 +34,13 @@ export class ManagedInstance {
     hints: { gpuMemoryUtilization?: number; deviceTotalGib?: number },
     report: (inst: ManagedInstance, change: Change) => void,
     opts: { routing?: boolean; operation?: Operation | null } = {},
+    backend: (inst: ManagedInstance) => Backend,
   ) {
     this.lifecycle = new Lifecycle(row.id, row.status, opts, (c) => report(this, c))
     this.events = new InstanceEvents(row.id, maxLogLines)
     this.logs = new VllmLogAccumulator(hints)
     this.client = new VllmClient(engineOrigin(engineHost, row.port))
+    this.backend = backend(this)
   }
 
   get id(): string {

@@ -92,7 +92,7 @@ function registerKvPoolMetrics(registry: Registry, service: GatewayService): voi
  *   memory than their level should (`gateway.instance.sleep` with `verified: false`).
  *
  * Beside them, with the same `model` label: the held requests' `modelgate_request_hold_seconds
- * {model,outcome}` (src/wire/wake-on-request.ts, registered by the proxy); per GPU:
+ * {model,outcome}` (src/directory/wake.ts, registered by the host's model directory); per GPU:
  * `modelgate_kv_pool_*_bytes{gpu}` (above).
  *
  */

@@ -340,3 +340,64 @@ export const ProfileSourceSchema = t.Union([t.Literal('auto'), t.Literal('manual
 export const PresetSourceTypeSchema = t.Union([t.Literal('huggingface'), t.Literal('local')], {
   description: '`local` for paths starting with / or ., else `huggingface` (a model-hub path)',
 })
+
+/** Memory profiles: one record, and the export/import bundle (also the cluster's reconcile format). */
+export const PROFILE_BUNDLE_FORMAT = 'modelgate.memory-profiles' as const
+export const PROFILE_BUNDLE_VERSION = 1
+
+const Gib = (description?: string) => t.Number({ minimum: 0, ...(description ? { description } : {}) })
+
+export const ProfileSchema = t.Object({
+  id: t.String({ minLength: 1 }),
+  profile_name: t.String(),
+  model_path: t.String({ minLength: 1 }),
+  max_tokens: t.Integer({ minimum: 1 }),
+  total_gpu_memory_gib: Gib('footprint per GPU (one TP rank)'),
+  weights_memory_gib: Gib(),
+  cuda_graphs_gib: Gib(),
+  overhead_memory_gib: Gib('activation peak and non-torch memory'),
+  kv_cache_available_gib: Gib(),
+  gpu_name: t.String({ minLength: 1 }),
+  gpu_total_memory_gib: Gib(),
+  tensor_parallel_size: t.Integer({ minimum: 1 }),
+  gpu_memory_utilization: t.Nullable(
+    t.Number({ description: 'utilization the engine ran at; null for kvcached engines and unknown' }),
+  ),
+  source: ProfileSourceSchema,
+  comments: t.Nullable(t.String()),
+  created_at: t.String({ description: 'when the figures were measured or entered (ISO 8601)' }),
+})
+
+export const ProfileBundleSchema = t.Object({
+  format: t.Literal(PROFILE_BUNDLE_FORMAT),
+  version: t.Integer({ minimum: 1, description: `this server reads version ${PROFILE_BUNDLE_VERSION}` }),
+  exported_at: t.String(),
+  source: t.Optional(t.Object({ modelgate_version: t.String() })),
+  profiles: t.Array(ProfileSchema),
+})
+
+/** Configuration presets: the summary the list shows and the detail with its entries. */
+export const PresetSummarySchema = t.Object({
+  id: t.String(),
+  name: t.String(),
+  description: t.Nullable(t.String()),
+  modelCount: t.Number(),
+  createdAt: t.String(),
+  updatedAt: t.String(),
+})
+
+const Entry = t.Object({
+  id: t.String(),
+  modelPath: t.String(),
+  servedModelName: t.String(),
+  maxTokens: t.Nullable(t.Number({ description: 'context length the model ran with' })),
+  sourceType: PresetSourceTypeSchema,
+  gpuIds: t.Array(t.Number()),
+  tensorParallelSize: t.Number(),
+  extraArgs: t.Array(t.String()),
+  loadOrder: t.Number({ description: 'from 0, the order the models were loaded in' }),
+  enableSleepMode: t.Boolean(),
+  gpuMemoryUtilization: t.Nullable(t.Number()),
+})
+
+export const PresetDetailSchema = t.Composite([PresetSummarySchema, t.Object({ entries: t.Array(Entry) })])

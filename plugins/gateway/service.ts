@@ -1,3 +1,5 @@
+import type { Backend } from '../../src/directory/backend.ts'
+import { orderBackends } from '../../src/directory/order.ts'
 import { PortAllocator, type PortClaim } from '../../src/engine/ports.ts'
 import { groupPids } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
@@ -6,14 +8,7 @@ import { defaultShmDir } from '../../src/gpu/kvcached.ts'
 import { GpuProbe, type GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
-import {
-  AppError,
-  badRequest,
-  conflict,
-  modelNotFound,
-  proxyError,
-  storageFull,
-} from '../../src/http/errors.ts'
+import { AppError, badRequest, conflict, modelNotFound, storageFull } from '../../src/http/errors.ts'
 import type {
   GatewayApi,
   InstanceRecord,
@@ -28,10 +23,13 @@ import type {
 import { expandSelf, type GatewayConfig } from './config.ts'
 import type { InstanceRow } from './db/schema.ts'
 import { ManagedInstance } from './instance.ts'
+import { type InstanceControl, ManagedHandle } from './instance-handle.ts'
 import { checkArgs, launchPlan } from './launch.ts'
 import type { Change, InstanceState, Operation, WaitOptions } from './lifecycle.ts'
 import { MoveManager } from './move/service.ts'
 import { placeOnGpus, sharedCacheEstimate, startingClaimMib, usedMibByGpuForPids } from './placement.ts'
+import { GATEWAY_ANSWERS } from './proxy/answers.ts'
+import { InstanceBackend } from './proxy/instance-backend.ts'
 import { recover } from './recovery.ts'
 import type { InstanceRepo } from './repo.ts'
 import { SharedCache } from './shared-cache.ts'
@@ -65,8 +63,7 @@ export interface LoadOptions {
   operation?: Operation
 }
 
-const RETRY_AFTER_STARTING = '10'
-const RETRY_AFTER_SLEEPING = '5'
+const NONE: readonly Backend[] = Object.freeze([])
 
 export class GatewayService implements GatewayApi {
   readonly instances = new Map<string, ManagedInstance>()
@@ -161,43 +158,42 @@ export class GatewayService implements GatewayApi {
     return new InstanceLease(inst)
   }
 
+  /**
+   * acquire: a lease on the instance the model directory would pick for `model` now (the one order,
+   * src/directory/order.ts), or the refusal the gateway's `/v1` would answer; it starts no wake. For
+   * callers outside a request's path (tools, tests); requests go through the directory.
+   */
   acquire(model: string): Lease {
-    let best: ManagedInstance | null = null
-    let sleeping = false
-    let starting = false
-    let matched = false
+    const best = orderBackends(this.backends(model))[0]
+    const inst = best ? this.instances.get(best.key) : undefined
+    if (!best || !inst) throw GATEWAY_ANSWERS.unknown(model)
+    switch (best.readiness()) {
+      case 'ready':
+        return this.lease(inst)
+      case 'asleep':
+      case 'waking':
+        throw GATEWAY_ANSWERS.waking(model, 5, `Model '${model}' is sleeping; wake it first`)
+      case 'starting':
+        throw GATEWAY_ANSWERS.starting(model, null)
+      case 'unavailable':
+        throw GATEWAY_ANSWERS.unavailable(model)
+    }
+  }
+
+  /**
+   * backends: the instances a client's `model` names (served name, id or model path), as the model
+   * directory serves them (src/directory): their readiness, leases on the lifecycle's in-flight
+   * count, and their one wake.
+   */
+  backends(name: string): readonly Backend[] {
+    let out: Backend[] | null = null
     for (const inst of this.instances.values()) {
       const r = inst.row
-      if (r.id !== model && r.served_model_name !== model && r.model_path !== model) continue
-      matched = true
-      const l = inst.lifecycle
-      if (l.takesRequests) {
-        if (!best || l.inFlight < best.lifecycle.inFlight) best = inst
-      } else if (l.state === 'sleeping' || l.operation === 'sleep') sleeping = true
-      else if (l.state === 'starting') starting = true
+      if (r.served_model_name !== name && r.id !== name && r.model_path !== name) continue
+      if (out === null) out = []
+      out.push(inst.backend)
     }
-    if (best) return this.lease(best)
-    if (!matched)
-      throw proxyError(
-        400,
-        'invalid_request_error',
-        'invalid_model',
-        `The model '${model}' does not exist`,
-        'model',
-      )
-    if (sleeping)
-      throw proxyError(
-        503,
-        'service_unavailable',
-        'model_sleeping',
-        `Model '${model}' is sleeping; wake it first`,
-        undefined,
-        { 'retry-after': RETRY_AFTER_SLEEPING },
-      )
-    const why = starting ? 'is still loading' : 'is not ready'
-    throw proxyError(503, 'service_unavailable', 'model_not_ready', `Model '${model}' ${why}`, undefined, {
-      'retry-after': RETRY_AFTER_STARTING,
-    })
+    return out ?? NONE
   }
 
   acquireByPort(port: number): Lease | null {
@@ -272,7 +268,14 @@ export class GatewayService implements GatewayApi {
       },
       (inst, change) => this.report(inst, change),
       opts,
+      (inst) => new InstanceBackend(new ManagedHandle(inst, this.control)),
     )
+  }
+
+  /** control: an instance's sleep and (joinable) wake, as its backend asks for them. */
+  private readonly control: InstanceControl = {
+    sleep: (inst, level, opts) => this.sleepWake.sleep(inst, level, opts),
+    wake: (inst) => this.sleepWake.wake(inst),
   }
 
   private track<T>(p: Promise<T>): void {

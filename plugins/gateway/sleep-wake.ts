@@ -67,6 +67,8 @@ interface SleepRecord {
 type Measured = { mibByGpu: Map<number, number> } | { reason: string }
 
 export class SleepWake {
+  /** The whole wake running per instance, which a second caller joins. */
+  private readonly waking = new WeakMap<ManagedInstance, Promise<WakeResult>>()
   private readonly records = new WeakMap<ManagedInstance, SleepRecord>()
 
   constructor(private readonly deps: SleepWakeDeps) {}
@@ -206,7 +208,25 @@ export class SleepWake {
     })
   }
 
-  async wake(inst: ManagedInstance, tags: SleepTag[] = []): Promise<WakeResult> {
+  /**
+   * wake wakes a sleeping instance. A whole wake (no tags) asked for while one runs joins it and
+   * gets its result: a request, an operator and the router asking at once share one wake, and none
+   * of them is refused because another asked first.
+   */
+  wake(inst: ManagedInstance, tags: SleepTag[] = []): Promise<WakeResult> {
+    const running = this.waking.get(inst)
+    if (running && tags.length === 0) return running
+    const wake = this.wakeOnce(inst, tags)
+    if (tags.length > 0) return wake
+    this.waking.set(inst, wake)
+    const forget = () => {
+      if (this.waking.get(inst) === wake) this.waking.delete(inst)
+    }
+    wake.then(forget, forget)
+    return wake
+  }
+
+  private async wakeOnce(inst: ManagedInstance, tags: SleepTag[]): Promise<WakeResult> {
     const id = inst.id
     if (inst.status !== 'sleeping')
       throw conflict(

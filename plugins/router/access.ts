@@ -46,7 +46,7 @@ export class GatewayKeyGate {
    * know) with this Authorization header value, or null when it may go on.
    */
   check(entry: ModelEntry | undefined, authorization: string | null): AppError | null {
-    if (!this.guarded || (entry !== undefined && entry.gateway === null)) return null
+    if (!this.guarded || (entry !== undefined && entry.endpoint !== null)) return null
     return this.auth.checkInferenceKey(authorization)
   }
 }

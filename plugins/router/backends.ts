@@ -1,3 +1,11 @@
+import type {
+  Address,
+  Backend,
+  BackendRequest,
+  LeaseHandle,
+  Readiness,
+  SleepState,
+} from '../../src/directory/backend.ts'
 import {
   EngineCallError,
   engineOrigin,
@@ -5,59 +13,57 @@ import {
   VllmClient,
   type WakePhase,
 } from '../../src/engine/vllm-client.ts'
-import { AppError } from '../../src/http/errors.ts'
-import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
+import { abortable, WaitError } from '../../src/host/abortable.ts'
+import type { WireAction } from '../../src/wire/route.ts'
 import { ActionRefused } from './errors.ts'
 
 /**
- * Backends are how the router reaches the engine behind a model name: a configured endpoint
- * (vLLM's HTTP API called directly) or the gateway plugin's instances of one served name (sleep and
- * wake go through the gateway's api so both plugins agree on the state). Engines are called through
- * the one VllmClient: every call has a deadline and also ends when the router stops.
+ * EndpointBackend: an engine the router reaches by its configured address (`plugins.router.models`),
+ * as the model directory serves it (src/directory/backend.ts): vLLM's HTTP API called directly, its
+ * sleep and wake through vLLM's dev-mode control endpoints with the one VllmClient (every call has
+ * a deadline and also ends when the router stops). Its sleep state is kept here and changed only
+ * by the router's SleepController (sleep.ts), which also runs its one wake (`waker`).
  */
 export interface Endpoint {
   host: string
   port: number
 }
 
-/**
- * SleepCall: what a sleep is given. `signal` ends engine calls (the router stops); `cancel` ends a
- * sleep that still waits for requests in flight (a request arrived: the model is in use), and is
- * ignored once the engine was asked to sleep.
- */
-export interface SleepCall {
-  signal: AbortSignal
-  cancel: AbortSignal
-}
-
-export interface Backend {
-  readonly kind: 'endpoint' | 'gateway'
-  endpoint(): Endpoint
-  /** sleepable: whether the engine has sleep mode (null: not known yet). */
-  sleepable(): boolean | null
-  sleep(level: 1 | 2, call: SleepCall): Promise<void>
-  /**
-   * wake wakes the engine from the level it sleeps at (`level`; null: not known, e.g. found asleep;
-   * then `fallback` unless the engine says). After level 2 that is vLLM's reload sequence.
-   */
-  wake(level: 1 | 2 | null, fallback: 1 | 2, signal: AbortSignal): Promise<void>
-  health(timeoutMs: number, signal: AbortSignal): Promise<HealthProbe>
-}
-
 /** How the router's engine calls that end with its lifetime say so. */
 const STOPPING = { abortedAs: 'the router is stopping' }
 
-/** EndpointBackend: a configured engine, driven through vLLM's dev-mode control endpoints. */
 export class EndpointBackend implements Backend {
   readonly kind = 'endpoint'
+  readonly local = true
+  readonly key: string
   readonly client: VllmClient
-  /** the wake phases finished since the engine last fell asleep (a failed wake resumes after them). */
+  /** The sleep state; `op` (the sleep or wake under way) owns it until it ends. */
+  state: 'active' | 'sleeping' | 'waking' = 'active'
+  /** Epoch ms (router's clock) it fell asleep; null while active. */
+  sleepTime: number | null = null
+  sleepLevel: 1 | 2 | null = null
+  op: 'sleep' | 'wake' | null = null
+  opPromise: Promise<void> | null = null
+  /** The one wake every waiting request, operator and policy shares. */
+  wakePromise: Promise<void> | null = null
+  /** Bumped at every operation start, so a slow probe never overwrites a newer state. */
+  generation = 0
+  /** waker: the router's wake of this endpoint (SleepController), set when the router starts. */
+  waker: (() => Promise<void>) | null = null
+  /** The wake phases finished since the engine last fell asleep (a failed wake resumes after them). */
   private woken: WakePhase[] = []
+  /** Requests in flight (leases); the sleep's drain waits on the last one's end. */
+  private open = 0
+  private idleWaiters: (() => void)[] = []
 
   constructor(
+    readonly model: string,
     private readonly ep: Endpoint,
     private readonly controlTimeoutMs: number,
+    /** Unix seconds, for the OpenAI-style `created`. */
+    private readonly createdAt: number,
   ) {
+    this.key = `endpoint:${model}`
     this.client = new VllmClient(engineOrigin(ep.host, ep.port), controlTimeoutMs, STOPPING)
   }
 
@@ -65,8 +71,40 @@ export class EndpointBackend implements Backend {
     return this.client.baseUrl
   }
 
-  endpoint(): Endpoint {
-    return { host: this.ep.host, port: this.ep.port }
+  readiness(): Readiness {
+    if (this.state === 'waking') return 'waking'
+    if (this.state === 'sleeping' || this.op === 'sleep') return 'asleep'
+    return 'ready'
+  }
+
+  inFlight(): number {
+    return this.open
+  }
+
+  acquire(): void {
+    this.open++
+  }
+
+  release(): void {
+    this.open = Math.max(0, this.open - 1)
+    if (this.open > 0 || this.idleWaiters.length === 0) return
+    const waiters = this.idleWaiters
+    this.idleWaiters = []
+    for (const w of waiters) w()
+  }
+
+  /** idle resolves once no request is in flight (at once when none is). */
+  idle(): Promise<void> {
+    if (this.open === 0) return Promise.resolve()
+    return new Promise((resolve) => this.idleWaiters.push(resolve))
+  }
+
+  wake(): Promise<void> {
+    return this.waker ? this.waker() : Promise.reject(new Error('the router has not started'))
+  }
+
+  sleepState(): SleepState {
+    return { status: this.state, since: this.sleepTime, level: this.sleepLevel, operation: this.op }
   }
 
   /** sleepable: learned from the engine's answers (a 404 on /is_sleeping: no sleep mode). */
@@ -75,19 +113,43 @@ export class EndpointBackend implements Backend {
   }
 
   /**
-   * sleep: the router has drained the model already (sleep.ts); `mode=wait` also spares a request
-   * that reached the engine another way (an engine older than the parameter ignores it).
+   * sleep drains the requests the router forwards here, then asks the engine to sleep (`mode=wait`
+   * also spares a request that reached it another way; an engine older than the parameter ignores
+   * it). The drain ends at control_timeout (ActionRefused: the model keeps serving), when `cancel`
+   * fires (a request arrived: the model is in use) or when the router stops (`lifetime`).
    */
-  async sleep(level: 1 | 2, call: SleepCall): Promise<void> {
-    await this.client.sleep(level, { timeoutMs: this.controlTimeoutMs, signal: call.signal, mode: 'wait' })
+  async sleep(level: 1 | 2, cancel: AbortSignal, lifetime?: AbortSignal): Promise<void> {
+    const stop = lifetime ?? cancel
+    if (this.open > 0) {
+      try {
+        await abortable(this.idle(), {
+          signal: AbortSignal.any([cancel, stop]),
+          timeoutMs: this.controlTimeoutMs,
+          what: 'the requests in flight',
+        })
+      } catch (err) {
+        if (!(err instanceof WaitError)) throw err
+        if (stop.aborted && !cancel.aborted) throw new EngineCallError('the router is stopping', null)
+        if (cancel.aborted)
+          throw new ActionRefused(
+            `A request arrived while the sleep waited for ${this.open} request(s) in flight; the model keeps serving`,
+          )
+        throw new ActionRefused(
+          `Model still has ${this.open} request(s) in flight after ${this.controlTimeoutMs / 1000} s; ` +
+            'it was not put to sleep and keeps serving',
+        )
+      }
+    }
+    await this.client.sleep(level, { timeoutMs: this.controlTimeoutMs, signal: stop, mode: 'wait' })
     this.woken = []
   }
 
   /**
-   * wake: vLLM's wake for the level (VllmClient.wakeUp). A wake that failed half-way is resumed
-   * after the phases it finished (waking a part that is awake again would fail in the engine).
+   * wakeEngine: vLLM's wake for the level it sleeps at (VllmClient.wakeUp; null: not known, then
+   * the engine's own answer, else `fallback`). A wake that failed half-way is resumed after the
+   * phases it finished (waking a part that is awake again would fail in the engine).
    */
-  async wake(level: 1 | 2 | null, fallback: 1 | 2, signal: AbortSignal): Promise<void> {
+  async wakeEngine(level: 1 | 2 | null, fallback: 1 | 2, signal: AbortSignal): Promise<void> {
     const o = { timeoutMs: this.controlTimeoutMs, signal }
     let slept = level
     if (slept === null) {
@@ -111,68 +173,25 @@ export class EndpointBackend implements Backend {
   health(timeoutMs: number, signal: AbortSignal): Promise<HealthProbe> {
     return this.client.probe({ timeoutMs, signal })
   }
-}
 
-/**
- * GatewayBackend: the gateway's active and sleeping instances of one served model name. Requests
- * go through `api.acquire` (least outstanding requests, counted by the gateway); sleep and wake act
- * on every instance that can, through the gateway's api.
- */
-export class GatewayBackend implements Backend {
-  readonly kind = 'gateway'
-  instances: InstanceRecord[] = []
-
-  constructor(
-    readonly api: GatewayApi,
-    readonly servedName: string,
-  ) {}
-
-  endpoint(): Endpoint {
-    const first = this.instances.find((i) => i.status === 'active') ?? this.instances[0]
-    if (!first) return { host: '', port: 0 }
-    const url = new URL(this.api.engineBaseUrl(first))
-    return { host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port) || first.port }
+  address(): Address {
+    return { host: this.ep.host, port: this.ep.port }
   }
 
-  sleepable(): boolean {
-    return this.instances.some((i) => i.enable_sleep_mode)
+  created(): number {
+    return this.createdAt
   }
 
-  /** inFlight: requests open on the instances, whoever proxies them (router or gateway /v1). */
-  inFlight(): number {
-    let n = 0
-    for (const i of this.instances) n += this.api.inFlight(i.id)
-    return n
-  }
-
-  /** sleep: the gateway drains each instance (its leases count the router's requests too). */
-  async sleep(level: 1 | 2, call: SleepCall): Promise<void> {
-    const targets = this.instances.filter((i) => i.status === 'active' && i.enable_sleep_mode)
-    if (targets.length === 0) throw new ActionRefused('Model does not support sleep mode')
-    await settleAll(targets.map((i) => this.api.sleep(i.id, level, { signal: call.cancel })))
-  }
-
-  /** wake: the gateway knows the level each instance sleeps at and runs its wake sequence. */
-  async wake(): Promise<void> {
-    const targets = this.instances.filter((i) => i.status === 'sleeping')
-    await settleAll(targets.map((i) => this.api.wake(i.id)))
-  }
-
-  health(timeoutMs: number, signal: AbortSignal): Promise<HealthProbe> {
-    const first = this.instances.find((i) => i.status === 'active') ?? this.instances[0]
-    if (!first) return Promise.resolve({ ok: false, error: 'no instance' })
-    return new VllmClient(this.api.engineBaseUrl(first), timeoutMs, STOPPING).probe({ timeoutMs, signal })
-  }
-}
-
-/** settleAll waits for every call and rethrows the first failure as the router's error kinds. */
-async function settleAll(calls: Promise<unknown>[]): Promise<void> {
-  const results = await Promise.allSettled(calls)
-  for (const r of results) {
-    if (r.status === 'fulfilled') continue
-    const err = r.reason
-    if (err instanceof AppError && err.status >= 500) throw new EngineCallError(err.message, null)
-    if (err instanceof AppError) throw new ActionRefused(err.message)
-    throw err
+  forward(req: BackendRequest, lease: LeaseHandle): WireAction {
+    return {
+      forward: {
+        origin: this.client.baseUrl,
+        target: req.path + req.query,
+        body: req.body,
+        firstByteTimeoutMs: req.firstByteTimeoutMs,
+        connectTimeoutMs: req.connectTimeoutMs,
+        onEnd: lease.end,
+      },
+    }
   }
 }

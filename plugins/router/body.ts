@@ -10,6 +10,8 @@ import { invalidJson, invalidParameter } from './errors.ts'
  */
 export interface InferenceFields {
   model: string
+  /** the body's scan, for the forward */
+  json: ScannedJson
   /** the 400 to answer when max_tokens is present and not a positive integer */
   invalid: AppError | null
 }
@@ -28,5 +30,5 @@ export function readInferenceBody(json: ScannedJson | ScanFailure): InferenceFie
     (Number.isInteger(maxTokens) && (maxTokens as number) >= 1)
       ? null
       : invalidParameter(`'max_tokens' must be a positive integer (got ${JSON.stringify(maxTokens)})`)
-  return { model, invalid }
+  return { model, invalid, json }
 }

@@ -1,6 +1,6 @@
 import { type Static, Type as T } from '@sinclair/typebox'
+import { WakeOnRequestKeys } from '../../src/directory/wake.ts'
 import type { ValidateContext } from '../../src/host/plugin.ts'
-import { WakeOnRequestKeys } from '../../src/wire/wake-on-request.ts'
 
 /**
  * RouterConfig is `plugins.router` in the YAML: the controller's own listener, the engines it

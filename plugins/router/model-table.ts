@@ -1,82 +1,92 @@
+import type { Backend, BackendKind, SleepState } from '../../src/directory/backend.ts'
+import type { ModelDirectory } from '../../src/directory/directory.ts'
 import type { Logger } from '../../src/host/logger.ts'
-import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
-import { type Backend, EndpointBackend, GatewayBackend } from './backends.ts'
+import type { GatewayApi } from '../gateway/api.ts'
+import { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
 import { TrafficCounter } from './stats.ts'
 
 /**
- * The model table: every name the router routes, with its backend, sleep state and traffic.
- * Configured endpoints are fixed; with `from_gateway`, the gateway's active and sleeping instances
- * join by served model name and leave when none is left (a blue-green move keeps the name, so the
- * entry and its statistics survive it). A configured name wins over a gateway instance of the same
- * name.
+ * The router's models: every name it routes, with the router's own books on each (traffic,
+ * activity). Where a model is served, and in what state, is the model directory's (src/directory):
+ * a configured endpoint is one backend the router owns and adds to it; with `from_gateway`, the
+ * gateway's instances of a served name that are active or sleeping are the model's backends, read
+ * from the directory each time (the router keeps no copy of the gateway's state). A configured name
+ * wins over gateway instances of the same name. A blue-green move keeps the name, so the model and
+ * its statistics survive it.
  */
 export type SleepStateName = 'active' | 'sleeping' | 'waking'
 
+const ENDPOINTS: ReadonlySet<BackendKind> = new Set(['endpoint'])
+const INSTANCES: ReadonlySet<BackendKind> = new Set(['instance'])
+
 export class ModelEntry {
-  state: SleepStateName = 'active'
-  /** epoch ms the model fell asleep (null while active). */
-  sleepTime: number | null = null
-  sleepLevel: 1 | 2 | null = null
-  /** the engine operation under way; it owns `state` until it ends. */
-  op: 'sleep' | 'wake' | null = null
-  opPromise: Promise<void> | null = null
-  /** the one wake every waiting request shares. */
-  wakePromise: Promise<void> | null = null
-  wakeStartedAt = 0
-  /** the last failed wake, so requests do not hammer an engine that cannot wake. */
-  wakeFailure: { at: number; message: string } | null = null
-  /** duration of the last wake (ms), to estimate Retry-After. */
-  lastWakeMs: number | null = null
-  /** bumped at every operation start, so a slow probe never overwrites a newer state. */
-  generation = 0
-  /** requests the router is proxying right now (begin/end keep it; idle() waits for 0). */
-  private open = 0
-  private idleWaiters: (() => void)[] = []
   /** epoch ms of the last request arrival or end (null: no traffic yet). */
   lastActivity: number | null = null
   readonly traffic = new TrafficCounter()
 
   constructor(
     readonly name: string,
-    readonly backend: Backend,
+    /** The configured endpoint (null: the gateway's instances of this served name). */
+    readonly endpoint: EndpointBackend | null,
     /** Unix seconds, for the OpenAI-style `created`. */
-    public created: number,
+    readonly created: number,
+    private readonly directory: ModelDirectory,
   ) {}
 
-  /** inFlight: requests the router is proxying right now. */
-  get inFlight(): number {
-    return this.open
+  /** kinds: the backends a request for this model may use. */
+  get kinds(): ReadonlySet<BackendKind> {
+    return this.endpoint ? ENDPOINTS : INSTANCES
   }
 
-  /** begin counts a request the router starts proxying (or holds for a wake). */
-  begin(): void {
-    this.open++
+  /** backends: where it is served now, best first (the directory's order). */
+  backends(): readonly Backend[] {
+    return this.endpoint ? [this.endpoint] : this.directory.candidates(this.name, INSTANCES)
   }
 
-  /** end uncounts it; the last one wakes every idle() waiter. */
-  end(): void {
-    this.open = Math.max(0, this.open - 1)
-    if (this.open > 0 || this.idleWaiters.length === 0) return
-    const waiters = this.idleWaiters
-    this.idleWaiters = []
-    for (const w of waiters) w()
+  /** sleep: its state as the router shows it, from its backends (any serving: active). */
+  get sleep(): SleepState {
+    if (this.endpoint) return this.endpoint.sleepState()
+    let waking: SleepState | null = null
+    let sleeping: SleepState | null = null
+    let operation: SleepState['operation'] = null
+    for (const b of this.backends()) {
+      const s = b.sleepState?.()
+      if (!s) continue
+      operation ??= s.operation
+      if (s.status === 'active') return { ...s, operation }
+      if (s.status === 'waking') waking ??= s
+      else if (!sleeping || (s.since ?? Infinity) < (sleeping.since ?? Infinity)) sleeping = s
+    }
+    const s = waking ?? sleeping
+    return s ? { ...s, operation } : { status: 'sleeping', since: null, level: null, operation }
   }
 
-  /** idle resolves once no request of the router's is in flight (at once when none is). */
-  idle(): Promise<void> {
-    if (this.open === 0) return Promise.resolve()
-    return new Promise((resolve) => this.idleWaiters.push(resolve))
+  get state(): SleepStateName {
+    return this.sleep.status
   }
 
-  get gateway(): GatewayBackend | null {
-    return this.backend.kind === 'gateway' ? (this.backend as GatewayBackend) : null
+  /** op: the sleep or wake under way on it (null: none). */
+  get op(): SleepState['operation'] {
+    return this.sleep.operation
   }
 
-  /** busy: requests in flight on the engine, through the router or (gateway models) the gateway. */
+  /** wakePromise: an endpoint's one wake under way (a gateway model's wakes are its instances'). */
+  get wakePromise(): Promise<void> | null {
+    return this.endpoint?.wakePromise ?? null
+  }
+
+  /** busy: requests in flight on its backends (whoever proxies them) plus requests held for its wake. */
   busy(): number {
-    const gw = this.gateway
-    return gw ? Math.max(this.inFlight, gw.inFlight()) : this.inFlight
+    let n = this.directory.held(this.name)
+    for (const b of this.backends()) n += b.inFlight()
+    return n
+  }
+
+  /** sleepable: whether some backend has a sleep mode (null: not known yet). */
+  sleepable(): boolean | null {
+    if (this.endpoint) return this.endpoint.sleepable()
+    return this.backends().some((b) => b.sleepable?.() === true)
   }
 
   /** idleMs: 0 while requests run; else time since the last activity, or since `sinceMs`. */
@@ -91,106 +101,96 @@ export class ModelEntry {
 }
 
 export class ModelTable {
-  private readonly entries = new Map<string, ModelEntry>()
-  private readonly configured = new Set<string>()
+  private readonly configured = new Map<string, ModelEntry>()
+  /** The router's books on gateway models, by served name, kept while the name is served. */
+  private readonly gatewayEntries = new Map<string, ModelEntry>()
   private readonly shadowWarned = new Set<string>()
-  /** instance id → gateway model, for the gateway's per-request events (O(1) on its hot path). */
-  private readonly instanceIndex = new Map<string, ModelEntry>()
   private gatewayApi: GatewayApi | null = null
 
   constructor(
     cfg: RouterConfig,
     startedAt: number,
+    private readonly directory: ModelDirectory,
     private readonly log: Logger,
-    /** the router's clock (epoch ms) */
-    private readonly now: () => number,
   ) {
+    const created = Math.floor(startedAt / 1000)
     for (const m of cfg.models) {
-      const backend = new EndpointBackend(m.endpoint, cfg.control_timeout * 1000)
-      this.entries.set(m.name, new ModelEntry(m.name, backend, Math.floor(startedAt / 1000)))
-      this.configured.add(m.name)
+      const backend = new EndpointBackend(m.name, m.endpoint, cfg.control_timeout * 1000, created)
+      this.configured.set(m.name, new ModelEntry(m.name, backend, created, directory))
     }
   }
 
-  get(name: string): ModelEntry | undefined {
-    return this.entries.get(name)
+  /** endpoints: the configured endpoints, the backends the router adds to the directory. */
+  endpoints(): EndpointBackend[] {
+    return [...this.configured.values()].map((e) => e.endpoint!)
   }
 
-  all(): IterableIterator<ModelEntry> {
-    return this.entries.values()
+  /** endpoint: the configured endpoint of a name (the router's directory source). */
+  endpoint(name: string): EndpointBackend | undefined {
+    return this.configured.get(name)?.endpoint ?? undefined
   }
 
-  get size(): number {
-    return this.entries.size
-  }
-
-  /** byInstance finds the gateway model an instance belongs to. */
-  byInstance(instanceId: string): ModelEntry | undefined {
-    return this.instanceIndex.get(instanceId)
-  }
-
-  /** followGateway starts routing to the gateway's instances (then kept in sync by syncGateway). */
+  /** followGateway: route the gateway's served models too (they come from the directory). */
   followGateway(api: GatewayApi): void {
     this.gatewayApi = api
-    this.syncGateway()
   }
 
-  /**
-   * syncGateway makes the gateway models match the gateway's instances (called on every instance
-   * status event and at every check interval). Each entry's state follows its instances (active if
-   * any is, else sleeping) unless a router operation is under way.
-   */
-  syncGateway(): void {
+  /** get: the model of a name, when the router routes it now. */
+  get(name: string): ModelEntry | undefined {
+    const configured = this.configured.get(name)
+    if (configured) return configured
+    if (!this.gatewayApi) return undefined
+    const backends = this.directory.candidates(name, INSTANCES).filter((b) => b.model === name && serving(b))
+    if (backends.length === 0) {
+      this.gatewayEntries.delete(name)
+      return undefined
+    }
+    let entry = this.gatewayEntries.get(name)
+    if (!entry) {
+      const created = Math.min(...backends.map((b) => b.created?.() ?? Math.floor(Date.now() / 1000)))
+      entry = new ModelEntry(name, null, created, this.directory)
+      this.gatewayEntries.set(name, entry)
+      this.log.info('routing to gateway model', { model: name, instances: backends.map((b) => b.key) })
+    }
+    return entry
+  }
+
+  /** all: every model the router routes now: the configured ones, then the gateway's by served name. */
+  all(): ModelEntry[] {
+    const out = [...this.configured.values()]
     const api = this.gatewayApi
-    if (!api) return
-    const byName = new Map<string, InstanceRecord[]>()
-    for (const inst of api.list()) {
-      if (inst.status !== 'active' && inst.status !== 'sleeping') continue
-      const name = inst.served_model_name
+    if (!api) return out
+    const names = new Set<string>()
+    for (const i of api.list()) {
+      if (i.status !== 'active' && i.status !== 'sleeping') continue
+      const name = i.served_model_name
       if (this.configured.has(name)) {
         if (!this.shadowWarned.has(name)) {
           this.shadowWarned.add(name)
           this.log.warn('a configured model shadows a gateway instance of the same name', {
             model: name,
-            instance_id: inst.id,
+            instance_id: i.id,
           })
         }
         continue
       }
-      const list = byName.get(name)
-      if (list) list.push(inst)
-      else byName.set(name, [inst])
+      names.add(name)
     }
-    for (const [name, instances] of byName) {
-      let entry = this.entries.get(name)
-      if (!entry) {
-        const first = instances[0]!
-        const created = Math.floor(Date.parse(first.ready_at ?? first.loaded_at) / 1000)
-        entry = new ModelEntry(name, new GatewayBackend(api, name), created)
-        this.entries.set(name, entry)
-        this.log.info('routing to gateway model', { model: name, instances: instances.map((i) => i.id) })
-      }
-      entry.gateway!.instances = instances
-      if (entry.op) continue
-      if (instances.some((i) => i.status === 'active')) {
-        entry.state = 'active'
-        entry.sleepTime = null
-        entry.sleepLevel = null
-      } else {
-        entry.state = 'sleeping'
-        const slept = instances.map((i) => (i.slept_at ? Date.parse(i.slept_at) : this.now()))
-        entry.sleepTime ??= Math.min(...slept)
-        entry.sleepLevel ??= instances[0]!.sleep_level ?? null
-      }
+    for (const name of this.gatewayEntries.keys()) if (!names.has(name)) this.forget(name)
+    for (const name of names) {
+      const e = this.get(name)
+      if (e) out.push(e)
     }
-    this.instanceIndex.clear()
-    for (const [name, entry] of this.entries) {
-      const gw = entry.gateway
-      if (!gw) continue
-      if (!byName.has(name)) {
-        this.entries.delete(name)
-        this.log.info('gateway model gone', { model: name })
-      } else for (const i of gw.instances) this.instanceIndex.set(i.id, entry)
-    }
+    return out
   }
+
+  private forget(name: string): void {
+    this.gatewayEntries.delete(name)
+    this.log.info('gateway model gone', { model: name })
+  }
+}
+
+/** serving: an instance that is active or sleeping (not loading, failed or stopping). */
+function serving(b: Backend): boolean {
+  return (b.sleepState?.() ?? null) !== null
 }

@@ -2,6 +2,7 @@ import { EngineCallError } from '../../src/engine/vllm-client.ts'
 import type { PluginContext } from '../../src/host/plugin.ts'
 import type { GatewayApi } from '../gateway/api.ts'
 import { GatewayKeyGate } from './access.ts'
+import type { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
 import { ActionRefused, modelNotFound } from './errors.ts'
 import { RouterInference } from './inference.ts'
@@ -63,11 +64,12 @@ export class RouterService {
     readonly now: () => number = Date.now,
   ) {
     this.startedAt = now()
-    this.table = new ModelTable(cfg, this.startedAt, ctx.log, now)
+    this.table = new ModelTable(cfg, this.startedAt, ctx.directory, ctx.log)
     // Fixed by the configuration (not by start()), so it holds from the moment the listener opens.
     this.gate = new GatewayKeyGate(ctx.auth, cfg.from_gateway && ctx.has('gateway'), cfg.models.length > 0)
     this.sleep = new SleepController({
       table: this.table,
+      directory: ctx.directory,
       cfg,
       log: ctx.log,
       startedAt: this.startedAt,
@@ -76,16 +78,14 @@ export class RouterService {
     })
     this.inference = new RouterInference({
       table: this.table,
-      sleep: this.sleep,
+      directory: ctx.directory,
       overall: this.overall,
       cfg,
-      log: ctx.log,
-      idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
-      lifetime: this.lifetime.signal,
-      bus: ctx.bus,
       gate: this.gate,
       now,
     })
+    // The configured endpoints are backends of the host's model directory, served by this listener.
+    this.unsubscribe.push(ctx.directory.addSource({ backends: (name) => endpointOf(this.table, name) }))
   }
 
   /** start follows the gateway (when on and asked to), reads every engine's sleep state, starts the timer. */
@@ -96,15 +96,14 @@ export class RouterService {
         this.gatewayApi = api
         this.table.followGateway(api)
         this.unsubscribe.push(
-          this.ctx.bus.on('gateway.instance.status', () => this.table.syncGateway()),
           // Traffic through the gateway's own /v1 keeps a gateway model from looking idle.
           this.ctx.bus.on('proxy.request', (ev) => {
-            if (ev.instance_id) this.table.byInstance(ev.instance_id)?.touch(this.now())
+            if (ev.instance_id) this.table.get(ev.served ?? ev.model)?.touch(this.now())
           }),
         )
       }
     }
-    await Promise.all([...this.table.all()].map((e) => this.sleep.refresh(e)))
+    await Promise.all(this.table.endpoints().map((ep) => this.sleep.refresh(ep)))
     this.sleep.start()
     this.ctx.log.info('router ready', {
       models: [...this.table.all()].map((e) => e.name),
@@ -128,7 +127,7 @@ export class RouterService {
   // ---- views ----
 
   models(): { object: 'list'; data: ModelView[] } {
-    return { object: 'list', data: [...this.table.all()].map(modelView) }
+    return { object: 'list', data: this.table.all().map(modelView) }
   }
 
   idleModels(threshold: number) {
@@ -216,8 +215,11 @@ export class RouterService {
 
   async modelHealth(name: string) {
     const e = this.require(name)
-    const endpoint = e.backend.endpoint()
-    const probe = await e.backend.health(this.cfg.health_timeout_ms, this.lifetime.signal)
+    const backend = e.backends()[0]
+    const endpoint = backend?.address?.() ?? { host: '', port: 0 }
+    const probe = backend?.health
+      ? await backend.health(this.cfg.health_timeout_ms, this.lifetime.signal)
+      : { ok: false as const, error: 'no instance' }
     if (probe.ok)
       return { model: e.name, status: 'healthy' as const, endpoint, response_time: round6(probe.seconds) }
     return { model: e.name, status: 'unhealthy' as const, endpoint, error: probe.error }
@@ -256,17 +258,20 @@ export class RouterService {
   async wakeAction(name: string, authorization: string | null): Promise<ActionOutcome> {
     const e = this.requireForAction(name, authorization)
     try {
-      if (e.state === 'waking' || e.wakePromise) throw new ActionRefused('Model is already waking up')
-      if (e.op === 'sleep') throw new ActionRefused('Model is going to sleep; try again when it sleeps')
-      if (e.state === 'active') throw new ActionRefused('Model is already active')
+      const s = e.sleep
+      if (s.status === 'waking' || e.endpoint?.wakePromise)
+        throw new ActionRefused('Model is already waking up')
+      if (s.operation === 'sleep')
+        throw new ActionRefused('Model is going to sleep; try again when it sleeps')
+      if (s.status === 'active') throw new ActionRefused('Model is already active')
       const min = this.cfg.auto_sleep.min_sleep_duration
-      const slept = seconds(this.now() - (e.sleepTime ?? this.startedAt))
+      const slept = seconds(this.now() - (s.since ?? this.startedAt))
       if (slept < min)
         throw new ActionRefused(
           `Model has been sleeping for ${slept} s; the minimum sleep duration is ${min} s`,
           { min_sleep_duration: min, actual_sleep_duration: slept },
         )
-      e.wakeFailure = null // an operator's explicit wakeup retries at once
+      this.ctx.directory.record(e.name).clearFailure() // an operator's explicit wakeup retries at once
       await this.sleep.wake(e)
     } catch (err) {
       return this.actionFailure(e, err)
@@ -291,3 +296,9 @@ function success(e: ModelEntry, message: string, at: number): ActionOutcome {
 }
 
 const round6 = (x: number) => Math.round(x * 1e6) / 1e6
+
+/** endpointOf: the router's directory source: a configured name's endpoint (none for other names). */
+function endpointOf(table: ModelTable, name: string): readonly EndpointBackend[] {
+  const ep = table.endpoint(name)
+  return ep ? [ep] : []
+}

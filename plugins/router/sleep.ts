@@ -1,52 +1,59 @@
+import type { ModelDirectory } from '../../src/directory/directory.ts'
 import { EngineCallError, waitHealthy } from '../../src/engine/vllm-client.ts'
-import { abortable, WaitError } from '../../src/host/abortable.ts'
+import { abortable } from '../../src/host/abortable.ts'
 import type { Logger } from '../../src/host/logger.ts'
+import { AppError } from '../../src/http/errors.ts'
 import type { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
 import { ActionRefused } from './errors.ts'
 import type { ModelEntry, ModelTable } from './model-table.ts'
 
 /**
- * SleepController is the sleep state machine of every model:
+ * SleepController is the router's sleep policy and, for its configured endpoints, their sleep
+ * state machine:
  *
  *     active ──sleep──▶ sleeping ──wake──▶ waking ──engine awake──▶ active
  *
- * - An operation (`op`) owns the state while it runs; there is at most one per model. A wake is
- *   one shared promise however many requests wait on it; a wake asked for while the model is still
- *   falling asleep runs right after the sleep.
+ * - Auto-sleep (every check_interval): a model idle past idle_threshold, active, with nothing in
+ *   flight or held and no operation under way is put to sleep. A model never used counts as idle
+ *   since the router started.
  * - Manual actions are refused (ActionRefused → 409) when the state does not allow them; the
  *   minimum sleep duration only limits the manual wakeup, a request may always wake a model.
- * - A sleep never cuts a request: it drains the model first (see `sleep`), and a request arriving
- *   while it drains cancels it. A wake after level 2 runs vLLM's reload sequence (backends.ts).
- * - Auto-sleep (every check_interval): a model idle past idle_threshold, active, with nothing in
- *   flight and no operation under way is put to sleep. A model never used counts as idle since
- *   the router started.
+ * - A sleep never cuts a request: it drains the model first, and a request arriving while it
+ *   drains cancels it (the model is in use). A gateway model is slept by the gateway, instance by
+ *   instance (its drain counts the router's requests too: they hold leases on its instances).
+ * - An endpoint's wake is one shared promise however many requests and operators wait on it (the
+ *   model directory's wake on request calls it through the endpoint's `waker`); after level 2 it
+ *   runs vLLM's reload sequence (backends.ts). A gateway model's wake is each instance's own one.
  * - Configured engines are re-read (`/is_sleeping`) at start and at every check, so a restart, or a
  *   sleep done behind the router's back, is noticed.
+ * - Every wake of an endpoint is measured into the directory's record of the model (the one
+ *   Retry-After estimate and retry delay after a failure), as the gateway measures its instances'.
  */
 export interface SleepControllerDeps {
   table: ModelTable
+  directory: ModelDirectory
   cfg: RouterConfig
   log: Logger
   startedAt: number
-  /** aborted when the router stops: ends engine calls and held requests. */
+  /** aborted when the router stops: ends engine calls. */
   lifetime: AbortSignal
-  /** the router's clock (epoch ms): sleep times, idle times, wake durations and retry delays. */
+  /** the router's clock (epoch ms): sleep times and idle times. */
   now: () => number
 }
 
 /** STOP_WAIT_MS caps how long stop waits for sleep or wake operations under way. */
 const STOP_WAIT_MS = 5000
-/** WAKE_RETRY_MS: after a failed wake, requests are refused (502 wake_failed) this long before a new try. */
-export const WAKE_RETRY_MS = 10_000
 
 export class SleepController {
   private timer: ReturnType<typeof setInterval> | undefined
   private readonly running = new Set<Promise<unknown>>()
-  /** the sleeps under way, each cancellable while it drains. */
-  private readonly draining = new Map<ModelEntry, AbortController>()
+  /** the sleeps under way, by model name, each cancellable while it drains. */
+  private readonly draining = new Map<string, AbortController>()
 
-  constructor(private readonly deps: SleepControllerDeps) {}
+  constructor(private readonly deps: SleepControllerDeps) {
+    for (const ep of deps.table.endpoints()) ep.waker = () => this.wakeEndpoint(ep)
+  }
 
   start(): void {
     this.timer = setInterval(() => this.tick(), this.deps.cfg.auto_sleep.check_interval * 1000)
@@ -69,13 +76,9 @@ export class SleepController {
     return p
   }
 
-  /**
-   * tick: re-sync the gateway models, then per model: put it to sleep when it is an auto-sleep
-   * candidate, else re-read a configured engine's sleep state.
-   */
+  /** tick: per model, put it to sleep when it is an auto-sleep candidate, else re-read a configured engine. */
   tick(): void {
     const { table, cfg, log, startedAt } = this.deps
-    table.syncGateway()
     const now = this.deps.now()
     const thresholdMs = cfg.auto_sleep.idle_threshold * 1000
     for (const e of table.all()) {
@@ -91,205 +94,186 @@ export class SleepController {
         } catch (err) {
           log.debug('auto-sleep skipped', { model: e.name, reason: (err as Error).message })
         }
-      } else if (!e.gateway && !e.op) void this.refresh(e)
+      } else if (e.endpoint && !e.endpoint.op) void this.refresh(e.endpoint)
     }
   }
 
   /** isCandidate: what auto-sleep would put to sleep now (also GET /sleep/candidates). */
   isCandidate(e: ModelEntry, now: number, thresholdMs: number): boolean {
+    const s = e.sleep
     return (
-      e.state === 'active' &&
-      e.op === null &&
-      e.wakePromise === null &&
-      e.backend.sleepable() !== false &&
+      s.status === 'active' &&
+      s.operation === null &&
+      (e.endpoint?.wakePromise ?? null) === null &&
+      e.sleepable() !== false &&
       e.busy() === 0 &&
       e.idleMs(now, this.deps.startedAt) >= thresholdMs
     )
   }
 
   /** refresh re-reads a configured engine's sleep state, unless an operation started meanwhile. */
-  async refresh(e: ModelEntry): Promise<void> {
-    const backend = e.backend
-    if (backend.kind !== 'endpoint') return
-    const generation = e.generation
+  async refresh(ep: EndpointBackend): Promise<void> {
+    const generation = ep.generation
     let sleeping: boolean | null
     try {
-      sleeping = await (backend as EndpointBackend).isSleeping(
-        this.deps.cfg.health_timeout_ms,
-        this.deps.lifetime,
-      )
+      sleeping = await ep.isSleeping(this.deps.cfg.health_timeout_ms, this.deps.lifetime)
     } catch {
       return // unreachable now: keep what we know
     }
-    if (sleeping === null || e.op || e.generation !== generation) return
-    if (sleeping && e.state === 'active') {
-      e.state = 'sleeping'
-      e.sleepTime = this.deps.now()
-      this.deps.log.info('engine found asleep', { model: e.name })
-    } else if (!sleeping && e.state === 'sleeping') {
-      e.state = 'active'
-      e.sleepTime = null
-      e.sleepLevel = null
-      this.deps.log.info('engine found awake', { model: e.name })
+    if (sleeping === null || ep.op || ep.generation !== generation) return
+    if (sleeping && ep.state === 'active') {
+      ep.state = 'sleeping'
+      ep.sleepTime = this.deps.now()
+      this.deps.log.info('engine found asleep', { model: ep.model })
+    } else if (!sleeping && ep.state === 'sleeping') {
+      ep.state = 'active'
+      ep.sleepTime = null
+      ep.sleepLevel = null
+      this.deps.log.info('engine found awake', { model: ep.model })
     }
   }
 
   /**
-   * sleep puts an active model to sleep (manual or automatic) without cutting a request: new
-   * requests stop going to the engine at once (`op = 'sleep'` sends them to the wake path), the
-   * requests in flight finish (drain), then the engine sleeps. A configured endpoint is drained on
-   * the router's own count of what it forwards there, up to control_timeout; a gateway model by
-   * the gateway (whose leases count the router's requests too), up to its
-   * plugins.gateway.sleep.drain_timeout_ms. A request that arrives while the sleep drains cancels
-   * it: the model is in use. Refusals throw ActionRefused at once; the returned promise rejects
-   * with ActionRefused (drain deadline passed, cancelled) or EngineCallError (no answer).
+   * sleep puts an active model to sleep (manual or automatic) without cutting a request (see the
+   * class comment). Refusals throw ActionRefused at once; the returned promise rejects with
+   * ActionRefused (drain deadline passed, cancelled) or EngineCallError (no answer).
    */
   sleep(e: ModelEntry, level: 1 | 2): Promise<void> {
-    if (e.state === 'sleeping') throw new ActionRefused('Model is already sleeping')
-    if (e.op === 'sleep') throw new ActionRefused('Model is already going to sleep')
-    if (e.state === 'waking' || e.wakePromise) throw new ActionRefused('Model is waking up')
-    if (e.backend.sleepable() === false) throw new ActionRefused('Model does not support sleep mode')
-    e.op = 'sleep'
-    e.generation++
+    const s = e.sleep
+    if (s.status === 'sleeping') throw new ActionRefused('Model is already sleeping')
+    if (s.operation === 'sleep') throw new ActionRefused('Model is already going to sleep')
+    if (s.status === 'waking' || e.endpoint?.wakePromise) throw new ActionRefused('Model is waking up')
+    if (e.sleepable() === false) throw new ActionRefused('Model does not support sleep mode')
     const cancel = new AbortController()
-    this.draining.set(e, cancel)
+    this.draining.set(e.name, cancel)
+    const forget = () => {
+      if (this.draining.get(e.name) === cancel) this.draining.delete(e.name)
+    }
+    const ep = e.endpoint
+    if (!ep) {
+      const targets = e
+        .backends()
+        .filter((b) => b.sleepState?.()?.status === 'active' && b.sleepable?.() === true)
+      if (targets.length === 0) {
+        forget()
+        throw new ActionRefused('Model does not support sleep mode')
+      }
+      return this.track(settleAll(targets.map((b) => b.sleep!(level, cancel.signal))).finally(forget))
+    }
+    ep.op = 'sleep'
+    ep.generation++
     const p = (async () => {
       try {
-        if (!e.gateway) await this.drain(e, cancel.signal)
-        await e.backend.sleep(level, { signal: this.deps.lifetime, cancel: cancel.signal })
-        e.state = 'sleeping'
-        e.sleepTime = this.deps.now()
-        e.sleepLevel = level
+        await ep.sleep(level, cancel.signal, this.deps.lifetime)
+        ep.state = 'sleeping'
+        ep.sleepTime = this.deps.now()
+        ep.sleepLevel = level
         this.deps.log.info('model asleep', { model: e.name, level })
       } finally {
-        this.draining.delete(e)
-        e.op = null
-        e.opPromise = null
+        forget()
+        ep.op = null
+        ep.opPromise = null
       }
     })()
-    e.opPromise = p
+    ep.opPromise = p
     return this.track(p)
   }
 
   /**
-   * drain waits until the requests the router forwards to a configured endpoint have ended (the
-   * entry wakes it when its last one ends); the wait ends at control_timeout (ActionRefused: the
-   * model keeps serving), when a request arrives (`cancel`) or when the router stops.
-   */
-  private async drain(e: ModelEntry, cancel: AbortSignal): Promise<void> {
-    const open = e.inFlight
-    if (open === 0) return
-    const { cfg, log, lifetime } = this.deps
-    log.info('waiting for requests in flight before sleeping', { model: e.name, in_flight: open })
-    try {
-      await abortable(e.idle(), {
-        signal: AbortSignal.any([cancel, lifetime]),
-        timeoutMs: cfg.control_timeout * 1000,
-        what: 'the requests in flight',
-      })
-    } catch (err) {
-      if (!(err instanceof WaitError)) throw err
-      if (lifetime.aborted) throw new EngineCallError('the router is stopping', null)
-      if (cancel.aborted)
-        throw new ActionRefused(
-          `A request arrived while the sleep waited for ${e.inFlight} request(s) in flight; the model keeps serving`,
-        )
-      throw new ActionRefused(
-        `Model still has ${e.inFlight} request(s) in flight after ${cfg.control_timeout} s; ` +
-          'it was not put to sleep and keeps serving',
-      )
-    }
-  }
-
-  /**
-   * wake starts (or joins) the one wake of a model. Resolves when the engine is awake and answers
-   * /health; rejects with EngineCallError when it does not. A model that is active and not
-   * falling asleep resolves at once.
+   * wake starts (or joins) the wake of a model: a sleep still draining is cancelled (someone wants
+   * the model), then an endpoint's one wake, or every sleeping instance's of a gateway model.
+   * Resolves when it serves; rejects with EngineCallError (ActionRefused for a gateway refusal).
    */
   wake(e: ModelEntry): Promise<void> {
-    // A sleep still draining is cancelled: someone wants the model (it then stays active).
-    this.draining.get(e)?.abort()
-    if (e.wakePromise) return e.wakePromise
-    const failure = this.recentWakeFailure(e)
+    this.draining.get(e.name)?.abort()
+    if (e.endpoint) return this.wakeEndpoint(e.endpoint)
+    const sleepers = e.backends().filter((b) => b.sleepState?.()?.status !== 'active')
+    return this.track(settleAll(sleepers.map((b) => this.deps.directory.wake(b))))
+  }
+
+  /** wakeEndpoint: the endpoint's one wake (its `waker`: requests reach it through the directory). */
+  private wakeEndpoint(ep: EndpointBackend): Promise<void> {
+    this.draining.get(ep.model)?.abort()
+    if (ep.wakePromise) return ep.wakePromise
+    const failure = this.recentWakeFailure(ep.model)
     if (failure) return Promise.reject(new EngineCallError(failure, null))
-    if (e.state === 'active' && e.op !== 'sleep') return Promise.resolve()
-    if (e.op === 'sleep' || e.state === 'sleeping') e.wakeStartedAt = this.deps.now()
+    if (ep.state === 'active' && ep.op !== 'sleep') return Promise.resolve()
     const p = (async () => {
       try {
-        if (e.op === 'sleep') await e.opPromise?.catch(() => {})
-        if (e.state !== 'sleeping') return
-        await this.runWake(e)
+        if (ep.op === 'sleep') await ep.opPromise?.catch(() => {})
+        if (ep.state !== 'sleeping') return
+        await this.runWake(ep)
       } finally {
-        e.wakePromise = null
+        ep.wakePromise = null
       }
     })()
-    e.wakePromise = p
+    ep.wakePromise = p
     return this.track(p)
   }
 
-  private async runWake(e: ModelEntry): Promise<void> {
+  private async runWake(ep: EndpointBackend): Promise<void> {
     const { log, cfg, lifetime } = this.deps
-    e.op = 'wake'
-    e.generation++
-    e.state = 'waking'
-    const t0 = this.deps.now()
-    e.wakeStartedAt = t0
+    const record = this.deps.directory.record(ep.model)
+    ep.op = 'wake'
+    ep.generation++
+    ep.state = 'waking'
+    const t0 = performance.now()
+    record.started(t0)
     const p = (async () => {
       try {
-        await e.backend.wake(e.sleepLevel, cfg.auto_sleep.level as 1 | 2, lifetime)
-        const health = await this.awaitHealthy(e, t0 + cfg.control_timeout * 1000)
+        await ep.wakeEngine(ep.sleepLevel, cfg.auto_sleep.level as 1 | 2, lifetime)
+        const health = await this.awaitHealthy(ep, cfg.control_timeout * 1000)
         if (!health) throw new EngineCallError('engine did not answer /health after waking up', null)
-        e.state = 'active'
-        e.sleepTime = null
-        e.sleepLevel = null
-        e.lastWakeMs = this.deps.now() - t0
-        e.wakeFailure = null
-        log.info('model awake', { model: e.name, ms: e.lastWakeMs })
+        ep.state = 'active'
+        ep.sleepTime = null
+        ep.sleepLevel = null
+        record.succeeded(performance.now())
+        log.info('model awake', { model: ep.model, ms: Math.round(performance.now() - t0) })
       } catch (err) {
-        e.state = 'sleeping'
-        e.wakeFailure = { at: this.deps.now(), message: (err as Error).message }
+        ep.state = 'sleeping'
+        record.failed(performance.now(), (err as Error).message)
         throw err
       } finally {
-        e.op = null
-        e.opPromise = null
+        ep.op = null
+        ep.opPromise = null
       }
     })()
-    e.opPromise = p
+    ep.opPromise = p
     await p
   }
 
-  /**
-   * awaitHealthy polls the engine's /health after a wake_up until 200, the deadline (epoch ms on
-   * the router's clock) or the router stops.
-   */
-  private async awaitHealthy(e: ModelEntry, deadline: number): Promise<boolean> {
-    const { cfg, lifetime, now } = this.deps
+  /** awaitHealthy polls the engine's /health after a wake_up until 200, the deadline or the router stops. */
+  private async awaitHealthy(ep: EndpointBackend, deadlineMs: number): Promise<boolean> {
+    const { cfg, lifetime } = this.deps
     const probe = {
       health: async (timeoutMs = cfg.health_timeout_ms, o: { signal?: AbortSignal } = {}) =>
-        (await e.backend.health(timeoutMs, o.signal ?? lifetime)).ok,
+        (await ep.health(timeoutMs, o.signal ?? lifetime)).ok,
     }
     const outcome = await waitHealthy(probe, {
       initialMs: 25,
       maxMs: 1000,
-      deadlineMs: deadline - now(),
+      deadlineMs,
       probeMs: cfg.health_timeout_ms,
       signal: lifetime,
     })
     return outcome === 'healthy'
   }
 
-  /** recentWakeFailure names the last wake failure while its retry delay lasts, else null. */
-  recentWakeFailure(e: ModelEntry): string | null {
-    const f = e.wakeFailure
-    const ago = f ? this.deps.now() - f.at : 0
-    if (!f || ago >= WAKE_RETRY_MS) return null
-    return `the last wake failed ${Math.round(ago / 1000)} s ago (${f.message}); retrying after ${WAKE_RETRY_MS / 1000} s`
+  /** recentWakeFailure names the model's last wake failure while its retry delay lasts, else null. */
+  recentWakeFailure(model: string): string | null {
+    return this.deps.directory.record(model).recentFailure(performance.now())
   }
+}
 
-  /** retryAfterSeconds estimates the rest of a wake from the model's last one (5 s when unknown). */
-  retryAfterSeconds(e: ModelEntry): number {
-    const expected = e.lastWakeMs ?? 5000
-    const elapsed = e.wakeStartedAt ? this.deps.now() - e.wakeStartedAt : 0
-    return Math.max(1, Math.ceil((expected - elapsed) / 1000))
+/** settleAll waits for every call and rethrows the first failure as the router's error kinds. */
+async function settleAll(calls: Promise<unknown>[]): Promise<void> {
+  const results = await Promise.allSettled(calls)
+  for (const r of results) {
+    if (r.status === 'fulfilled') continue
+    const err = r.reason
+    if (err instanceof AppError && err.status >= 500) throw new EngineCallError(err.message, null)
+    if (err instanceof AppError) throw new ActionRefused(err.message)
+    if (err instanceof ActionRefused || err instanceof EngineCallError) throw err
+    throw new EngineCallError((err as Error).message, null)
   }
 }

@@ -1,4 +1,4 @@
-import type { Endpoint } from './backends.ts'
+import type { Address } from '../../src/directory/backend.ts'
 import type { ModelEntry } from './model-table.ts'
 import { round, type TrafficSnapshot } from './stats.ts'
 
@@ -15,7 +15,7 @@ export interface ModelView {
   object: 'model'
   created: number
   owned_by: string
-  endpoint: Endpoint
+  endpoint: Address
 }
 
 export function modelView(e: ModelEntry): ModelView {
@@ -24,7 +24,7 @@ export function modelView(e: ModelEntry): ModelView {
     object: 'model',
     created: e.created,
     owned_by: 'modelgate',
-    endpoint: e.backend.endpoint(),
+    endpoint: e.backends()[0]?.address?.() ?? { host: '', port: 0 },
   }
 }
 
@@ -37,13 +37,14 @@ export interface SleepStatusView {
 }
 
 export function sleepStatusView(e: ModelEntry, now: number): SleepStatusView {
-  if (e.state === 'active') return { status: 'active', last_activity: iso(e.lastActivity) }
-  const since = e.sleepTime ?? now
+  const s = e.sleep
+  if (s.status === 'active') return { status: 'active', last_activity: iso(e.lastActivity) }
+  const since = s.since ?? now
   return {
-    status: e.state,
+    status: s.status,
     sleep_time: iso(since),
     sleep_duration: seconds(now - since),
-    sleep_level: e.sleepLevel,
+    sleep_level: s.level,
   }
 }
 

@@ -5,6 +5,7 @@ import { Value } from '@sinclair/typebox/value'
 import type { Server } from 'bun'
 import type { Registry } from 'prom-client'
 import type { LoadedConfig } from '../config/load.ts'
+import { ModelDirectory } from '../directory/directory.ts'
 import { createBaseApp, renderError, shapeFor } from '../http/app.ts'
 import { AuthService } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
@@ -54,6 +55,8 @@ export class Host {
   readonly bus = new EventBus()
   readonly metrics: Registry
   readonly auth: AuthService
+  /** directory: where every listener's inference requests go (src/directory), fed by the plugins. */
+  readonly directory: ModelDirectory
   private store: Store | null = null
   private readonly running: Running[] = []
   private readonly servers: { name: string; server: Server<unknown>; front: WireFront }[] = []
@@ -68,6 +71,7 @@ export class Host {
     this.log = opts.logger ?? new Logger(root.log.level, 'modelgate', root.log.format)
     this.metrics = createMetricsRegistry()
     this.auth = new AuthService({ ...root.auth, logins_per_minute: root.server.login_attempts_per_minute })
+    this.directory = new ModelDirectory(this.bus, this.log.child('directory'), this.metrics)
     this.auth.useLog(this.log.child('auth'))
   }
 
@@ -125,6 +129,7 @@ export class Host {
       store: this.store!,
       metrics: this.metrics,
       auth: this.auth,
+      directory: this.directory,
       dataDir: root.data_dir,
       version: this.opts.version,
       selfCommand: this.opts.selfCommand,
@@ -310,6 +315,8 @@ export class Host {
       for (const s of this.servers) s.front.stop(false)
       // The drain never takes the last STOP_RESERVE_MS of the budget: engines need it to stop.
       await this.drain(Math.min(drain_ms, Math.max(0, budget - STOP_RESERVE_MS)), deadline)
+      // What is still held for a wake past the drain is answered now (503), not when its engine stops.
+      this.directory.stop()
       for (const r of [...this.running].reverse()) {
         try {
           await abortable(Promise.resolve(r.instance.stop?.(deadline)), { signal: deadline })

@@ -2,6 +2,7 @@ import type { Static, TObject } from '@sinclair/typebox'
 import type { Elysia } from 'elysia'
 import type { Registry } from 'prom-client'
 import type { RootConfig } from '../config/schema.ts'
+import type { ModelDirectory } from '../directory/directory.ts'
 import type { AuthService } from '../http/auth.ts'
 import type { Migration, Store } from '../store/db.ts'
 import type { EventBus } from './bus.ts'
@@ -20,6 +21,8 @@ export interface PluginContext {
   readonly store: Store
   readonly metrics: Registry
   readonly auth: AuthService
+  /** directory: the host's model directory; a plugin adds the backends it owns and plans requests on it. */
+  readonly directory: ModelDirectory
   readonly dataDir: string
   readonly version: string
   /** selfCommand is the argv prefix that re-runs this modelgate (for `@self` in commands). */

@@ -66,7 +66,7 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
     sleep: unsupported,
     wake: unsupported,
     engineBaseUrl: (i) => `http://127.0.0.1:${i.port}`,
-    acquire: unsupported,
+    backends: () => [],
     acquireByPort: () => null,
     inFlight: () => 0,
     moveInProgress: () => false,

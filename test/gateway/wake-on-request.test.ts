@@ -13,7 +13,7 @@ import { waitFor } from '../support/wait.ts'
 
 /**
  * The gateway's /v1 wakes the model it serves (`plugins.gateway.proxy.wake_on_request`), through
- * the router's mechanism (src/wire/wake-on-request.ts): `reject` answers 503 model_sleeping with a
+ * the model directory's one mechanism for every listener (src/directory): `reject` answers 503 model_sleeping with a
  * Retry-After measured from the model's last wake; `hold` keeps the request (its connection
  * outliving the listener's 1 s idle timeout) until the instance is active, then forwards it. Real
  * sockets, the inference key on, simulated engines that crash if a request reaches them asleep
@@ -232,6 +232,32 @@ describe('gateway wake on request: reject', () => {
     const served = await chat(gw, false)
     expect(served.status).toBe(200)
     expect(((await served.json()) as { object: string }).object).toBe('chat.completion')
+  })
+
+  // An explicit wake while a request's wake runs: the instance still reports `sleeping`, so the
+  // call joins the running wake and answers its result (it used to be 409 OPERATION_IN_PROGRESS).
+  it('an explicit wake while a request woke the model joins that wake and answers 200 with woke_at', async () => {
+    await sleep(gw)
+    const begun = gw.wakesBegun.length
+    const wakesBefore = await engineLines(gw, '"POST /wake_up')
+    const refused = await chat(gw, false)
+    expect(refused.status).toBe(503)
+    await waitFor('the wake the request started', () => gw.operation() === 'wake', {
+      wake: (notify) => gw.th.host.bus.on('gateway.instance.lifecycle', notify),
+    })
+    const status = await admin<{ model: { status: string } }>(gw, `/api/v1/models/${gw.id}`)
+    expect(status.body.model.status).toBe('sleeping')
+    const woke = await admin<{ status: string; woke_at: string }>(
+      gw,
+      `/api/models/instances/${gw.id}/wake`,
+      'POST',
+    )
+    expect(woke.status).toBe(200)
+    expect(woke.body.status).toBe('running')
+    expect(Date.parse(woke.body.woke_at)).toBeGreaterThan(0)
+    await settled(gw, 'active')
+    expect(gw.wakesBegun.length - begun).toBe(1)
+    expect((await engineLines(gw, '"POST /wake_up')) - wakesBefore).toBe(1)
   })
 
   it('still refuses without the inference key, before any wake', async () => {

@@ -18,6 +18,7 @@
  */
 import { Registry } from 'prom-client'
 import { createInference } from '../../plugins/gateway/proxy/routes.ts'
+import { ModelDirectory } from '../../src/directory/directory.ts'
 import { EventBus } from '../../src/host/bus.ts'
 import { Logger } from '../../src/host/logger.ts'
 import { Conn, upstreams } from '../../src/wire/pool.ts'
@@ -143,11 +144,15 @@ function path(name: string, origin: string, routes: WireRoute[], stream = false)
 const api = new FakeGateway()
 api.add(instance('m0', ENGINE_PORT, { served_model_name: 'bench-model', model_path: 'bench/model' }))
 api.add(instance('m1', ENGINE_PORT + 1, { served_model_name: 'stream-model', model_path: 'bench/stream' }))
+const bus = new EventBus()
+const log = new Logger('error', 'bench', 'text', () => {})
+const registry = new Registry()
 const gateway = createInference({
   api,
-  bus: new EventBus(),
-  metrics: new Registry(),
-  log: new Logger('error', 'bench', 'text', () => {}),
+  directory: new ModelDirectory(bus, log, registry),
+  bus,
+  metrics: registry,
+  log,
   config: { firstByteTimeoutMs: 600_000, connectTimeoutMs: 5_000 },
 })
 const paths = [

@@ -38,11 +38,13 @@ describe('inference proxy errors', () => {
   const chat = (body: unknown) => postJson(`${px.url}/v1/chat/completions`, body)
   const msg = { messages: [{ role: 'user', content: 'hi' }] }
 
+  // The refusal is the gateway's own (the model directory finds no backend): it used to be worded by
+  // this fake gateway, which no longer words refusals.
   it('answers an unknown model with 400 invalid_model on param model', async () => {
     const res = await chat({ model: 'nope', ...msg })
     expect(res.status).toBe(400)
     expect(await errorOf(res)).toEqual({
-      message: "Unknown model 'nope'",
+      message: "The model 'nope' does not exist",
       type: 'invalid_request_error',
       param: 'model',
       code: 'invalid_model',

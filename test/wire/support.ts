@@ -7,10 +7,11 @@ import type {
   Lease,
   ProxyRequestEvent,
 } from '../../plugins/gateway/api.ts'
+import { InstanceBackend, type InstanceHandle } from '../../plugins/gateway/proxy/instance-backend.ts'
 import { createInference } from '../../plugins/gateway/proxy/routes.ts'
+import type { Backend, Readiness, SleepState } from '../../src/directory/backend.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
-import { proxyError } from '../../src/http/errors.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 
 /**
@@ -112,43 +113,32 @@ export class FakeGateway implements GatewayApi {
       },
     }
   }
-  acquire(model: string): Lease {
-    // One pass without allocations, like the gateway's own acquire (the proxy benchmark uses this).
-    let active: InstanceRecord | null = null
-    let matched = false
-    let sleeping = false
+  /** Backends made once per instance, as the gateway keeps one per instance. */
+  private readonly backendsById = new Map<string, InstanceBackend>()
+
+  /** backends: the instances a model names, as the real service serves them to the directory. */
+  backends(name: string): readonly Backend[] {
+    let out: Backend[] | null = null
     for (const i of this.instances.values()) {
-      if (i.id !== model && i.served_model_name !== model && i.model_path !== model) continue
-      matched = true
-      if (i.status === 'active') {
-        active ??= i
-      } else if (i.status === 'sleeping') sleeping = true
+      if (i.id !== name && i.served_model_name !== name && i.model_path !== name) continue
+      let b = this.backendsById.get(i.id)
+      if (!b) {
+        b = new InstanceBackend(new FakeHandle(this, i.id))
+        this.backendsById.set(i.id, b)
+      }
+      if (out === null) out = []
+      out.push(b)
     }
-    if (!matched)
-      throw proxyError(400, 'invalid_request_error', 'invalid_model', `Unknown model '${model}'`, 'model')
-    if (active) return this.lease(active)
-    if (sleeping)
-      throw proxyError(
-        503,
-        'service_unavailable',
-        'model_sleeping',
-        `Model '${model}' is sleeping; wake it first`,
-        undefined,
-        {
-          'Retry-After': '30',
-        },
-      )
-    throw proxyError(
-      503,
-      'service_unavailable',
-      'model_not_ready',
-      `Model '${model}' is not ready`,
-      undefined,
-      {
-        'Retry-After': '5',
-      },
-    )
+    return out ?? []
   }
+
+  /** count: one lease taken (acquire) or given back (release), as the real lifecycle counts them. */
+  count(id: string, delta: 1 | -1): void {
+    if (delta === 1) this.acquired++
+    else this.released++
+    this.inflight.set(id, this.inFlight(id) + delta)
+  }
+
   acquireByPort(port: number): Lease | null {
     const i = this.list().find((x) => x.port === port)
     return i ? this.lease(i) : null
@@ -164,6 +154,99 @@ export class FakeGateway implements GatewayApi {
   }
   wake(): never {
     throw new Error('not in tests')
+  }
+}
+
+/**
+ * FakeHandle: a fake instance as the gateway's instance backend reads it: readiness from its
+ * status, leases counted on the fake, a wake that is the fake's (which refuses: no engine here),
+ * and the Retry-After hints the fake's refusals used to carry (30 s asleep, 5 s loading).
+ */
+class FakeHandle implements InstanceHandle {
+  constructor(
+    private readonly gw: FakeGateway,
+    readonly id: string,
+  ) {}
+
+  private get rec(): InstanceRecord {
+    return this.gw.instances.get(this.id)!
+  }
+
+  get servedModelName(): string {
+    return this.rec.served_model_name
+  }
+
+  get modelPath(): string {
+    return this.rec.model_path
+  }
+
+  get baseUrl(): string {
+    return this.gw.engineBaseUrl(this.rec)
+  }
+
+  readiness(): Readiness {
+    switch (this.rec.status) {
+      case 'active':
+        return 'ready'
+      case 'sleeping':
+        return 'asleep'
+      case 'starting':
+        return 'starting'
+      default:
+        return 'unavailable'
+    }
+  }
+
+  inFlight(): number {
+    return this.gw.inFlight(this.id)
+  }
+
+  acquire(): void {
+    this.gw.count(this.id, 1)
+  }
+
+  release(): void {
+    this.gw.count(this.id, -1)
+  }
+
+  async wake(): Promise<void> {
+    await this.gw.wake()
+  }
+
+  retryAfterSeconds(): number | null {
+    return this.rec.status === 'sleeping' ? 30 : 5
+  }
+
+  sleepState(): SleepState | null {
+    const r = this.rec
+    if (r.status === 'active') return { status: 'active', since: null, level: null, operation: null }
+    if (r.status !== 'sleeping') return null
+    return {
+      status: 'sleeping',
+      since: r.slept_at ? Date.parse(r.slept_at) : null,
+      level: null,
+      operation: null,
+    }
+  }
+
+  sleepable(): boolean {
+    return this.rec.enable_sleep_mode
+  }
+
+  sleep(): Promise<void> {
+    return Promise.reject(new Error('not in tests'))
+  }
+
+  async health() {
+    return { ok: false as const, error: 'a fake instance has no engine' }
+  }
+
+  address() {
+    return { host: '127.0.0.1', port: this.rec.port }
+  }
+
+  created(): number {
+    return Math.floor(Date.parse(this.rec.ready_at ?? this.rec.loaded_at) / 1000)
   }
 }
 
@@ -193,6 +276,7 @@ export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}):
     setup(ctx) {
       const inf = createInference({
         api,
+        directory: ctx.directory,
         bus: ctx.bus,
         metrics: ctx.metrics,
         log: ctx.log,

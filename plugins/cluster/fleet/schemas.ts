@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 import { BundleSchema as BenchmarkBundleSchema } from '../../benchmarks/export.ts'
-import { ProfileBundleSchema, ProfileSchema } from '../../gateway/profiles/routes.ts'
+import { ProfileBundleSchema, ProfileSchema } from '../../gateway/api.ts'
 
 /**
  * The fleet routes' bodies, and the internal ones. Bundles

@@ -192,15 +192,16 @@ export class CrossPodMove {
   }
 
   private async drain(): Promise<void> {
-    const life = this.d.gateway.lifecycle(this.source.id)
-    this.emit('draining', `waiting for ${life.inFlight} in-flight request(s) on the source`)
+    const gw = this.d.gateway
+    const id = this.source.id
+    this.emit('draining', `waiting for ${gw.routingOf(id).inFlight} in-flight request(s) on the source`)
     if (this.record.drain_timeout_ms <= 0) return
     try {
-      await life.drained({ signal: this.controller.signal, timeoutMs: this.record.drain_timeout_ms })
+      await gw.drained(id, { signal: this.controller.signal, timeoutMs: this.record.drain_timeout_ms })
     } catch (err) {
       if (!(err instanceof WaitError && err.kind === 'timeout')) throw err
       this.d.log.warn(
-        `move ${this.record.move_id}: drain timeout with ${life.inFlight} request(s) still open`,
+        `move ${this.record.move_id}: drain timeout with ${gw.routingOf(id).inFlight} request(s) still open`,
       )
     }
   }

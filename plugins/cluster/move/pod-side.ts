@@ -49,34 +49,32 @@ export class MovePod {
   }
 
   async serve(instanceId: string): Promise<void> {
-    const life = this.gateway.lifecycle(instanceId)
-    if (life.state !== 'active')
-      throw new AppError(409, 'INVALID_STATE', `Target ${instanceId} is ${life.state}`)
+    const state = this.gateway.routingOf(instanceId).state
+    if (state !== 'active') throw new AppError(409, 'INVALID_STATE', `Target ${instanceId} is ${state}`)
     if (!(await this.gateway.engineHealthy(instanceId, SWITCH_HEALTH_MS)))
       throw new AppError(503, 'TARGET_UNHEALTHY', `Target ${instanceId} stopped answering /health`)
-    life.route(true)
+    this.gateway.route(instanceId, true)
     this.cluster.standby(instanceId, false)
   }
 
   withdraw(instanceId: string): void {
-    this.gateway.lifecycle(instanceId)
+    this.gateway.routingOf(instanceId)
     this.cluster.standby(instanceId, true)
   }
 
   stopRouting(instanceId: string): void {
-    this.gateway.lifecycle(instanceId).route(false)
+    this.gateway.route(instanceId, false)
   }
 
   /** restore: the instance takes requests again and is back in the table (unless it can no longer serve). */
   restore(instanceId: string): void {
-    const life = this.gateway.lifecycle(instanceId)
-    if (life.state === 'active' || life.state === 'sleeping') life.route(true)
+    const { state } = this.gateway.routingOf(instanceId)
+    if (state === 'active' || state === 'sleeping') this.gateway.route(instanceId, true)
     this.cluster.standby(instanceId, false)
   }
 
   commit(instanceId: string): void {
-    const life = this.gateway.lifecycle(instanceId)
-    if (life.operation === 'move') life.end('move')
+    this.gateway.endMove(instanceId)
   }
 
   /**
@@ -86,20 +84,23 @@ export class MovePod {
    */
   async release(instanceId: string, drainTimeoutMs: number, stopBudgetMs: number): Promise<void> {
     if (!this.gateway.get(instanceId)) return
-    const life = this.gateway.lifecycle(instanceId)
+    const gw = this.gateway
     this.cluster.standby(instanceId, true)
-    life.route(false)
+    gw.route(instanceId, false)
     if (drainTimeoutMs > 0) {
       try {
-        await life.drained({ timeoutMs: drainTimeoutMs })
+        await gw.drained(instanceId, { timeoutMs: drainTimeoutMs })
       } catch (err) {
         if (!(err instanceof WaitError && err.kind === 'timeout')) throw err
-        this.log.warn(`move: drain timeout on ${instanceId} with ${life.inFlight} request(s) still open`)
+        this.log.warn(
+          `move: drain timeout on ${instanceId} with ${gw.routingOf(instanceId).inFlight} request(s) still open`,
+        )
       }
     }
-    if (life.operation === 'move') life.end('move')
-    if (life.state !== 'removed' && life.state !== 'stopping') await this.gateway.unload(instanceId)
-    await life.waitUntil((l) => l.state === 'removed', {
+    gw.endMove(instanceId)
+    const { state } = gw.routingOf(instanceId)
+    if (state !== 'removed' && state !== 'stopping') await gw.unload(instanceId)
+    await gw.waitFor(instanceId, (s) => s === 'removed', {
       timeoutMs: stopBudgetMs,
       what: `the unload of ${instanceId}`,
     })

@@ -113,8 +113,7 @@ export class ClusterMoves {
         `targetGpuIds has ${gpus.length} GPU(s) but the instance uses tensor_parallel_size ${source.tensor_parallel_size}`,
       )
     // The source's move runs from here: its sleep, wake, unload or another move gets 409.
-    const life = this.d.gateway.lifecycle(source.id)
-    life.begin('move')
+    this.d.gateway.beginMove(source.id)
     const move = new CrossPodMove(
       {
         ...this.d,
@@ -151,7 +150,7 @@ export class ClusterMoves {
     } catch (err) {
       this.moves.delete(id)
       this.holds.delete(id)
-      life.end('move')
+      this.d.gateway.endMove(source.id)
       this.releaseHold(id)
       throw err
     }

@@ -1,7 +1,7 @@
 import { Elysia, t } from 'elysia'
 import { ControllerError } from '../../../src/http/schemas.ts'
 import type { PresetDetail, PresetSyncResult } from '../../gateway/api.ts'
-import { PresetDetailSchema } from '../../gateway/presets/routes.ts'
+import { PresetDetailSchema } from '../../gateway/api.ts'
 import { termAdmission } from '../internal-routes.ts'
 import type { TermFence } from '../term.ts'
 import type { PresetPlacement } from './service.ts'

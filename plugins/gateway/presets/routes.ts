@@ -1,7 +1,7 @@
 import { Elysia, t } from 'elysia'
 import { ControllerError } from '../../../src/http/schemas.ts'
 import { sseResponse } from '../../../src/http/sse.ts'
-import { PresetSourceTypeSchema } from '../schemas.ts'
+import { PresetDetailSchema, PresetSummarySchema as Summary } from '../schemas.ts'
 import type { PresetService } from './service.ts'
 
 /**
@@ -10,31 +10,6 @@ import type { PresetService } from './service.ts'
  */
 const tags = ['gateway']
 const IdParams = t.Object({ id: t.String() })
-
-const Summary = t.Object({
-  id: t.String(),
-  name: t.String(),
-  description: t.Nullable(t.String()),
-  modelCount: t.Number(),
-  createdAt: t.String(),
-  updatedAt: t.String(),
-})
-
-const Entry = t.Object({
-  id: t.String(),
-  modelPath: t.String(),
-  servedModelName: t.String(),
-  maxTokens: t.Nullable(t.Number({ description: 'context length the model ran with' })),
-  sourceType: PresetSourceTypeSchema,
-  gpuIds: t.Array(t.Number()),
-  tensorParallelSize: t.Number(),
-  extraArgs: t.Array(t.String()),
-  loadOrder: t.Number({ description: 'from 0, the order the models were loaded in' }),
-  enableSleepMode: t.Boolean(),
-  gpuMemoryUtilization: t.Nullable(t.Number()),
-})
-
-export const PresetDetailSchema = t.Composite([Summary, t.Object({ entries: t.Array(Entry) })])
 
 const LOAD_DOCS =
   'Answers 202 at once and works in the background: unload every current model (any status) and wait until ' +

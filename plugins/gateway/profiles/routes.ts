@@ -1,7 +1,12 @@
 import { Elysia, t } from 'elysia'
 import { badRequest, notFound } from '../../../src/http/errors.ts'
 import { ControllerError } from '../../../src/http/schemas.ts'
-import { ProfileSourceSchema } from '../schemas.ts'
+import {
+  PROFILE_BUNDLE_FORMAT,
+  PROFILE_BUNDLE_VERSION,
+  ProfileBundleSchema,
+  ProfileSchema,
+} from '../schemas.ts'
 import { type CheckOptions, checkPreload, OK_FRACTION } from './check.ts'
 import {
   type InstanceSource,
@@ -17,32 +22,6 @@ import {
  * bundle the cluster plugin reconciles pods with. Thin: ProfileStore and checkPreload decide.
  */
 const tags = ['gateway']
-
-export const PROFILE_BUNDLE_FORMAT = 'modelgate.memory-profiles' as const
-export const PROFILE_BUNDLE_VERSION = 1
-
-const Gib = (description?: string) => t.Number({ minimum: 0, ...(description ? { description } : {}) })
-
-export const ProfileSchema = t.Object({
-  id: t.String({ minLength: 1 }),
-  profile_name: t.String(),
-  model_path: t.String({ minLength: 1 }),
-  max_tokens: t.Integer({ minimum: 1 }),
-  total_gpu_memory_gib: Gib('footprint per GPU (one TP rank)'),
-  weights_memory_gib: Gib(),
-  cuda_graphs_gib: Gib(),
-  overhead_memory_gib: Gib('activation peak and non-torch memory'),
-  kv_cache_available_gib: Gib(),
-  gpu_name: t.String({ minLength: 1 }),
-  gpu_total_memory_gib: Gib(),
-  tensor_parallel_size: t.Integer({ minimum: 1 }),
-  gpu_memory_utilization: t.Nullable(
-    t.Number({ description: 'utilization the engine ran at; null for kvcached engines and unknown' }),
-  ),
-  source: ProfileSourceSchema,
-  comments: t.Nullable(t.String()),
-  created_at: t.String({ description: 'when the figures were measured or entered (ISO 8601)' }),
-})
 
 const Envelope = t.Object({ profile: ProfileSchema })
 
@@ -109,14 +88,6 @@ const CheckResultSchema = t.Object({
   gpu_total_memory_gib: t.Nullable(t.Number()),
   gpu_ids: t.Array(t.Number(), { description: 'the target GPUs on this host' }),
   profile_id: t.Nullable(t.String()),
-})
-
-export const ProfileBundleSchema = t.Object({
-  format: t.Literal(PROFILE_BUNDLE_FORMAT),
-  version: t.Integer({ minimum: 1, description: `this server reads version ${PROFILE_BUNDLE_VERSION}` }),
-  exported_at: t.String(),
-  source: t.Optional(t.Object({ modelgate_version: t.String() })),
-  profiles: t.Array(ProfileSchema),
 })
 
 const ImportResult = t.Object({

@@ -1,11 +1,11 @@
 import { type Static, Type as T } from '@sinclair/typebox'
-import { WakeOnRequestKeys } from '../../../src/wire/wake-on-request.ts'
+import { WakeOnRequestKeys } from '../../../src/directory/wake.ts'
 
 /**
  * ProxyConfig is `plugins.gateway.proxy` in the YAML: the inference proxy's upstream deadlines
  * (once the first byte has arrived there is no deadline, so a long generation is never cut) and
  * what a request for a sleeping model does (`wake_on_request`, `hold_timeout`: the router's keys,
- * one shape in src/wire/wake-on-request.ts).
+ * one shape in src/directory/wake.ts).
  */
 export const ProxyConfig = T.Object(
   {

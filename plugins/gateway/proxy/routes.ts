@@ -1,37 +1,35 @@
 import type { Registry } from 'prom-client'
+import type { BackendKind } from '../../../src/directory/backend.ts'
+import type { ListenerPlan, ModelDirectory } from '../../../src/directory/directory.ts'
+import type { WakePolicy } from '../../../src/directory/wake.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../../src/host/plugin.ts'
-import { AppError, proxyError, toAppError } from '../../../src/http/errors.ts'
+import { type AppError, proxyError } from '../../../src/http/errors.ts'
 import type { BodyRange } from '../../../src/wire/body-range.ts'
-import type { ScannedJson } from '../../../src/wire/json-scan.ts'
-import { DEFAULT_JSON_DEPTH, modelOf, replaceModel, scanRefusal } from '../../../src/wire/model-field.ts'
+import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
-import type { ForwardEnd, WireAction, WireRequest } from '../../../src/wire/route.ts'
-import { WakeOnRequest, type WakePolicy } from '../../../src/wire/wake-on-request.ts'
-import type { GatewayApi, GatewayInferenceApi, Lease, RemoteResolver } from '../api.ts'
+import type { WireAction, WireRequest } from '../../../src/wire/route.ts'
+import type { GatewayApi, GatewayInferenceApi, RemoteModel } from '../api.ts'
+import { GATEWAY_ANSWERS } from './answers.ts'
 import { ProxyMetrics } from './metrics.ts'
-import { GATEWAY_WAKE_ANSWERS, GatewayWakes } from './wake.ts'
 
 /**
  * createInference builds the gateway's inference proxy: the OpenAI-compatible routes (`/v1/...`,
  * `/tokenize` and friends), `GET /v1/models` and `ALL /api/direct/:port/*`. They are the main
- * listener's hot routes, answered on its front (inference key already checked there), and declared
- * in Elysia for /docs only. Bodies are forwarded as sent, except that a `model` naming the
- * instance by id or model path is replaced by the served name the engine answers to (a splice of
- * that one JSON string). Model resolution and load balancing are the gateway's
- * (`api.acquire`); moving bytes is the front's (WireExchange). Each proxied request holds a lease on its instance
- * until its response has fully ended, then is counted in the metrics and announced on the bus as
- * `proxy.request`. A model that sleeps is woken by the request (`wake_on_request`: reject with
- * Retry-After, or hold until it is awake; src/wire/wake-on-request.ts, the router's mechanism too).
- *
- * In a cluster, a model no local instance can take is handed to the remote resolver the cluster
- * installs (`useRemote`, GatewayInferenceApi): one hop to a pod that serves it, counted here as a
- * proxied request labelled by the served model name. `planLocal` is the same planning without the
- * resolver, for requests another pod relayed here, so a request never crosses a second hop.
+ * listener's hot routes, answered on its front (inference key already checked from the head), and
+ * declared in Elysia for /docs only. Where a request goes is the model directory's to say
+ * (src/directory: this pod's instances, or in a cluster another pod that serves the model, one
+ * hop; a sleeping model is woken by the request, `wake_on_request`: reject with Retry-After, or
+ * hold until it is awake); moving bytes is the front's (WireExchange). Each proxied request holds a
+ * lease on its backend until its response has fully ended, then is announced once on the bus as
+ * `proxy.request` and counted in the metrics. `planLocal` plans with this pod's instances only, for
+ * requests another pod relayed here, so a request never crosses a second hop.
  */
 export interface InferenceDeps {
   api: GatewayApi
+  /** The host's model directory: where the gateway's instances are served from, with every other backend. */
+  directory: ModelDirectory
   bus: EventBus
   metrics: Registry
   log: Logger
@@ -117,43 +115,69 @@ export function createInference(deps: InferenceDeps): {
 }
 
 /**
- * GatewayInference decides each inference request once (`planModel`, `planDirect`: an error, or a
- * forward holding a lease on the instance); the front carries the decision out.
+ * GATEWAY_KINDS: what the gateway's `/v1` serves: its instances, and in a cluster the pods that
+ * serve a model (one hop). LOCAL_KINDS: what a pod serves a hop it received (never a second hop).
+ */
+const GATEWAY_KINDS: ReadonlySet<BackendKind> = new Set(['instance', 'pod'])
+const LOCAL_KINDS: ReadonlySet<BackendKind> = new Set(['instance'])
+
+/**
+ * GatewayInference plans each inference request once: the model directory (src/directory) says
+ * where it goes (an instance here, or another pod) or why not, and wakes what sleeps; the front
+ * carries the decision out.
  */
 export class GatewayInference implements GatewayInferenceApi {
-  private readonly metrics: ProxyMetrics
-  private readonly sleepers: GatewayWakes
-  private readonly wakes: WakeOnRequest
-  /** The cluster's remote resolver, consulted only when no local instance can take a request. */
-  private remote: RemoteResolver | null = null
+  private readonly plan: ListenerPlan
+  private readonly local: ListenerPlan
+  private remoteModels: (() => RemoteModel[]) | null = null
 
   constructor(private readonly deps: InferenceDeps) {
-    this.metrics = new ProxyMetrics(deps.metrics)
-    this.sleepers = new GatewayWakes(deps.api, deps.bus)
-    this.wakes = new WakeOnRequest({
+    const metrics = new ProxyMetrics(deps.metrics)
+    this.plan = {
+      kinds: GATEWAY_KINDS,
       policy: deps.config.wakeOnRequest ?? 'reject',
       holdTimeoutMs: (deps.config.holdTimeoutSeconds ?? 120) * 1000,
-      answers: GATEWAY_WAKE_ANSWERS,
-      log: deps.log,
-      bus: deps.bus,
-      metrics: deps.metrics,
+      answers: GATEWAY_ANSWERS,
+    }
+    this.local = { ...this.plan, kinds: LOCAL_KINDS }
+    // The gateway's instances are served from the directory, and every wake of one is measured
+    // there (whoever started it: a request, the API, the router), from its operation beginning to
+    // the instance becoming active: the Retry-After every listener gives.
+    deps.directory.addSource({ backends: (name) => deps.api.backends(name) })
+    deps.bus.on('gateway.instance.lifecycle', (e) => {
+      const { change } = e
+      const record = () => deps.directory.record(e.served_model_name)
+      if (change.kind === 'operation' && change.operation === 'wake') {
+        if (change.running) record().started(e.at)
+        else record().ended()
+      } else if (change.kind === 'state' && change.previous === 'sleeping' && change.current === 'active')
+        record().succeeded(e.at)
     })
-    // Every request that reached an instance is counted, whoever proxied it (the router emits too).
+    // Every request that reached an instance, or this pod relayed to another pod, is counted,
+    // whichever listener took it (the directory announces each once).
     deps.bus.on('proxy.request', (e) => {
-      if (e.instance_id) this.metrics.observe(e.instance_id, e.status, e.duration_ms)
+      const series = e.instance_id ?? (e.pod_id ? (e.served ?? e.model) : null)
+      if (series) metrics.observe(series, e.status, e.duration_ms)
     })
   }
 
   planModel(req: WireRequest): WireAction {
-    return this.plan(req.path, req.query, req, req.query)
+    return this.planPath(req.path, req.query, req, this.plan)
   }
 
   planLocal(path: string, query: string, req: WireRequest): WireAction {
-    return this.plan(path, query, req, null)
+    return this.planPath(path, query, req, this.local)
   }
 
-  /** plan: a model route's request, its model read from the body's scan (never parsed whole). */
-  private plan(path: string, query: string, req: WireRequest, hopQuery: string | null): WireAction {
+  useRemoteModels(list: () => RemoteModel[]): () => void {
+    this.remoteModels = list
+    return () => {
+      if (this.remoteModels === list) this.remoteModels = null
+    }
+  }
+
+  /** planPath: a model route's request, its model read from the body's scan (never parsed whole). */
+  private planPath(path: string, query: string, req: WireRequest, plan: ListenerPlan): WireAction {
     const enginePath = enginePaths.get(path)
     if (enginePath === undefined) return { error: notFound('POST', path) }
     const json = req.json()
@@ -161,91 +185,21 @@ export class GatewayInference implements GatewayInferenceApi {
       return { error: scanRefusal(json, this.deps.config.maxJsonDepth ?? DEFAULT_JSON_DEPTH) }
     const model = modelOf(json)
     if (typeof model !== 'string') return { error: model }
-    return this.serve(model, enginePath + query, req.body, path, false, hopQuery, json)
-  }
-
-  useRemote(resolver: RemoteResolver): () => void {
-    this.remote = resolver
-    return () => {
-      if (this.remote === resolver) this.remote = null
-    }
-  }
-
-  /**
-   * serve forwards to an instance of `model`, or wakes it when it sleeps (`afterWake`: the request
-   * was held for a wake; a model asleep again is refused, not woken again). `hopQuery`: the client's
-   * query when the request may hop to another pod (null: local instances only).
-   */
-  private serve(
-    model: string,
-    target: string,
-    body: BodyRange,
-    path: string,
-    afterWake: boolean,
-    hopQuery: string | null,
-    json: ScannedJson,
-  ): WireAction {
-    let lease: Lease
-    try {
-      lease = this.deps.api.acquire(model)
-    } catch (err) {
-      if (hopQuery !== null && this.remote !== null) {
-        const hop = this.hop(err, model, path, hopQuery, body)
-        if (hop) return hop
-      }
-      if (!afterWake && err instanceof AppError && err.code === 'model_sleeping') {
-        const sleeping = this.sleepers.sleeping(model, err)
-        if (sleeping)
-          return this.wakes.answer(sleeping, {
-            ready: () => this.serve(model, target, body, path, true, hopQuery, json),
-          })
-      }
-      return { error: this.refusal(err, path) }
-    }
-    // The engine answers only to its served name: an instance id or model path is swapped for it.
-    const served = lease.servedModelName
-    const bytes = served && model !== served ? replaceModel(body, served, json) : body
-    return this.forwardTo(lease, target, bytes, model, path)
-  }
-
-  /**
-   * hop asks the remote resolver for a request acquire refused: any pod when no local instance
-   * matches (400 invalid_model), only a pod where it runs when the local one is starting or asleep.
-   * null: no pod can take it, and the local refusal (or wake) stands.
-   */
-  private hop(err: unknown, model: string, path: string, query: string, body: BodyRange): WireAction | null {
-    if (!(err instanceof AppError)) return null
-    const code = err.code
-    const runningOnly = code !== 'invalid_model'
-    if (runningOnly && code !== 'model_sleeping' && code !== 'model_not_ready') return null
     const { config } = this.deps
-    return this.remote!.plan({
+    return this.deps.directory.plan(
       model,
-      path,
-      query,
-      body,
-      runningOnly,
-      connectTimeoutMs: config.connectTimeoutMs,
-      // The serving pod applies its own deadlines (and may hold the request while its model wakes):
-      // this pod's is a backstop behind them.
-      firstByteTimeoutMs: config.firstByteTimeoutMs + (config.holdTimeoutSeconds ?? 120) * 1000,
-      record: (info, podId) => this.recordHop(model, path, podId, info),
-    })
-  }
-
-  /** recordHop counts a relayed request as a proxied one, labelled by the served model name. */
-  private recordHop(model: string, path: string, podId: string, info: ForwardEnd): void {
-    this.metrics.observe(model, info.status, info.durationMs)
-    this.deps.bus.emit('proxy.request', {
-      model,
-      instance_id: null,
-      status: info.status,
-      duration_ms: info.durationMs,
-      ttft_ms: info.ttftMs,
-      streamed: info.streamed,
-      path,
-      pod_id: podId,
-    })
+      {
+        path,
+        enginePath,
+        query,
+        body: req.body,
+        json,
+        startedAt: req.startedAt,
+        firstByteTimeoutMs: config.firstByteTimeoutMs,
+        connectTimeoutMs: config.connectTimeoutMs,
+      },
+      plan,
+    )
   }
 
   /**
@@ -273,7 +227,7 @@ export class GatewayInference implements GatewayInferenceApi {
         })
       }
     }
-    for (const m of this.remote?.models() ?? []) {
+    for (const m of this.remoteModels?.() ?? []) {
       if (seen.has(m.id)) continue
       seen.add(m.id)
       const { id, created, root, instance_id, pod_id } = m
@@ -317,55 +271,36 @@ export class GatewayInference implements GatewayInferenceApi {
         ),
       }
     }
-    const model = lease.servedModelName
-    return this.forwardTo(lease, subPath + query, body, model, path)
-  }
-
-  /** forwardTo: the forward of a leased request; its end releases the lease and records the request. */
-  private forwardTo(lease: Lease, target: string, body: BodyRange, model: string, path: string): WireAction {
     const { config } = this.deps
     return {
       forward: {
         origin: lease.baseUrl,
-        target,
+        target: subPath + query,
         body,
         firstByteTimeoutMs: config.firstByteTimeoutMs,
         connectTimeoutMs: config.connectTimeoutMs,
         onEnd: (info) => {
           lease.release()
-          this.record(lease, model, path, info)
+          this.deps.bus.emit('proxy.request', {
+            model: lease.servedModelName,
+            instance_id: lease.instanceId,
+            status: info.status,
+            duration_ms: info.durationMs,
+            ttft_ms: info.ttftMs,
+            streamed: info.streamed,
+            path,
+          })
+          if (info.error)
+            this.deps.log.warn('upstream failure', {
+              instance_id: lease.instanceId,
+              path,
+              status: info.status,
+              error: info.error,
+              ms: Math.round(info.durationMs),
+            })
         },
       },
     }
-  }
-
-  private record(lease: Lease, model: string, path: string, info: ForwardEnd): void {
-    const instanceId = lease.instanceId
-    this.deps.bus.emit('proxy.request', {
-      model,
-      instance_id: instanceId,
-      status: info.status,
-      duration_ms: info.durationMs,
-      ttft_ms: info.ttftMs,
-      streamed: info.streamed,
-      path,
-    })
-    if (info.error) {
-      this.deps.log.warn('upstream failure', {
-        instance_id: instanceId,
-        path,
-        status: info.status,
-        error: info.error,
-        ms: Math.round(info.durationMs),
-      })
-    }
-  }
-
-  /** refusal: acquire's refusals (400 invalid_model, 503 not ready / sleeping), for the proxy shape. */
-  private refusal(err: unknown, path: string): AppError {
-    if (!(err instanceof AppError))
-      this.deps.log.error('model resolution failed', { path, error: String(err) })
-    return toAppError(err)
   }
 }
 

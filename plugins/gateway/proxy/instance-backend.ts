@@ -1,0 +1,131 @@
+import type {
+  Address,
+  Backend,
+  BackendRequest,
+  LeaseHandle,
+  Readiness,
+  SleepState,
+} from '../../../src/directory/backend.ts'
+import { replaceModel } from '../../../src/wire/model-field.ts'
+import type { WireAction } from '../../../src/wire/route.ts'
+
+/**
+ * InstanceHandle: what an instance backend reads of the engine instance behind it. The gateway's
+ * ManagedInstance gives one (service.ts); a test's fake gateway gives its own.
+ */
+export interface InstanceHandle {
+  readonly id: string
+  readonly servedModelName: string
+  readonly modelPath: string
+  readonly baseUrl: string
+  readiness(): Readiness
+  inFlight(): number
+  acquire(): void
+  release(): void
+  /** wake: resolves once the instance serves again, or can no longer (failed, stopped: re-planned). */
+  wake(): Promise<void>
+  retryAfterSeconds?(): number | null
+  sleepState(): SleepState | null
+  sleepable(): boolean
+  sleep(level: 1 | 2, cancel: AbortSignal): Promise<void>
+  health(
+    timeoutMs: number,
+    signal: AbortSignal,
+  ): Promise<{ ok: true; seconds: number } | { ok: false; error: string }>
+  address(): Address
+  created(): number
+}
+
+/**
+ * InstanceBackend: a managed engine instance on this pod, as the directory sees it. It answers to
+ * its served name, its id and its model path; the engine itself answers only to its served name,
+ * so a request that names it otherwise has its `model` spliced (one JSON string, every other byte
+ * as sent).
+ */
+export class InstanceBackend implements Backend {
+  readonly kind = 'instance'
+  readonly local = true
+
+  constructor(private readonly h: InstanceHandle) {}
+
+  get key(): string {
+    return this.h.id
+  }
+
+  get instanceId(): string {
+    return this.h.id
+  }
+
+  get model(): string {
+    return this.h.servedModelName
+  }
+
+  /** names: whether a client's `model` names this instance (served name, id or model path). */
+  names(model: string): boolean {
+    const h = this.h
+    return h.servedModelName === model || h.id === model || h.modelPath === model
+  }
+
+  readiness(): Readiness {
+    return this.h.readiness()
+  }
+
+  inFlight(): number {
+    return this.h.inFlight()
+  }
+
+  acquire(): void {
+    this.h.acquire()
+  }
+
+  release(): void {
+    this.h.release()
+  }
+
+  wake(): Promise<void> {
+    return this.h.wake()
+  }
+
+  retryAfterSeconds(): number | null {
+    return this.h.retryAfterSeconds?.() ?? null
+  }
+
+  sleepState(): SleepState | null {
+    return this.h.sleepState()
+  }
+
+  sleepable(): boolean {
+    return this.h.sleepable()
+  }
+
+  sleep(level: 1 | 2, cancel: AbortSignal): Promise<void> {
+    return this.h.sleep(level, cancel)
+  }
+
+  health(timeoutMs: number, signal: AbortSignal) {
+    return this.h.health(timeoutMs, signal)
+  }
+
+  address(): Address {
+    return this.h.address()
+  }
+
+  created(): number {
+    return this.h.created()
+  }
+
+  forward(req: BackendRequest, lease: LeaseHandle): WireAction {
+    const served = this.h.servedModelName
+    const body = served && req.model !== served ? replaceModel(req.body, served, req.json) : req.body
+    return {
+      forward: {
+        origin: this.h.baseUrl,
+        target: req.enginePath + req.query,
+        body,
+        firstByteTimeoutMs: req.firstByteTimeoutMs,
+        connectTimeoutMs: req.connectTimeoutMs,
+        onEnd: lease.end,
+      },
+    }
+  }
+}

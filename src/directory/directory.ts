@@ -1,0 +1,376 @@
+import type { Registry } from 'prom-client'
+import { abortable, WaitError } from '../host/abortable.ts'
+import type { EventBus } from '../host/bus.ts'
+import type { Logger } from '../host/logger.ts'
+import type { AppError } from '../http/errors.ts'
+import type { ForwardEnd, WireAction } from '../wire/route.ts'
+import type { Backend, BackendKind, BackendRequest, LeaseHandle } from './backend.ts'
+import { orderBackends } from './order.ts'
+import { type HoldOutcome, registerHoldMetrics, type WakePolicy, WakeRecord } from './wake.ts'
+
+/**
+ * ModelDirectory is the one owner of the question "a request for model X arrived: where does it go
+ * now, and what must happen first?", asked by every listener: the gateway's `/v1`, the router's
+ * inference routes and a pod receiving a hop. It is the host's (like the bus), so the router has it
+ * without the gateway; each plugin adds the backends it owns (sources): the gateway its instances,
+ * the router its configured endpoints, the cluster the other pods that serve a model.
+ *
+ * For one request (`plan`) it gathers the backends that can serve the name, orders them once
+ * (order.ts), and either
+ * - leases the best one: the backend counts the request until its response ends (the one in-flight
+ *   count per backend that drains wait on), and the end is recorded once (`proxy.request`);
+ * - wakes what sleeps: each backend's one wake, shared by every request, operator and policy that
+ *   asks (`wake`), then the listener's policy: reject with Retry-After from the model's measured
+ *   wakes (the one estimator, WakeRecord), or hold the request until the model serves, counting it
+ *   as held (`held`), which eviction and idle rules read;
+ * - or refuses, saying what the refusal is, in the listener's own words (DirectoryAnswers).
+ */
+export interface BackendSource {
+  /** backends: this source's backends for a name a client uses (a served name or an alias), in its order. */
+  backends(name: string): readonly Backend[]
+}
+
+/** DirectoryAnswers: a listener's refusals, in its own vocabulary and error shape. */
+export interface DirectoryAnswers {
+  /** No backend of the listener's kinds has this name. */
+  unknown(model: string): AppError
+  /** 503 with Retry-After while the model wakes (reject, the hold's deadline, a stop). */
+  waking(model: string, retryAfterSeconds: number, message?: string): AppError
+  /** 503 while it is still loading; Retry-After as the backend estimates it (null: the listener's). */
+  starting(model: string, retryAfterSeconds: number | null): AppError
+  /** 502: its wake failed. */
+  wakeFailed(model: string, reason: string): AppError
+  /** 503: it exists but cannot serve now (failed, stopping, out of routing). */
+  unavailable(model: string): AppError
+}
+
+/** Retry-After of a wake when none was measured and the backend cannot tell. */
+const DEFAULT_WAKE_SECONDS = 5
+
+/** ListenerPlan: how a listener wants its requests planned. */
+export interface ListenerPlan {
+  /** The kinds of backend this listener serves (a hop's landing pod: its instances only). */
+  kinds: ReadonlySet<BackendKind>
+  policy: WakePolicy
+  holdTimeoutMs: number
+  answers: DirectoryAnswers
+  /**
+   * books: the listener's own accounts (the router's statistics): `ended` once per request that
+   * named a model, whatever its end (forwarded, refused, client gone); `holding` when a hold begins
+   * and ends.
+   */
+  books?: {
+    ended(status: number, durationMs: number): void
+  }
+}
+
+/** PlanRequest: the request as the listener parsed it (its model is named separately). */
+export interface PlanRequest extends Omit<BackendRequest, 'model' | 'holdTimeoutMs'> {
+  /** performance.now() when the request was complete (durations of refusals). */
+  readonly startedAt: number
+}
+
+/** A leased request's end, announced on the bus once (what every counter of requests reads). */
+export interface ProxyRequestEvent {
+  /** The model as the client named it. */
+  model: string
+  /** The served model name of the backend that took it (absent: the same as `model`). */
+  served?: string
+  instance_id: string | null
+  status: number
+  duration_ms: number
+  ttft_ms: number | null
+  streamed: boolean
+  path: string
+  /** pod_id: the pod that served a request this pod relayed to it (a cluster hop); absent when local. */
+  pod_id?: string
+  /** error: the proxy's error code when the upstream failed (upstream_unavailable, upstream_timeout…). */
+  error?: string
+}
+
+declare module '../host/bus.ts' {
+  interface BusEvents {
+    'proxy.request': ProxyRequestEvent
+  }
+}
+
+export class ModelDirectory {
+  private readonly sources: BackendSource[] = []
+  /** Per served model name: its wakes (durations, the one under way, the last failure). */
+  private readonly records = new Map<string, WakeRecord>()
+  /** Per served model name: requests held for it now. */
+  private readonly holding = new Map<string, number>()
+  /** Aborted when the host stops: held requests are answered at once. */
+  private readonly lifetime = new AbortController()
+
+  constructor(
+    private readonly bus: EventBus,
+    private readonly log: Logger,
+    metrics: Registry,
+  ) {
+    registerHoldMetrics(metrics, bus)
+  }
+
+  /** addSource: a plugin's backends join the directory; returns their removal. */
+  addSource(source: BackendSource): () => void {
+    this.sources.push(source)
+    return () => {
+      const i = this.sources.indexOf(source)
+      if (i >= 0) this.sources.splice(i, 1)
+    }
+  }
+
+  /** stop: held requests end now (503), and no request is held any more. */
+  stop(): void {
+    this.lifetime.abort()
+  }
+
+  /** candidates: the backends of `kinds` that can serve `name`, best first (order.ts). */
+  candidates(
+    name: string,
+    kinds: ReadonlySet<BackendKind>,
+    exclude?: ReadonlySet<string>,
+  ): readonly Backend[] {
+    const found: Backend[] = []
+    for (const s of this.sources)
+      for (const b of s.backends(name)) if (kinds.has(b.kind) && !exclude?.has(b.key)) found.push(b)
+    return orderBackends(found)
+  }
+
+  /** held: requests held for a model now (waiting for its wake). */
+  held(model: string): number {
+    return this.holding.get(model) ?? 0
+  }
+
+  // ---- the wakes of every backend, and what they teach ----
+
+  /**
+   * wake: the backend's wake for a request. A backend's wake is its one wake, joined by whoever
+   * asks while it runs (a request, an operator, the router), so this starts or joins it; a failure
+   * is remembered for the model (requests are then refused for WAKE_RETRY_MS, not each retried).
+   */
+  wake(b: Backend): Promise<void> {
+    if (!b.wake) return Promise.resolve()
+    return b.wake().catch((err: Error) => {
+      this.record(b.model).failed(performance.now(), err.message)
+      throw err
+    })
+  }
+
+  /**
+   * record: a model's wake record, which its backends keep up to date as their wakes start, succeed,
+   * end or fail (whoever started them): the one estimate of how long the next one takes.
+   */
+  record(model: string): WakeRecord {
+    let r = this.records.get(model)
+    if (!r) {
+      r = new WakeRecord()
+      this.records.set(model, r)
+    }
+    return r
+  }
+
+  /**
+   * retryAfterSeconds: the rest of a wake of `b`'s model now: from its measured wakes, else as the
+   * backend estimates it, else DEFAULT_WAKE_SECONDS.
+   */
+  retryAfterSeconds(b: Backend): number {
+    return (
+      this.record(b.model).retryAfterSeconds(performance.now()) ??
+      b.retryAfterSeconds?.() ??
+      DEFAULT_WAKE_SECONDS
+    )
+  }
+
+  // ---- planning a request ----
+
+  /** plan: what to do with one request for `model` (a name a client uses), as a front action. */
+  plan(model: string, req: PlanRequest, p: ListenerPlan): WireAction {
+    return this.planOnce(model, req, p, false, undefined)
+  }
+
+  private planOnce(
+    model: string,
+    req: PlanRequest,
+    p: ListenerPlan,
+    afterWake: boolean,
+    exclude: ReadonlySet<string> | undefined,
+  ): WireAction {
+    const cands = this.candidates(model, p.kinds, exclude)
+    const best = cands[0]
+    if (!best) return this.refuse(p, req, p.answers.unknown(model))
+    switch (best.readiness()) {
+      case 'ready':
+        return this.lease(best, model, req, p, exclude)
+      case 'asleep':
+      case 'waking':
+        // Another pod wakes its own: the request goes there and waits (or is refused) on that pod.
+        if (!best.local || !best.wake) return this.lease(best, model, req, p, exclude)
+        return this.wakeFirst(cands, model, req, p, afterWake)
+      case 'starting':
+        return this.refuse(p, req, p.answers.starting(model, best.retryAfterSeconds?.() ?? null))
+      case 'unavailable':
+        return this.refuse(p, req, p.answers.unavailable(model))
+    }
+  }
+
+  /**
+   * wakeFirst: the model sleeps here: every sleeping backend of it is woken (the request goes on as
+   * soon as one serves), then the listener's policy. A request that already waited for a wake and
+   * finds the model asleep again is refused, never woken twice.
+   */
+  private wakeFirst(
+    cands: readonly Backend[],
+    model: string,
+    req: PlanRequest,
+    p: ListenerPlan,
+    afterWake: boolean,
+  ): WireAction {
+    const first = cands[0]!
+    const name = first.model
+    const retryAfter = () => this.retryAfterSeconds(first)
+    if (afterWake) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    const failure = this.record(name).recentFailure(performance.now())
+    if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
+    const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
+    const wakes = sleepers.map((b) => this.wake(b))
+    const wake =
+      wakes.length === 1
+        ? wakes[0]!
+        : Promise.any(wakes).then(
+            () => {},
+            (err: AggregateError) => Promise.reject(err.errors[0]),
+          )
+    wake.catch((err: Error) => this.log.warn('wake on request failed', { model: name, error: err.message }))
+    if (p.policy === 'reject') return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    return { defer: (signal) => this.hold(first, model, wake, req, p, signal) }
+  }
+
+  /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
+  private async hold(
+    first: Backend,
+    model: string,
+    wake: Promise<void>,
+    req: PlanRequest,
+    p: ListenerPlan,
+    client: AbortSignal,
+  ): Promise<WireAction> {
+    const t0 = performance.now()
+    const name = first.model
+    this.holding.set(name, this.held(name) + 1)
+    let outcome: HoldOutcome = 'awake'
+    let reason = ''
+    try {
+      const signal = AbortSignal.any([client, this.lifetime.signal])
+      await abortable(wake, { signal, timeoutMs: p.holdTimeoutMs, what: `the wake of ${name}` })
+    } catch (err) {
+      if (!(err instanceof WaitError)) {
+        outcome = 'wake_failed'
+        reason = (err as Error).message
+      } else if (err.kind === 'timeout') outcome = 'timeout'
+      else outcome = client.aborted ? 'client_gone' : 'stopping'
+    } finally {
+      const left = this.held(name) - 1
+      if (left > 0) this.holding.set(name, left)
+      else this.holding.delete(name)
+    }
+    this.bus.emit('proxy.held', { model: name, outcome, held_ms: performance.now() - t0 })
+    const retryAfter = () => this.retryAfterSeconds(first)
+    switch (outcome) {
+      case 'awake':
+        return this.planOnce(model, req, p, true, undefined)
+      case 'client_gone':
+        p.books?.ended(499, performance.now() - req.startedAt)
+        return { error: p.answers.waking(name, 0, 'The client went away') }
+      case 'timeout':
+        return this.refuse(
+          p,
+          req,
+          p.answers.waking(
+            name,
+            retryAfter(),
+            `Model '${name}' did not wake up within ${p.holdTimeoutMs / 1000} s; retry later`,
+          ),
+        )
+      case 'stopping':
+        return this.refuse(p, req, p.answers.waking(name, 5, 'The server is stopping'))
+      case 'wake_failed':
+        return this.refuse(p, req, p.answers.wakeFailed(name, reason))
+    }
+  }
+
+  private refuse(p: ListenerPlan, req: PlanRequest, err: AppError): WireAction {
+    p.books?.ended(err.status, performance.now() - req.startedAt)
+    return { error: err }
+  }
+
+  /** lease: the backend counts the request until its end, recorded once; `next` tries the next backend. */
+  private lease(
+    b: Backend,
+    model: string,
+    req: PlanRequest,
+    p: ListenerPlan,
+    exclude: ReadonlySet<string> | undefined,
+  ): WireAction {
+    b.acquire()
+    let over = false
+    const handle: LeaseHandle = {
+      end: (info) => {
+        if (over) return
+        over = true
+        b.release()
+        this.ended(b, model, req.path, info)
+        p.books?.ended(info.status, info.durationMs)
+      },
+      next: (reason) => {
+        if (over) return { error: reason as AppError }
+        over = true
+        b.release()
+        const tried = new Set(exclude)
+        tried.add(b.key)
+        if (this.candidates(model, p.kinds, tried).length === 0) {
+          const err = reason as AppError
+          const info: ForwardEnd = {
+            status: err.status,
+            bytes: 0,
+            durationMs: performance.now() - req.startedAt,
+            ttftMs: null,
+            streamed: false,
+            aborted: false,
+            error: err.code,
+          }
+          this.ended(b, model, req.path, info)
+          p.books?.ended(info.status, info.durationMs)
+          return { error: err }
+        }
+        return this.planOnce(model, req, p, false, tried)
+      },
+    }
+    return b.forward({ ...req, model, holdTimeoutMs: p.holdTimeoutMs }, handle)
+  }
+
+  /** ended: a leased request's response ended: announced once, for every counter that reads it. */
+  private ended(b: Backend, model: string, path: string, info: ForwardEnd): void {
+    const podId = b.podId
+    this.bus.emit('proxy.request', {
+      model,
+      served: b.model,
+      instance_id: b.instanceId ?? null,
+      status: info.status,
+      duration_ms: info.durationMs,
+      ttft_ms: info.ttftMs,
+      streamed: info.streamed,
+      path,
+      ...(podId ? { pod_id: podId } : {}),
+      ...(info.error ? { error: info.error } : {}),
+    })
+    if (info.error && b.kind !== 'pod')
+      this.log.warn('upstream failure', {
+        backend: b.instanceId ?? b.key,
+        path,
+        status: info.status,
+        error: info.error,
+        ms: Math.round(info.durationMs),
+      })
+  }
+}
