@@ -246,17 +246,20 @@ describe('cluster inference hop', () => {
       body,
     })
     expect(unsigned.status).toBe(401)
+    // Signed with another secret, everything else as pod a would send it: the signature refuses it.
     const stamp = Date.now()
-    const forged = await fetch(`${pods.b.url}${path}`, {
+    const target = `${path}?to=b`
+    const forged = await fetch(`${pods.b.url}${target}`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
         authorization: `Bearer ${KEY}`,
+        'x-cluster-pod': 'a',
         'x-cluster-timestamp': String(stamp),
         'x-cluster-signature': signRequest(
           'not-the-cluster-secret-0123',
           'POST',
-          path,
+          target,
           stamp,
           Buffer.from(body),
         ),
@@ -264,6 +267,9 @@ describe('cluster inference hop', () => {
       body,
     })
     expect(forged.status).toBe(401)
+    expect(((await forged.json()) as { error: { message: string } }).error.message).toBe(
+      'Invalid cluster signature',
+    )
     expect(await served('b', 'only-b')).toBe(before)
   })
 
