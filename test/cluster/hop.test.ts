@@ -51,9 +51,10 @@ const tokens = {} as Record<PodId, string>
 /** Instance ids by pod and served name. */
 const instances = {} as Record<PodId, Record<string, string>>
 
+/** The test's own internal calls, as pod c (the leader, which leadWith plays): pods take calls from members only. */
 const peers = new PeerClient({
   secret: SECRET,
-  podId: 'test',
+  podId: 'c',
   term: () => 1,
   timeoutMs: 10_000,
   log: new Logger('error', 'test', 'text', () => {}),
