@@ -119,6 +119,12 @@ export const ClusterConfig = T.Object(
       minimum: 1,
       description: 'signed /internal requests per second per source address (429 beyond)',
     }),
+    check_source_address: T.Boolean({
+      default: true,
+      description:
+        "refuse an internal request from an address that is not its pod's advertised one (that IP, or what " +
+        'its host name resolves to); turn off when pods reach each other through NAT or a proxy',
+    }),
     coordination: T.Object(
       {
         kind: T.Union([T.Literal('etcd'), T.Literal('kubernetes'), T.Literal('static')], { default: 'etcd' }),

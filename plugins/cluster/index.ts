@@ -22,6 +22,7 @@ import { RemoteLifecycle } from './remote/service.ts'
 import { ClusterStateRepo } from './repo.ts'
 import { RevocationSync, revocationRoutes } from './revocations.ts'
 import { clusterRoutes } from './routes.ts'
+import { ClusterSenders } from './senders.ts'
 import { ClusterService } from './service.ts'
 import { InternalVerifier } from './signing.ts'
 
@@ -66,6 +67,12 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       log,
       repo,
     })
+    // Who may send internal requests: current members, from their own addresses (senders.ts).
+    const senders = new ClusterSenders({
+      members: service.members,
+      checkAddress: cfg.check_source_address,
+      log: log.child('senders'),
+    })
     ctx.auth.useInternalVerifier(
       new InternalVerifier({
         podId,
@@ -74,6 +81,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         ),
         rateLimit: cfg.internal_rate_limit,
         unlimitedPrefixes: ['/internal/v1/'],
+        senders: (pod, peer) => senders.check(pod, peer),
       }),
     )
     const cluster = service
@@ -137,6 +145,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       api: cluster,
       start: async () => {
         await cluster.start()
+        senders.start()
         await revocations.start()
         hop.start()
         placement.start()
@@ -146,6 +155,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         await placement.stop()
         await moves.stop(deadline)
         hop.stop()
+        senders.stop()
         await cluster.stop(deadline)
       },
     }

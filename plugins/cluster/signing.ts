@@ -2,6 +2,8 @@ import { createHmac, timingSafeEqual } from 'node:crypto'
 import { ConfigError } from '../../src/config/load.ts'
 import type { InternalRequest, InternalVerdict } from '../../src/http/auth.ts'
 import { AppError, badRequest, unauthorized } from '../../src/http/errors.ts'
+import type { InternalHead } from '../../src/wire/server.ts'
+import { RateWindows } from './rate-windows.ts'
 
 /**
  * The signed internal API between pods. Every
@@ -48,7 +50,8 @@ export const MAX_SKEW_MS = 30_000
 /**
  * DEFAULT_UNLIMITED_PREFIXES: the pod-to-pod inference hop. Its traffic is user traffic already
  * admitted (key, limits) at the edge pod, so the per-address limit of the internal API would only
- * cap a healthy cluster's throughput; it is still signed, timestamped and replay-checked.
+ * cap a healthy cluster's throughput; it is still signed, timestamped and replay-checked, and its
+ * requests that fail verification are counted like any other (InternalVerifier).
  */
 export const DEFAULT_UNLIMITED_PREFIXES: readonly string[] = ['/internal/v1/']
 
@@ -109,7 +112,10 @@ export interface InternalVerifierOptions {
    * auth.cluster_secret_previous (still accepted while a rotation rolls through the pods).
    */
   secrets: readonly string[]
-  /** Requests a second per source address (plugins.cluster.internal_rate_limit); 429 beyond. */
+  /**
+   * Requests a second per source address (plugins.cluster.internal_rate_limit); 429 beyond. The same
+   * number bounds the requests from one address that fail verification, on every path.
+   */
   rateLimit: number
   /** Paths exempt from the rate limit only (default DEFAULT_UNLIMITED_PREFIXES). */
   unlimitedPrefixes?: readonly string[]
@@ -118,6 +124,11 @@ export interface InternalVerifierOptions {
    * expired ones means more signed traffic than replay protection can vouch for: 429.
    */
   replayCapacity?: number
+  /**
+   * senders: whether a request naming pod `pod` (X-Cluster-Pod) and coming from `peer` can be a
+   * member's (ClusterSenders.check); null when it can, else the refusal. Absent: not checked.
+   */
+  senders?: (pod: string | null, peer: string) => AppError | null
   /** The clock (Unix ms); tests drive it. */
   now?: () => number
 }
@@ -125,24 +136,23 @@ export interface InternalVerifierOptions {
 const HEX_SIGNATURE = /^[0-9a-fA-F]{64}$/
 const INTEGER = /^-?\d{1,16}$/
 const TERM = /^\d{1,16}$/
-/** Addresses tracked by the rate limit before idle ones are forgotten. */
-const MAX_TRACKED_ADDRESSES = 10_000
-
-/** Window: the last `rateLimit` accepted arrival times of one address (a ring). */
-interface Window {
-  times: Float64Array
-  next: number
-  count: number
-}
 
 /**
- * InternalVerifier checks one signed request, in the order that keeps a flood cheap: the source's
- * rate (a sliding second, counted before any HMAC work; refused requests are not counted, so a
- * sender slowing down gets through), the two headers, the timestamp (±30 s), the signature against
- * the current then the previous secret (constant time), the destination (this pod, by the signed
- * `to=`), then replay (the same signature already accepted within the window). The host's front
- * calls it for every `/internal/*` request with the raw body as received
- * (AuthService.useInternalVerifier).
+ * InternalVerifier checks one signed request in two stages, in the order that keeps a flood cheap.
+ *
+ * head (from the request's head, before a byte of its body is read, AuthService.internalHead): the
+ * source's rate, then the headers and the timestamp (±30 s), then the sender (a current member, from
+ * its own address: `senders`), then the destination (this pod, by `to=`). No HMAC is computed there.
+ * verify (on the raw body as received, AuthService.vetInternal): the timestamp again (a slow body may
+ * have outlived it), the signature against the current then the previous secret (constant time), the
+ * destination, then replay (the same signature already accepted within the window).
+ *
+ * The rate, per source address and sliding second, is one number (`rateLimit`) counting two things:
+ * requests to a limited path (counted at the head, refused or not later), and requests refused as
+ * unauthentic, by the head or by the signature, on any path (the inference hop included). Either
+ * count past the limit is 429 from the head: a flood of unsigned or badly signed requests is answered
+ * from the head once `rateLimit` of them failed within a second, while the hop's verified traffic
+ * is never counted. Requests refused 429 are not counted, so a sender that slows down gets through.
  */
 export class InternalVerifier {
   private readonly secrets: string[]
@@ -151,9 +161,13 @@ export class InternalVerifier {
   private readonly unlimited: readonly string[]
   private readonly capacity: number
   private readonly now: () => number
+  private readonly senders: InternalVerifierOptions['senders']
   /** Accepted signatures → when they may be forgotten (their timestamp is then too old anyway). */
   private readonly seen = new Map<string, number>()
-  private readonly windows = new Map<string, Window>()
+  /** Requests to limited paths, per source address. */
+  private readonly calls: RateWindows
+  /** Requests refused as unauthentic (head or signature), per source address. */
+  private readonly failures: RateWindows
 
   constructor(opts: InternalVerifierOptions) {
     this.secrets = opts.secrets.filter((s) => s.length > 0)
@@ -164,43 +178,52 @@ export class InternalVerifier {
     this.unlimited = opts.unlimitedPrefixes ?? DEFAULT_UNLIMITED_PREFIXES
     this.capacity = opts.replayCapacity ?? 500_000
     this.now = opts.now ?? Date.now
+    this.senders = opts.senders
+    this.calls = new RateWindows(opts.rateLimit)
+    this.failures = new RateWindows(opts.rateLimit)
   }
 
+  /**
+   * head: the first stage, on the request's head (see the class comment); null lets its body be read
+   * and verify judge it. The front calls it for every internal request before verify.
+   */
+  head(req: InternalHead): AppError | null {
+    const now = this.now()
+    const peer = req.peer
+    const failing = this.failures.wait(peer, now)
+    if (failing > 0)
+      return rateLimited(
+        `More than ${this.rateLimit} internal requests from this address failed verification in the last second`,
+        failing,
+      )
+    if (!this.unlimited.some((p) => req.target.startsWith(p))) {
+      const wait = this.calls.take(peer, now)
+      if (wait > 0) return rateLimited(`More than ${this.rateLimit} internal requests a second`, wait)
+    }
+    const error =
+      headerProblem(req, now) ??
+      this.senders?.(req.headers.get(CLUSTER_HEADERS.pod), peer) ??
+      this.destinationProblem(req.target)
+    return error ? this.failed(peer, now, error) : null
+  }
+
+  /** verify: the second stage, on the raw body, for a request whose head passed (see the class comment). */
   verify(req: InternalRequest): InternalVerdict {
     const now = this.now()
-    if (!this.unlimited.some((p) => req.target.startsWith(p))) {
-      const wait = this.take(req.peer, now)
-      if (wait > 0) return refuse(rateLimited(`More than ${this.rateLimit} internal requests a second`, wait))
-    }
-    const signature = req.headers.get(CLUSTER_HEADERS.signature)
-    const stamp = req.headers.get(CLUSTER_HEADERS.timestamp)
-    if (signature === null) return refuse(unauthorized('Missing X-Cluster-Signature header'))
-    if (stamp === null) return refuse(unauthorized('Missing X-Cluster-Timestamp header'))
-    if (!INTEGER.test(stamp))
-      return refuse(unauthorized('X-Cluster-Timestamp must be an integer (Unix time in milliseconds)'))
-    const ts = Number(stamp)
-    if (now - ts > MAX_SKEW_MS) return refuse(unauthorized('X-Cluster-Timestamp is more than 30 s old'))
-    if (ts - now > MAX_SKEW_MS) return refuse(unauthorized('X-Cluster-Timestamp is more than 30 s ahead'))
-    if (!HEX_SIGNATURE.test(signature)) return refuse(unauthorized('Invalid cluster signature'))
-    const given = Buffer.from(signature, 'hex')
+    const refused = (error: AppError) => refuse(this.failed(req.peer, now, error))
+    const header = headerProblem(req, now)
+    if (header) return refused(header)
+    const ts = Number(req.headers.get(CLUSTER_HEADERS.timestamp))
+    const given = Buffer.from(req.headers.get(CLUSTER_HEADERS.signature)!, 'hex')
     let matched: string | null = null
     for (const secret of this.secrets) {
       const expected = signRequest(secret, req.method, req.target, ts, req.body)
       if (timingSafeEqual(Buffer.from(expected, 'hex'), given)) matched = expected
     }
-    if (matched === null) return refuse(unauthorized('Invalid cluster signature'))
-    const to = destinationOf(req.target)
-    if (to !== this.podId)
-      return refuse(
-        new AppError(
-          403,
-          'WRONG_DESTINATION',
-          to === null
-            ? `Signed cluster request names no destination pod (${DESTINATION_PARAM}=); this is pod '${this.podId}'`
-            : `Signed cluster request is for pod '${to}', not this pod ('${this.podId}')`,
-        ),
-      )
-    if (this.seen.has(matched)) return refuse(unauthorized('Replayed cluster request'))
+    if (matched === null) return refused(unauthorized('Invalid cluster signature'))
+    const wrong = this.destinationProblem(req.target)
+    if (wrong) return refused(wrong)
+    if (this.seen.has(matched)) return refused(unauthorized('Replayed cluster request'))
     if (!this.remember(matched, ts + MAX_SKEW_MS, now))
       return refuse(rateLimited('Too many signed internal requests to track for replay', 1))
     const pod = req.headers.get(CLUSTER_HEADERS.pod)
@@ -210,30 +233,23 @@ export class InternalVerifier {
     return { ok: true, pod, term: term === null ? null : Number(term) }
   }
 
-  /** take counts one request from `peer`; returns 0, or the seconds to wait when over the limit. */
-  private take(peer: string, now: number): number {
-    let w = this.windows.get(peer)
-    if (!w) {
-      if (this.windows.size >= MAX_TRACKED_ADDRESSES) this.forgetIdle(now)
-      w = { times: new Float64Array(this.rateLimit), next: 0, count: 0 }
-      this.windows.set(peer, w)
-    }
-    if (w.count === this.rateLimit) {
-      // times[next] is the oldest of the last rateLimit accepted arrivals.
-      const oldest = w.times[w.next]!
-      if (now - oldest < 1000) return Math.max(1, Math.ceil((oldest + 1000 - now) / 1000))
-    } else w.count++
-    w.times[w.next] = now
-    w.next = (w.next + 1) % this.rateLimit
-    return 0
+  /** failed counts a refusal of an unauthentic request (401, 403) against its source address; returns it. */
+  private failed(peer: string, now: number, error: AppError): AppError {
+    if (error.status === 401 || error.status === 403) this.failures.take(peer, now)
+    return error
   }
 
-  /** forgetIdle drops the windows of addresses silent for a second (they hold nothing that counts). */
-  private forgetIdle(now: number): void {
-    for (const [peer, w] of this.windows) {
-      const newest = w.times[(w.next + this.rateLimit - 1) % this.rateLimit]!
-      if (now - newest >= 1000) this.windows.delete(peer)
-    }
+  /** destinationProblem: 403 WRONG_DESTINATION unless `target` names this pod (its first `to=`). */
+  private destinationProblem(target: string): AppError | null {
+    const to = destinationOf(target)
+    if (to === this.podId) return null
+    return new AppError(
+      403,
+      'WRONG_DESTINATION',
+      to === null
+        ? `Signed cluster request names no destination pod (${DESTINATION_PARAM}=); this is pod '${this.podId}'`
+        : `Signed cluster request is for pod '${to}', not this pod ('${this.podId}')`,
+    )
   }
 
   /**
@@ -253,6 +269,25 @@ export class InternalVerifier {
     this.seen.set(signature, until)
     return true
   }
+}
+
+/**
+ * headerProblem: what is wrong with a request's signature headers, from the head alone: either one
+ * missing, a timestamp that is no integer or more than MAX_SKEW_MS from `now`, a signature that is
+ * not 64 hex digits. Null when they can be checked against the body.
+ */
+function headerProblem(req: InternalHead, now: number): AppError | null {
+  const signature = req.headers.get(CLUSTER_HEADERS.signature)
+  const stamp = req.headers.get(CLUSTER_HEADERS.timestamp)
+  if (signature === null) return unauthorized('Missing X-Cluster-Signature header')
+  if (stamp === null) return unauthorized('Missing X-Cluster-Timestamp header')
+  if (!INTEGER.test(stamp))
+    return unauthorized('X-Cluster-Timestamp must be an integer (Unix time in milliseconds)')
+  const ts = Number(stamp)
+  if (now - ts > MAX_SKEW_MS) return unauthorized('X-Cluster-Timestamp is more than 30 s old')
+  if (ts - now > MAX_SKEW_MS) return unauthorized('X-Cluster-Timestamp is more than 30 s ahead')
+  if (!HEX_SIGNATURE.test(signature)) return unauthorized('Invalid cluster signature')
+  return null
 }
 
 function refuse(error: AppError): InternalVerdict {

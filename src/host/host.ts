@@ -285,6 +285,7 @@ export class Host {
         },
         ...(opts.inferenceKey ? { guard: (req) => auth.checkInferenceKey(req.header('authorization')) } : {}),
         ...(opts.internal ? { internal: (req) => auth.vetInternal(req) } : {}),
+        ...(opts.internal ? { internalHead: (req) => auth.internalHead(req) } : {}),
         frameworkSocket: socket,
         shapeOf: (path) => shape ?? shapeFor(path),
         onRequest: (method, path, query, status, ms, refused) =>

@@ -5,6 +5,7 @@ import type { EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
 import type { Store } from '../store/db.ts'
 import { INTERNAL_HEADER } from '../wire/headers.ts'
+import type { InternalHead } from '../wire/server.ts'
 import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
 import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth.ts'
 import { RevocationBook } from './revocations.ts'
@@ -97,8 +98,14 @@ export type InternalVerdict =
   | { ok: true; pod: string | null; term: number | null }
   | { ok: false; error: AppError }
 
-/** InternalCheck: what the cluster plugin installs (plugins/cluster/signing.ts InternalVerifier). */
+/**
+ * InternalCheck: what the cluster plugin installs (plugins/cluster/signing.ts InternalVerifier), in
+ * two stages the front runs in order: `head` when a request's head is complete, before its body is
+ * read (what cannot be a peer's request is refused there, unread); `verify` once its raw body is in.
+ * They are one object because they share one rate budget per source address.
+ */
 export interface InternalCheck {
+  head(req: InternalHead): AppError | null
   verify(req: InternalRequest): InternalVerdict
 }
 
@@ -471,9 +478,22 @@ export class AuthService {
     return null
   }
 
-  /** useInternalVerifier installs the cluster's signature check on `/internal/*` (the cluster plugin's setup). */
+  /**
+   * useInternalVerifier installs the cluster's check on `/internal/*` (the cluster plugin's setup):
+   * its head stage (internalHead) and its signature check (vetInternal).
+   */
   useInternalVerifier(check: InternalCheck): void {
     this.internal = check
+  }
+
+  /**
+   * internalHead is the front's check of every `/internal/` request the moment its head is complete,
+   * before any body byte is read: the installed check's head stage (the sender, its rate, the
+   * timestamp, the destination). Without a verifier every internal request is refused here (403).
+   */
+  internalHead(req: InternalHead): AppError | null {
+    if (!this.internal) return internalRefused()
+    return this.internal.head(req)
   }
 
   /**

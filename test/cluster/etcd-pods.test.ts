@@ -307,6 +307,17 @@ describe.skipIf(skip)('three modelgate processes led through a real etcd', () =>
       { timeoutMs: 30_000, pollMs: 100 },
     )
     expect(after.term).toBeGreaterThan(old.term)
+    // Its session expired while it was frozen, so the others forgot it; until it has registered again
+    // they refuse its calls as a stranger's (403 UNKNOWN_POD). Once it is a member again, its old term
+    // is what they refuse.
+    await waitFor(
+      `pod ${other} to list the thawed pod ${frozen} again`,
+      async () =>
+        (await get<{ pods: { podId: string }[] }>(other, '/api/cluster/pods')).pods.some(
+          (p) => p.podId === frozen,
+        ),
+      { timeoutMs: 30_000, pollMs: 100 },
+    )
     // A command signed with the old term, as the thawed leader would have sent it, is refused by both.
     for (const target of [other, frozen]) {
       const r = await signedPost(target, `/internal/models/${instanceId}/unload`, '', old.term, frozen)

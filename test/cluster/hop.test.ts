@@ -51,9 +51,10 @@ const tokens = {} as Record<PodId, string>
 /** Instance ids by pod and served name. */
 const instances = {} as Record<PodId, Record<string, string>>
 
+/** The test's own internal calls, as pod c (the leader, which leadWith plays): pods take calls from members only. */
 const peers = new PeerClient({
   secret: SECRET,
-  podId: 'test',
+  podId: 'c',
   term: () => 1,
   timeoutMs: 10_000,
   log: new Logger('error', 'test', 'text', () => {}),
@@ -246,17 +247,20 @@ describe('cluster inference hop', () => {
       body,
     })
     expect(unsigned.status).toBe(401)
+    // Signed with another secret, everything else as pod a would send it: the signature refuses it.
     const stamp = Date.now()
-    const forged = await fetch(`${pods.b.url}${path}`, {
+    const target = `${path}?to=b`
+    const forged = await fetch(`${pods.b.url}${target}`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
         authorization: `Bearer ${KEY}`,
+        'x-cluster-pod': 'a',
         'x-cluster-timestamp': String(stamp),
         'x-cluster-signature': signRequest(
           'not-the-cluster-secret-0123',
           'POST',
-          path,
+          target,
           stamp,
           Buffer.from(body),
         ),
@@ -264,6 +268,9 @@ describe('cluster inference hop', () => {
       body,
     })
     expect(forged.status).toBe(401)
+    expect(((await forged.json()) as { error: { message: string } }).error.message).toBe(
+      'Invalid cluster signature',
+    )
     expect(await served('b', 'only-b')).toBe(before)
   })
 

@@ -8,9 +8,14 @@ import { parse, Raw, rawExchange } from '../support/raw-client.ts'
  * The internal API as a peer that holds the secret but sends garbage meets it (a buggy or
  * compromised pod): every body is validly signed, so it passes the signature check and reaches the
  * limits and validation behind it. Each must be a 4xx in the controller shape, never a 500, a hang or
- * a changed state; a slow body gets 408. Auth is on (simple mode, inference key).
+ * a changed state; a slow body gets 408. Auth is on (simple mode, inference key). The peer, `mallory`,
+ * is a member (listed in the static configuration, at this machine's address), so the head stage's
+ * sender check lets its requests through to what is tested here.
  */
 const SECRET = 'hostile-internal-secret-0123456789'
+
+/** The pods this pod knows, before and after every hostile request: the static list. */
+const MEMBERS = ['mallory', 'solo']
 
 let gw: TestGateway
 let port: number
@@ -67,7 +72,9 @@ beforeAll(async () => {
   gw = await startGateway({
     ports: [27140, 27149],
     server: { port, max_admin_body_bytes: 65536, request_head_timeout_seconds: 1 },
-    extraYaml: `  cluster: { pod_id: solo, coordination: { kind: static, static: { leader: solo, peers: [] } } }\n`,
+    extraYaml:
+      '  cluster: { pod_id: solo, coordination: { kind: static, static: { leader: solo, ' +
+      "peers: [{ pod_id: mallory, address: 'http://127.0.0.1:1' }] } } }\n",
     hostEnv: {
       AUTH_MODE: 'simple',
       ADMIN_PASSWORD: 'pw',
@@ -90,12 +97,13 @@ describe('the internal API against signed hostile bodies', () => {
   })
 
   it('answers a body of the wrong shape with 400, and nobody joins', async () => {
+    expect(await pods()).toEqual(MEMBERS)
     const r = await post(
       '/internal/heartbeat',
       JSON.stringify({ state: { podId: 'x', models: 'all of them' } }),
     )
     expect(r.status).toBe(400)
-    expect(await pods()).toEqual(['solo'])
+    expect(await pods()).toEqual(MEMBERS)
   })
 
   it('refuses a deeply nested body before anything parses it', async () => {
@@ -132,7 +140,7 @@ describe('the internal API against signed hostile bodies', () => {
     await slow.waitFor((c) => c.closed || c.text.includes('\r\n\r\n'), 10_000, 'a 408 or a close')
     expect(slow.text).toMatch(/^HTTP\/1\.1 408/)
     slow.socket.terminate()
-    expect(await pods()).toEqual(['solo'])
+    expect(await pods()).toEqual(MEMBERS)
   })
 
   it('refuses the same signed request sent twice (replay) without acting on it again', async () => {

@@ -23,6 +23,8 @@ export interface EtcdPodsOptions<Id extends string> {
   /** more of `plugins:` (indented by two spaces), e.g. `  benchmarks: {}\n` */
   extraYaml?: string
   sessionTtlSeconds?: number
+  /** more of each pod's `server:` section (beside its port), e.g. `{ max_buffered_body_bytes: … }` */
+  server?: Record<string, string | number>
 }
 
 export interface EtcdPods<Id extends string> {
@@ -51,7 +53,7 @@ export async function startEtcdPods<Id extends string>(o: EtcdPodsOptions<Id>): 
     return startGateway({
       ports: [o.enginePortBase + i * 10, o.enginePortBase + i * 10 + 9],
       hostEnv: o.hostEnv,
-      server: { port: ports[id] },
+      server: { ...o.server, port: ports[id] },
       ...(o.env ? { env: o.env } : {}),
       ...(again ? { dataDir: again.dataDir, simDir: again.simDir } : {}),
       extraYaml: [
