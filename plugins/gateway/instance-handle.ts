@@ -3,11 +3,15 @@ import type { SleepOptions, WakeResult } from './api.ts'
 import type { ManagedInstance } from './instance.ts'
 import type { InstanceHandle } from './proxy/instance-backend.ts'
 
-/** What an instance's handle asks of the gateway: its one sleep and its one wake. */
+/** What an instance's handle asks of the gateway: its one sleep and its one wake, and its queue. */
 export interface InstanceControl {
   sleep(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions): Promise<unknown>
-  /** wake is joinable: a second caller while it runs gets the same wake (sleep-wake.ts). */
+  /** wake is joinable: a second caller while it runs gets the same wake (sleep-wake.ts), with room made first. */
   wake(inst: ManagedInstance): Promise<WakeResult>
+  /** queue: a catalogued model's requests wait in its queue while it loads or wakes (null: not catalogued). */
+  queue(inst: ManagedInstance): { max: number; timeoutMs: number } | null
+  /** abandoned: every request waiting for the instance left. */
+  abandoned(inst: ManagedInstance): void
 }
 
 /**
@@ -75,6 +79,11 @@ export class ManagedHandle implements InstanceHandle {
     const l = this.inst.lifecycle
     for (;;) {
       if (l.takesRequests) return
+      if (l.state === 'starting') {
+        // A catalogued model's load: the request waits for it (only such requests are held here).
+        await l.waitUntil((x) => x.state !== 'starting', { what: `the load of ${this.id}` })
+        continue
+      }
       if (l.state !== 'sleeping' && !(l.state === 'active' && l.operation === 'sleep')) return
       if (l.state === 'sleeping' && (l.operation === null || l.operation === 'wake')) {
         const woke = await this.control.wake(this.inst)
@@ -86,6 +95,21 @@ export class ManagedHandle implements InstanceHandle {
       const state = l.state
       await l.waitUntil((x) => x.operation !== op || x.state !== state, { what: `instance ${this.id}` })
     }
+  }
+
+  queue() {
+    return this.control.queue(this.inst)
+  }
+
+  abandoned(): void {
+    this.control.abandoned(this.inst)
+  }
+
+  phase(): string | null {
+    const l = this.inst.lifecycle
+    if (l.state === 'starting') return `loading, ${Math.max(0, this.inst.lastProgress)}% done`
+    if (l.operation === 'wake') return 'waking up'
+    return null
   }
 
   sleepState(): SleepState | null {

@@ -30,6 +30,7 @@ import { MoveManager } from './move/service.ts'
 import { placeOnGpus, sharedCacheEstimate, startingClaimMib, usedMibByGpuForPids } from './placement.ts'
 import { GATEWAY_ANSWERS } from './proxy/answers.ts'
 import { InstanceBackend } from './proxy/instance-backend.ts'
+import type { ResidencyManager } from './residency/manager.ts'
 import { recover } from './recovery.ts'
 import type { InstanceRepo } from './repo.ts'
 import { SharedCache } from './shared-cache.ts'
@@ -272,10 +273,25 @@ export class GatewayService implements GatewayApi {
     )
   }
 
-  /** control: an instance's sleep and (joinable) wake, as its backend asks for them. */
+  /** control: an instance's sleep and (joinable) wake, and its queue, as its backend asks for them. */
   private readonly control: InstanceControl = {
     sleep: (inst, level, opts) => this.sleepWake.sleep(inst, level, opts),
-    wake: (inst) => this.sleepWake.wake(inst),
+    wake: (inst) => this.wakeWithRoom(inst),
+    queue: (inst) => this.residency?.queue(inst.row.served_model_name) ?? null,
+    abandoned: (inst) => this.residency?.abandoned(inst.row.served_model_name),
+  }
+
+  /** residency: the manager of what is resident (set in setup when the gateway has one). */
+  residency: ResidencyManager | null = null
+
+  /** wakeWithRoom: the instance's one wake, with room made first on its GPUs (residency). */
+  private wakeWithRoom(inst: ManagedInstance): Promise<WakeResult> {
+    return this.residency ? this.residency.wake(inst) : this.sleepWake.wake(inst)
+  }
+
+  /** wakeEngine: the gateway's own wake of an instance, joinable (what residency runs once room is made). */
+  wakeEngine(inst: ManagedInstance): Promise<WakeResult> {
+    return this.sleepWake.wake(inst)
   }
 
   private track<T>(p: Promise<T>): void {
@@ -488,7 +504,9 @@ export class GatewayService implements GatewayApi {
   }
 
   wake(id: string, tags: string[] = []): Promise<WakeResult> {
-    return this.sleepWake.wake(this.require(id), tags as SleepTag[])
+    const inst = this.require(id)
+    if (tags.length === 0) return this.wakeWithRoom(inst)
+    return this.sleepWake.wake(inst, tags as SleepTag[])
   }
 
   sleepStatus(id: string) {

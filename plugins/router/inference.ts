@@ -42,6 +42,15 @@ const ROUTER_ANSWERS: DirectoryAnswers = {
   starting: (model, seconds) =>
     modelWaking(model, seconds ?? 10, `Model '${model}' is still loading; retry in ${seconds ?? 10} s`),
   wakeFailed: (model, reason) => wakeFailed(model, reason),
+  queueFull: (model, seconds) =>
+    proxyError(
+      429,
+      'rate_limit_error',
+      'queue_full',
+      `Model '${model}' has as many requests waiting for it as its queue holds; retry in ${seconds} s`,
+      undefined,
+      { 'retry-after': String(seconds) },
+    ),
   unavailable: (model) =>
     proxyError(
       503,

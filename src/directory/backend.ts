@@ -64,6 +64,15 @@ export interface Backend {
    * it was measured (e.g. from its size); null: it cannot tell.
    */
   retryAfterSeconds?(): number | null
+  /**
+   * queue: requests for it wait in a bounded queue while it loads or wakes, whatever the
+   * listener's wake_on_request (a model served on demand: its residency settings); null: they don't.
+   */
+  queue?(): { max: number; timeoutMs: number } | null
+  /** abandoned: every request waiting for it left (a load only they asked for may be cancelled). */
+  abandoned?(): void
+  /** phase: what its load or wake is doing now, for a refusal's message (null: nothing to say). */
+  phase?(): string | null
   /** sleepState: its sleep as the router's views show it (local backends); null while it neither serves nor sleeps (loading, failed, stopping). */
   sleepState?(): SleepState | null
   /** sleepable: whether it has a sleep mode (null: not known yet). */

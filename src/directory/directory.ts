@@ -42,6 +42,8 @@ export interface DirectoryAnswers {
   wakeFailed(model: string, reason: string): AppError
   /** 503: it exists but cannot serve now (failed, stopping, out of routing). */
   unavailable(model: string): AppError
+  /** 429: as many requests wait for it as its queue holds. */
+  queueFull(model: string, retryAfterSeconds: number): AppError
 }
 
 /** Retry-After of a wake when none was measured and the backend cannot tell. */
@@ -102,6 +104,8 @@ export class ModelDirectory {
   private readonly holding = new Map<string, number>()
   /** Aborted when the host stops: held requests are answered at once. */
   private readonly lifetime = new AbortController()
+  /** Aborted when the host begins to stop: requests queued for a load are answered at once. */
+  private readonly queues = new AbortController()
 
   constructor(
     private readonly bus: EventBus,
@@ -122,7 +126,16 @@ export class ModelDirectory {
 
   /** stop: held requests end now (503), and no request is held any more. */
   stop(): void {
+    this.queues.abort()
     this.lifetime.abort()
+  }
+
+  /**
+   * stopQueues: requests queued for a model's load end now (503): nothing loads during a shutdown.
+   * Requests held for a wake stay, counted by the drain (a wake is quick; stop() ends them after).
+   */
+  stopQueues(): void {
+    this.queues.abort()
   }
 
   /** candidates: the backends of `kinds` that can serve `name`, best first (order.ts). */
@@ -208,6 +221,8 @@ export class ModelDirectory {
         if (!best.local || !best.wake) return this.lease(best, model, req, p, exclude)
         return this.wakeFirst(cands, model, req, p, afterWake)
       case 'starting':
+        // A model served on demand: its request waits in the model's queue for the load.
+        if (best.local && best.wake && best.queue?.()) return this.wakeFirst(cands, model, req, p, afterWake)
         return this.refuse(p, req, p.answers.starting(model, best.retryAfterSeconds?.() ?? null))
       case 'unavailable':
         return this.refuse(p, req, p.answers.unavailable(model))
@@ -232,6 +247,8 @@ export class ModelDirectory {
     if (afterWake) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
+    const queue = first.queue?.() ?? null
+    if (queue && this.held(name) >= queue.max) return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
     const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
     const wakes = sleepers.map((b) => this.wake(b))
     const wake =
@@ -242,8 +259,8 @@ export class ModelDirectory {
             (err: AggregateError) => Promise.reject(err.errors[0]),
           )
     wake.catch((err: Error) => this.log.warn('wake on request failed', { model: name, error: err.message }))
-    if (p.policy === 'reject') return this.refuse(p, req, p.answers.waking(name, retryAfter()))
-    return { defer: (signal) => this.hold(first, model, wake, req, p, signal) }
+    if (p.policy === 'reject' && !queue) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue) }
   }
 
   /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
@@ -254,15 +271,17 @@ export class ModelDirectory {
     req: PlanRequest,
     p: ListenerPlan,
     client: AbortSignal,
+    queue: { max: number; timeoutMs: number } | null,
   ): Promise<WireAction> {
     const t0 = performance.now()
     const name = first.model
     this.holding.set(name, this.held(name) + 1)
     let outcome: HoldOutcome = 'awake'
     let reason = ''
+    const timeoutMs = queue?.timeoutMs ?? p.holdTimeoutMs
     try {
-      const signal = AbortSignal.any([client, this.lifetime.signal])
-      await abortable(wake, { signal, timeoutMs: p.holdTimeoutMs, what: `the wake of ${name}` })
+      const signal = AbortSignal.any([client, queue ? this.queues.signal : this.lifetime.signal])
+      await abortable(wake, { signal, timeoutMs, what: `the wake of ${name}` })
     } catch (err) {
       if (!(err instanceof WaitError)) {
         outcome = 'wake_failed'
@@ -272,7 +291,11 @@ export class ModelDirectory {
     } finally {
       const left = this.held(name) - 1
       if (left > 0) this.holding.set(name, left)
-      else this.holding.delete(name)
+      else {
+        this.holding.delete(name)
+        // The last request waiting for it left: a load only requests asked for may stop.
+        if (outcome === 'client_gone') first.abandoned?.()
+      }
     }
     this.bus.emit('proxy.held', { model: name, outcome, held_ms: performance.now() - t0 })
     const retryAfter = () => this.retryAfterSeconds(first)
@@ -282,16 +305,20 @@ export class ModelDirectory {
       case 'client_gone':
         p.books?.ended(499, performance.now() - req.startedAt)
         return { error: p.answers.waking(name, 0, 'The client went away') }
-      case 'timeout':
+      case 'timeout': {
+        // A model served on demand says what its load is doing (the issue's "the load's phase").
+        const phase = queue ? (first.phase?.() ?? null) : null
+        const what = queue ? 'serve' : 'wake up'
         return this.refuse(
           p,
           req,
           p.answers.waking(
             name,
             retryAfter(),
-            `Model '${name}' did not wake up within ${p.holdTimeoutMs / 1000} s; retry later`,
+            `Model '${name}' did not ${what} within ${timeoutMs / 1000} s${phase ? ` (${phase})` : ''}; retry later`,
           ),
         )
+      }
       case 'stopping':
         return this.refuse(p, req, p.answers.waking(name, 5, 'The server is stopping'))
       case 'wake_failed':

@@ -314,6 +314,8 @@ export class Host {
       const deadline = AbortSignal.timeout(budget)
       this.log.info('shutting down', { reason, budget_ms: budget })
       for (const s of this.servers) s.front.stop(false)
+      // Requests queued for a model's load are answered now (503): nothing loads during a shutdown.
+      this.directory.stopQueues()
       // The drain never takes the last STOP_RESERVE_MS of the budget: engines need it to stop.
       await this.drain(Math.min(drain_ms, Math.max(0, budget - STOP_RESERVE_MS)), deadline)
       // What is still held for a wake past the drain is answered now (503), not when its engine stops.

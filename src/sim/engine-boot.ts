@@ -1,4 +1,5 @@
 import { type BindOutcome, bindTcp } from '../engine/tcp-bind.ts'
+import { publishedSeconds } from '../engine/vllm-timing.ts'
 import { type EngineChild, spawnEngineChildren } from './children.ts'
 import { visibleDevices } from './devices.ts'
 import {
@@ -28,7 +29,7 @@ import {
   planMemory,
   pyRound,
 } from './memory-plan.ts'
-import type { ModelSpec } from './models.ts'
+import { type ModelSpec, weightsGiB } from './models.ts'
 import { configTraceback, engineInitFailed, startupTraceback } from './python-errors.ts'
 import { readLiveEngines, usedMibOnGpu } from './state.ts'
 import type { VllmArgs } from './vllm-args.ts'
@@ -98,6 +99,7 @@ export async function bootEngine(e: BootTarget): Promise<void> {
   const { args, knobs, log, model } = e
   const profile = knobs.profile
   const v0 = knobs.logStyle === 'v0'
+  if (knobs.timeScale) scaleTimes(knobs, weightsGiB(model))
   const D = knobs.loadDelayMs
   const t0 = performance.now()
   const api = e.tags.api
@@ -323,4 +325,15 @@ export async function bootEngine(e: BootTarget): Promise<void> {
     'INFO:     Waiting for application startup.',
     'INFO:     Application startup complete.',
   )
+}
+
+/**
+ * scaleTimes: with SIM_TIME_SCALE, the load and the wakes take vLLM's published time for this many
+ * GiB of weights, scaled (level-1 wake: wakeDelayMs / 3, level 2: wakeDelayMs, as the engine reads them).
+ */
+function scaleTimes(knobs: SimKnobs, weightsGib: number): void {
+  const scale = knobs.timeScale!
+  knobs.loadDelayMs = publishedSeconds('load', weightsGib) * 1000 * scale
+  knobs.wakeDelayMs = publishedSeconds('wake2', weightsGib) * 1000 * scale
+  knobs.reloadDelayMs = knobs.wakeDelayMs
 }

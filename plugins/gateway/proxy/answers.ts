@@ -30,6 +30,15 @@ export const GATEWAY_ANSWERS: DirectoryAnswers = {
     ),
   wakeFailed: (model, reason) =>
     proxyError(502, 'bad_gateway', 'wake_failed', `Model '${model}' could not be woken up: ${reason}`),
+  queueFull: (model, seconds) =>
+    proxyError(
+      429,
+      'rate_limit_error',
+      'queue_full',
+      `Model '${model}' has as many requests waiting for it as its queue holds; retry in ${seconds} s`,
+      undefined,
+      { 'retry-after': String(seconds) },
+    ),
   unavailable: (model) =>
     proxyError(503, 'service_unavailable', 'model_not_ready', `Model '${model}' is not ready`, undefined, {
       'retry-after': String(RETRY_AFTER_STARTING_SECONDS),

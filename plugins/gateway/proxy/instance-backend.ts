@@ -26,6 +26,9 @@ export interface InstanceHandle {
   wake(): Promise<void>
   retryAfterSeconds?(): number | null
   sleepState(): SleepState | null
+  queue?(): { max: number; timeoutMs: number } | null
+  abandoned?(): void
+  phase?(): string | null
   sleepable(): boolean
   sleep(level: 1 | 2, cancel: AbortSignal): Promise<void>
   health(
@@ -92,6 +95,18 @@ export class InstanceBackend implements Backend {
 
   sleepState(): SleepState | null {
     return this.h.sleepState()
+  }
+
+  queue(): { max: number; timeoutMs: number } | null {
+    return this.h.queue?.() ?? null
+  }
+
+  abandoned(): void {
+    this.h.abandoned?.()
+  }
+
+  phase(): string | null {
+    return this.h.phase?.() ?? null
   }
 
   sleepable(): boolean {

@@ -1,0 +1,81 @@
+import { publishedSeconds } from '../../../src/engine/vllm-timing.ts'
+
+/**
+ * What it costs to bring a model back after each way of freeing its memory, in seconds: this
+ * host's own measurements of the model when it has any (the last wake from each sleep level, the
+ * last cold load), else vLLM's published figures for the weights' size (src/engine/vllm-timing.ts).
+ * A model whose weights were never measured counts as 16 GiB (DEFAULT_WEIGHTS_GIB).
+ */
+export type EvictAction = 'sleep1' | 'sleep2' | 'unload'
+
+export const DEFAULT_WEIGHTS_GIB = 16
+
+export interface Measured {
+  /** Last wake from level 1 / level 2, and last cold load (start to active), in seconds; null when never seen. */
+  wake1: number | null
+  wake2: number | null
+  load: number | null
+}
+
+export interface BringBack {
+  wake_l1_s: number
+  wake_l2_s: number
+  load_s: number
+  /** Which of the three come from this host's measurements. */
+  measured: { wake_l1: boolean; wake_l2: boolean; load: boolean }
+}
+
+export function defaultSeconds(action: EvictAction, weightsGib: number | null): number {
+  const w = weightsGib ?? DEFAULT_WEIGHTS_GIB
+  return publishedSeconds(action === 'sleep1' ? 'wake1' : action === 'sleep2' ? 'wake2' : 'load', w)
+}
+
+export function bringBack(measured: Measured, weightsGib: number | null): BringBack {
+  return {
+    wake_l1_s: measured.wake1 ?? defaultSeconds('sleep1', weightsGib),
+    wake_l2_s: measured.wake2 ?? defaultSeconds('sleep2', weightsGib),
+    load_s: measured.load ?? defaultSeconds('unload', weightsGib),
+    measured: {
+      wake_l1: measured.wake1 !== null,
+      wake_l2: measured.wake2 !== null,
+      load: measured.load !== null,
+    },
+  }
+}
+
+export function secondsAfter(action: EvictAction, b: BringBack): number {
+  return action === 'sleep1' ? b.wake_l1_s : action === 'sleep2' ? b.wake_l2_s : b.load_s
+}
+
+/**
+ * chanceOfUse: the probability that a model is asked for within `horizonSeconds`, taking its
+ * requests as a Poisson process at its recent rate (requests per second).
+ */
+export function chanceOfUse(ratePerSecond: number, horizonSeconds: number): number {
+  return 1 - Math.exp(-Math.max(0, ratePerSecond) * horizonSeconds)
+}
+
+/**
+ * RequestRate keeps a model's recent arrivals (a ring of the last 64) and reads its rate over the
+ * last `windowMs`: a count, so a burst shows at once and fades when it ends.
+ */
+export class RequestRate {
+  private readonly times = new Float64Array(64)
+  private next = 0
+  private count = 0
+  last: number | null = null
+
+  arrived(at: number): void {
+    this.times[this.next] = at
+    this.next = (this.next + 1) % this.times.length
+    if (this.count < this.times.length) this.count++
+    this.last = at
+  }
+
+  /** perSecond: arrivals in the last windowMs (at most 64 counted), per second. */
+  perSecond(now: number, windowMs: number): number {
+    let n = 0
+    for (let k = 0; k < this.count; k++) if (now - this.times[k]! <= windowMs) n++
+    return n / (windowMs / 1000)
+  }
+}

@@ -1,0 +1,635 @@
+import type { Registry } from 'prom-client'
+import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
+import type { EventBus } from '../../../src/host/bus.ts'
+import type { Logger } from '../../../src/host/logger.ts'
+import { conflict } from '../../../src/http/errors.ts'
+import type { InstanceRecord, LoadRequest, WakeResult } from '../api.ts'
+import type { ManagedInstance } from '../instance.ts'
+import type { GatewayService } from '../service.ts'
+import type { ResidencyConfig } from './config.ts'
+import { bringBack, type EvictAction, type Measured, RequestRate } from './costs.ts'
+import { ResidencyMetrics } from './metrics.ts'
+import { type Plan, plan, type Resident, type Victim } from './planner.ts'
+
+/**
+ * ResidencyManager is the one owner of what is resident in this host's GPU memory: it serves any
+ * catalogued model on demand and makes room for a load or a wake by putting to sleep or unloading
+ * what costs least to bring back (planner.ts), never a model with a request in flight or queued,
+ * pinned, loaded by hand, or resident for less than min_resident_seconds. Mechanisms stay the
+ * gateway's (load, sleep with its drain and check, wake, unload); this module only decides when.
+ *
+ * - bringUp(name): the model's one way to become resident (joined by every request that waits for
+ *   it): wake its sleeping instance, wait for its loading one, or load it from the catalogue.
+ * - roomFor: one decision at a time (a chain), so two loads never count the same free memory; what
+ *   a decided load or wake will take is reserved on its GPUs until the engine holds it. When nothing
+ *   can be freed now (every candidate busy or too young), the decision waits for the next change
+ *   (an instance idle, gone, asleep; the youngest reaching min_resident_seconds) up to the caller's
+ *   deadline: two models that cannot both fit are served one after the other, never ping-ponged.
+ * - A victim leaves routing at once and is drained (nothing routed to it meanwhile: requests for it
+ *   queue and bring it back); a sleep that frees less than it should is escalated to an unload.
+ */
+export interface CatalogEntry {
+  name: string
+  model_path: string
+  max_tokens?: number | undefined
+  tensor_parallel_size?: number | undefined
+  gpu_memory_utilization?: number | undefined
+  enable_sleep_mode?: boolean | undefined
+  extra_args?: string[] | undefined
+  gpu_ids?: number[] | undefined
+  pin?: boolean | undefined
+  preload?: boolean | undefined
+}
+
+/** CatalogReader: where the manager reads the catalogue (plugins/gateway/catalog). */
+export interface CatalogReader {
+  entries(): readonly CatalogEntry[]
+  entry(name: string): CatalogEntry | undefined
+}
+
+export interface ResidencyDeps {
+  service: GatewayService
+  catalog: CatalogReader
+  config: ResidencyConfig
+  /** The gateway's default gpu_memory_utilization (a load's claim when the entry gives none). */
+  defaultUtilization: number
+  bus: EventBus
+  log: Logger
+  metrics: Registry
+  /** Epoch ms (request times); performance.now() measures durations. */
+  now?: () => number
+  /** held: requests queued for a model now (the model directory's count). */
+  held(model: string): number
+}
+
+export interface ResidencyDecision {
+  at: string
+  trigger: { model: string; need_gib: number; gpu_ids: number[]; kind: 'load' | 'wake' }
+  victims: {
+    model: string
+    instance_id: string
+    action: EvictAction
+    freed_gib: number
+    expected_cost_s: number
+  }[]
+  rejected: { model: string; instance_id: string; action: EvictAction | null; reason: string }[]
+  reason: string
+}
+
+/** Decisions kept for GET /api/residency. */
+const KEEP_DECISIONS = 50
+/** A request rate is read over this window. */
+const RATE_WINDOW_MS = 10 * 60_000
+/** GPU memory a sleeping engine keeps (its CUDA context) when its sleep was never measured. */
+const DEFAULT_AFTER_SLEEP_MIB = 1024
+/** A decision that could not be carried out is retried at least this often while someone waits. */
+const RETRY_MS = 1000
+
+const MiB = 1024
+
+export class ResidencyManager {
+  private readonly rates = new Map<string, RequestRate>()
+  private readonly measured = new Map<string, Measured>()
+  /** When each instance became resident (active), epoch ms: min_resident_seconds counts from it. */
+  private readonly residentSince = new Map<string, number>()
+  /** Memory decided loads and wakes will still take, per GPU (MiB). */
+  private readonly reserved = new Map<number, number>()
+  /** Instances chosen as victims and not yet out of the way: no second decision counts them. */
+  private readonly evicting = new Set<string>()
+  /** The one bring-up of each model under way. */
+  private readonly bringing = new Map<string, Promise<void>>()
+  /** Models a request (not an operator) is loading, cancelled when every waiter leaves. */
+  private readonly onDemand = new Set<string>()
+  private readonly decisions: ResidencyDecision[] = []
+  /** One decision at a time. */
+  private chain: Promise<unknown> = Promise.resolve()
+  private readonly changed = new Set<() => void>()
+  private readonly metrics: ResidencyMetrics
+  private readonly now: () => number
+  private readonly timers = new Set<Timer>()
+  private stopped = false
+
+  constructor(private readonly d: ResidencyDeps) {
+    this.now = d.now ?? Date.now
+    this.metrics = new ResidencyMetrics(d.metrics, d.bus)
+    const loadStarted = new Map<string, number>()
+    const wakeStarted = new Map<string, { at: number; level: 1 | 2 | null }>()
+    d.bus.on('proxy.request', (e) => this.arrived(e.served ?? e.model))
+    d.bus.on('gateway.instance.lifecycle', (e) => {
+      const c = e.change
+      const id = e.instance_id
+      if (c.kind === 'state') {
+        if (c.current === 'starting') loadStarted.set(id, e.at)
+        if (c.current === 'active') {
+          this.residentSince.set(id, this.now())
+          const t0 = loadStarted.get(id)
+          if (t0 !== undefined && c.previous === 'starting')
+            this.measure(e.served_model_name, 'load', e.at - t0)
+          const w = wakeStarted.get(id)
+          if (w && c.previous === 'sleeping')
+            this.measure(e.served_model_name, w.level === 2 ? 'wake2' : 'wake1', e.at - w.at)
+        }
+        if (c.current === 'sleeping' || c.current === 'removed' || c.current === 'failed') {
+          this.residentSince.delete(id)
+          this.evicting.delete(id)
+        }
+        if (c.current === 'removed') {
+          loadStarted.delete(id)
+          wakeStarted.delete(id)
+        }
+      } else if (c.kind === 'operation' && c.operation === 'wake' && c.running) {
+        const level = d.service.get(id)?.sleep_level
+        wakeStarted.set(id, { at: e.at, level: level === 1 || level === 2 ? level : null })
+      }
+      this.notify()
+    })
+    d.bus.on('proxy.request', () => this.notify())
+  }
+
+  get enabled(): boolean {
+    return this.d.config.policy !== 'off' || this.d.catalog.entries().length > 0
+  }
+
+  /** catalogued: the catalogue entry a served name is, if any. */
+  catalogued(name: string): CatalogEntry | undefined {
+    return this.d.catalog.entry(name)
+  }
+
+  /** queue: how requests for a catalogued model wait for it (null: not catalogued). */
+  queue(name: string): { max: number; timeoutMs: number } | null {
+    if (!this.catalogued(name)) return null
+    return { max: this.d.config.max_queue, timeoutMs: this.d.config.queue_timeout_seconds * 1000 }
+  }
+
+  /** start loads the entries marked `preload` (in catalogue order). */
+  async start(): Promise<void> {
+    for (const e of this.d.catalog.entries()) {
+      if (!e.preload || this.instancesOf(e.name).length > 0) continue
+      try {
+        await this.bringUp(e.name, AbortSignal.timeout(this.d.config.queue_timeout_seconds * 1000), false)
+      } catch (err) {
+        this.d.log.warn('preload failed', { model: e.name, error: (err as Error).message })
+      }
+    }
+  }
+
+  stop(): void {
+    this.stopped = true
+    for (const t of this.timers) clearTimeout(t)
+    this.timers.clear()
+    this.notify()
+  }
+
+  // ---- bringing a model up ----
+
+  /**
+   * bringUp: the model serves (an instance of it active), whatever it takes: its one bring-up,
+   * joined by every request for it. `onDemand`: a request asked (it is cancelled when every waiter
+   * leaves); an operator's or the preload's is not.
+   */
+  bringUp(name: string, signal: AbortSignal, onDemand = true): Promise<void> {
+    let p = this.bringing.get(name)
+    if (!p) {
+      if (onDemand) this.onDemand.add(name)
+      p = this.doBringUp(name, signal).finally(() => {
+        this.bringing.delete(name)
+        this.onDemand.delete(name)
+      })
+      this.bringing.set(name, p)
+    }
+    return p
+  }
+
+  /** abandoned: every request waiting for `name` left; a load only they asked for is cancelled. */
+  abandoned(name: string): void {
+    if (!this.onDemand.has(name)) return
+    for (const i of this.instancesOf(name)) {
+      if (i.status !== 'starting') continue
+      this.d.log.info('cancelling a load nothing waits for any more', { model: name, instance: i.id })
+      this.metrics.action(name, 'cancel', 'abandoned')
+      void this.d.service.unload(i.id).catch(() => {})
+    }
+  }
+
+  private async doBringUp(name: string, signal: AbortSignal): Promise<void> {
+    for (;;) {
+      if (signal.aborted) throw signal.reason
+      const insts = this.instancesOf(name)
+      const active = insts.find((i) => i.status === 'active')
+      if (active) return
+      const starting = insts.find((i) => i.status === 'starting')
+      if (starting) {
+        await this.d.service.waitFor(starting.id, (s) => s !== 'starting', {
+          signal,
+          what: `the load of ${name}`,
+        })
+        const s = this.d.service.get(starting.id)?.status
+        if (s === 'active') return
+        throw new Error(`the load of ${name} ended ${s ?? 'removed'}`)
+      }
+      const sleeping = insts.find((i) => i.status === 'sleeping')
+      if (sleeping) {
+        const woke = await this.wake(this.d.service.require(sleeping.id), signal)
+        if (woke.status === 'sleeping') throw new Error('the engine still reports sleeping after waking up')
+        return
+      }
+      const entry = this.catalogued(name)
+      if (!entry) throw new Error(`${name} is not in the catalogue`)
+      await this.load(entry, signal)
+    }
+  }
+
+  /** load: room on some GPUs for the entry, then the gateway's own load there. */
+  private async load(entry: CatalogEntry, signal: AbortSignal): Promise<void> {
+    const tp = entry.tensor_parallel_size ?? entry.gpu_ids?.length ?? 1
+    const util = entry.gpu_memory_utilization ?? this.d.defaultUtilization
+    const started = await this.withRoom(
+      {
+        model: entry.name,
+        kind: 'load',
+        choices: (gpus) => this.choices(gpus, tp, entry.gpu_ids),
+        needFraction: util,
+      },
+      signal,
+      async (gpuIds) => {
+        this.metrics.coldStart(entry.name)
+        const req: LoadRequest = {
+          model_path: entry.model_path,
+          served_model_name: entry.name,
+          gpu_ids: gpuIds,
+          tensor_parallel_size: tp,
+          ...(entry.max_tokens ? { max_tokens: entry.max_tokens } : {}),
+          ...(entry.gpu_memory_utilization ? { gpu_memory_utilization: entry.gpu_memory_utilization } : {}),
+          ...(entry.enable_sleep_mode !== undefined ? { enable_sleep_mode: entry.enable_sleep_mode } : {}),
+          ...(entry.extra_args ? { extra_args: entry.extra_args } : {}),
+          force: true,
+        }
+        return (await this.d.service.load(req)).instance_id
+      },
+    )
+    await this.d.service.waitFor(started, (s) => s !== 'starting', {
+      signal,
+      what: `the load of ${entry.name}`,
+    })
+    const s = this.d.service.get(started)?.status
+    if (s !== 'active') throw new Error(`the load of ${entry.name} ended ${s ?? 'removed'}`)
+  }
+
+  /**
+   * wake: the instance's wake, with room made first when its GPUs lack what it frees when it
+   * sleeps. The gateway's wake is joinable, so a request, an operator and the router share it.
+   */
+  async wake(inst: ManagedInstance, signal?: AbortSignal): Promise<WakeResult> {
+    const rec = inst.record()
+    const need = this.wakeNeedMib(rec)
+    // A wake already under way is joined as it is (its room was made when it began).
+    if (this.d.config.policy === 'off' || need === 0 || inst.lifecycle.operation === 'wake')
+      return this.d.service.wakeEngine(inst)
+    let result: WakeResult | null = null
+    await this.withRoom(
+      { model: rec.served_model_name, kind: 'wake', choices: () => [rec.gpu_ids], needMib: need },
+      signal ?? AbortSignal.timeout(this.d.config.queue_timeout_seconds * 1000),
+      async () => {
+        result = await this.d.service.wakeEngine(inst)
+        return inst.id
+      },
+    )
+    return result!
+  }
+
+  // ---- making room ----
+
+  /**
+   * withRoom: one decision at a time: plan room for `want` on the GPUs as they are now (less what
+   * is reserved), carry out its evictions, reserve what it will take, run `act`, and release the
+   * reservation once `act` has started it (a started engine's claim is the gateway's from then on).
+   * When it cannot fit now it waits for the next change and plans again, until `signal`.
+   */
+  private async withRoom(
+    want: {
+      model: string
+      kind: 'load' | 'wake'
+      choices: (gpus: number[]) => number[][]
+      needMib?: number
+      needFraction?: number
+    },
+    signal: AbortSignal,
+    act: (gpuIds: number[]) => Promise<string>,
+  ): Promise<string> {
+    for (;;) {
+      if (signal.aborted) throw signal.reason
+      if (this.stopped) throw conflict('The server is stopping', 'STOPPING')
+      const turn = this.chain.then(async () => {
+        const decided = await this.decide(want)
+        if (!decided.fits) return { wait: decided.reason } as const
+        for (const g of decided.gpuIds) this.reserved.set(g, (this.reserved.get(g) ?? 0) + decided.needMib)
+        return { decided } as const
+      })
+      this.chain = turn.catch(() => {})
+      const outcome = await turn
+      if ('wait' in outcome) {
+        if (this.d.config.policy === 'off')
+          throw conflict(`${want.model} does not fit: ${outcome.wait}`, 'INSUFFICIENT_MEMORY')
+        await this.nextChange(signal)
+        continue
+      }
+      const { decided } = outcome
+      try {
+        await this.evict(decided.victims)
+        return await act(decided.gpuIds)
+      } finally {
+        for (const g of decided.gpuIds)
+          this.reserved.set(g, Math.max(0, (this.reserved.get(g) ?? 0) - decided.needMib))
+      }
+    }
+  }
+
+  /** decide: the plan for `want` now, recorded with its reasons. */
+  private async decide(want: {
+    model: string
+    kind: 'load' | 'wake'
+    choices: (gpus: number[]) => number[][]
+    needMib?: number
+    needFraction?: number
+  }): Promise<
+    { fits: true; gpuIds: number[]; victims: Victim[]; needMib: number } | { fits: false; reason: string }
+  > {
+    const snapshot = await this.d.service.gpuSnapshot()
+    if (!snapshot.available)
+      return { fits: true, gpuIds: want.choices([0])[0] ?? [0], victims: [], needMib: 0 }
+    const pending = this.d.service.pendingMibByGpu(snapshot)
+    const gpus = snapshot.gpus.map((g) => {
+      const m = gpuMemoryMib(g)
+      return {
+        index: g.index,
+        totalMib: m.total ?? 0,
+        freeMib: Math.max(0, (m.free ?? 0) - (pending.get(g.index) ?? 0) - (this.reserved.get(g.index) ?? 0)),
+      }
+    })
+    const totals = new Map(gpus.map((g) => [g.index, g.totalMib]))
+    const choices = want.choices(gpus.map((g) => g.index))
+    // A load claims gpu_memory_utilization × its device; GPUs of one host are taken as alike here.
+    const needMib =
+      want.needMib ?? Math.ceil((want.needFraction ?? 0.9) * (totals.get(choices[0]?.[0] ?? 0) ?? 0))
+    const p: Plan = plan({
+      policy: this.d.config.policy === 'off' ? 'lru' : this.d.config.policy,
+      gpus,
+      residents: this.d.config.policy === 'off' ? [] : this.residents(),
+      need: { model: want.model, gpuChoices: choices, needMib },
+      hostBudgetMib: this.d.config.host_memory_budget_gib * 1024,
+      hostUsedMib: this.hostUsedMib(),
+      horizonSeconds: this.d.config.horizon_seconds,
+    })
+    if (!p.fits) return { fits: false, reason: p.reason }
+    if (p.victims.length > 0) {
+      for (const v of p.victims) this.evicting.add(v.instanceId)
+      this.record({
+        at: new Date(this.now()).toISOString(),
+        trigger: { model: want.model, need_gib: round(needMib / MiB), gpu_ids: p.gpuIds, kind: want.kind },
+        victims: p.victims.map((v) => ({
+          model: v.model,
+          instance_id: v.instanceId,
+          action: v.action,
+          freed_gib: round(v.freedMib / MiB),
+          expected_cost_s: round(v.expectedCostS),
+        })),
+        rejected: p.rejected.map((r) => ({
+          model: r.model,
+          instance_id: r.instanceId,
+          action: r.action,
+          reason: r.reason,
+        })),
+        reason: `${want.kind} of ${want.model} needs ${round(needMib / MiB)} GiB on GPU ${p.gpuIds.join(', ')}`,
+      })
+    }
+    return { fits: true, gpuIds: p.gpuIds, victims: p.victims, needMib }
+  }
+
+  /**
+   * evict carries out a decision's victims: each leaves routing at once and is drained, then sleeps
+   * (a sleep that frees too little is escalated to an unload) or is unloaded.
+   */
+  private async evict(victims: Victim[]): Promise<void> {
+    await Promise.all(
+      victims.map(async (v) => {
+        const svc = this.d.service
+        try {
+          if (v.action === 'unload') {
+            const inst = svc.instances.get(v.instanceId)
+            if (!inst) return
+            if (inst.lifecycle.state === 'active' && inst.lifecycle.routing) inst.lifecycle.route(false)
+            await inst.lifecycle.drained({ timeoutMs: 30_000 }).catch(() => {})
+            await svc.unload(v.instanceId)
+            await svc.waitFor(v.instanceId, (s) => s === 'removed', { timeoutMs: svc.stopBudgetMs() })
+            this.metrics.action(v.model, 'unload', 'memory')
+            return
+          }
+          const level = v.action === 'sleep1' ? 1 : 2
+          const result = await svc.sleep(v.instanceId, level)
+          this.metrics.action(v.model, v.action, 'memory')
+          if (result.sleep_verified === false && svc.get(v.instanceId)?.status === 'sleeping') {
+            this.d.log.warn('a sleep freed too little: unloading the instance', { instance: v.instanceId })
+            await svc.unload(v.instanceId)
+            await svc.waitFor(v.instanceId, (s) => s === 'removed', { timeoutMs: svc.stopBudgetMs() })
+            this.metrics.action(v.model, 'unload', 'sleep_unverified')
+          }
+        } finally {
+          this.evicting.delete(v.instanceId)
+        }
+      }),
+    )
+  }
+
+  /** nextChange: resolves at the next lifecycle change or request end, or at the next retry. */
+  private nextChange(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.changed.delete(done)
+        clearTimeout(t)
+        this.timers.delete(t)
+        signal.removeEventListener('abort', done)
+        resolve()
+      }
+      const t = setTimeout(done, this.untilSomeoneEvictable() ?? RETRY_MS)
+      this.timers.add(t)
+      this.changed.add(done)
+      signal.addEventListener('abort', done, { once: true })
+    })
+  }
+
+  private notify(): void {
+    for (const f of [...this.changed]) f()
+  }
+
+  /** untilSomeoneEvictable: ms until the youngest resident reaches min_resident_seconds (null: none waits). */
+  private untilSomeoneEvictable(): number | null {
+    const min = this.d.config.min_resident_seconds * 1000
+    let soonest: number | null = null
+    for (const since of this.residentSince.values()) {
+      const left = since + min - this.now()
+      if (left > 0 && (soonest === null || left < soonest)) soonest = left
+    }
+    return soonest === null ? null : Math.min(soonest + 5, RETRY_MS)
+  }
+
+  // ---- what the planner reads ----
+
+  private residents(): Resident[] {
+    const out: Resident[] = []
+    for (const inst of this.d.service.instances.values()) {
+      const r = inst.row
+      if (r.status !== 'active' && r.status !== 'sleeping') continue
+      const holdsMib = this.holdsMib(inst)
+      const weightsMib = (inst.record().memory_metrics?.weights_memory_gib ?? 0) * MiB
+      out.push({
+        instanceId: r.id,
+        model: r.served_model_name,
+        gpuIds: [...r.gpu_ids],
+        state: r.status === 'active' ? 'active' : 'sleeping',
+        holdsMib,
+        afterSleepMib: r.sharedcache_enabled ? Math.max(0, holdsMib - weightsMib) : DEFAULT_AFTER_SLEEP_MIB,
+        parkedMib: weightsMib * r.gpu_ids.length,
+        sleepable: r.enable_sleep_mode,
+        evictable: this.whyNotEvictable(inst) === null,
+        lastUsed: this.rate(r.served_model_name).last,
+        ratePerSecond: this.rate(r.served_model_name).perSecond(this.now(), RATE_WINDOW_MS),
+        bringBack: this.costs(r.served_model_name, weightsMib / MiB || null),
+      })
+    }
+    return out
+  }
+
+  /** whyNotEvictable: null when the instance may be a victim now, else why not. */
+  whyNotEvictable(inst: ManagedInstance): string | null {
+    const r = inst.row
+    const entry = this.catalogued(r.served_model_name)
+    if (entry?.pin) return 'pinned'
+    if (!entry && (r as { evictable?: boolean | null }).evictable !== true)
+      return 'loaded by hand (not evictable)'
+    if (this.evicting.has(r.id)) return 'already being evicted'
+    if (inst.lifecycle.operation) return `${inst.lifecycle.operation} in progress`
+    if (inst.lifecycle.inFlight > 0) return `${inst.lifecycle.inFlight} request(s) in flight`
+    if (this.d.held(r.served_model_name) > 0) return 'requests queued for it'
+    const since = this.residentSince.get(r.id)
+    const min = this.d.config.min_resident_seconds * 1000
+    if (r.status === 'active' && since !== undefined && this.now() - since < min)
+      return `resident for ${Math.round((this.now() - since) / 1000)} s of the ${this.d.config.min_resident_seconds} s it keeps`
+    return null
+  }
+
+  /** holdsMib: what the instance holds on each of its GPUs now (measured, else its claim). */
+  private holdsMib(inst: ManagedInstance): number {
+    const measured = inst.currentMemoryGib ? Math.max(0, ...Object.values(inst.currentMemoryGib)) : null
+    if (measured !== null) return measured * MiB
+    const base = inst.row.memory_baseline_by_gpu
+    if (base && Object.keys(base).length) return Math.max(...Object.values(base)) * MiB
+    return (inst.row.memory_metrics?.total_gpu_memory_gib ?? 0) * MiB
+  }
+
+  /** wakeNeedMib: what a sleeping instance takes back on each of its GPUs when it wakes. */
+  private wakeNeedMib(rec: InstanceRecord): number {
+    const base = rec.memory_baseline_by_gpu
+    const full =
+      base && Object.keys(base).length
+        ? Math.max(...Object.values(base))
+        : (rec.memory_metrics?.total_gpu_memory_gib ?? 0)
+    return Math.max(0, full * MiB - DEFAULT_AFTER_SLEEP_MIB)
+  }
+
+  private hostUsedMib(): number {
+    let n = 0
+    for (const inst of this.d.service.instances.values()) {
+      const r = inst.row
+      if (r.status === 'sleeping' && r.sleep_level === 1)
+        n += (inst.record().memory_metrics?.weights_memory_gib ?? 0) * MiB * r.gpu_ids.length
+    }
+    return n
+  }
+
+  /** choices: the GPU sets a load may go on: the entry's own, else every set of `tp` GPUs (in order). */
+  private choices(gpus: number[], tp: number, fixed?: number[]): number[][] {
+    if (fixed) return [fixed]
+    if (tp === 1) return gpus.map((g) => [g])
+    const out: number[][] = []
+    const pick = (start: number, acc: number[]) => {
+      if (acc.length === tp) {
+        out.push([...acc])
+        return
+      }
+      for (let i = start; i < gpus.length; i++) pick(i + 1, [...acc, gpus[i]!])
+    }
+    pick(0, [])
+    return out
+  }
+
+  // ---- what it has learned ----
+
+  private arrived(model: string): void {
+    this.rate(model).arrived(this.now())
+  }
+
+  /** queued: a request for `model` arrived and waits (it counts toward the model's rate). */
+  queued(model: string): void {
+    this.arrived(model)
+  }
+
+  private rate(model: string): RequestRate {
+    let r = this.rates.get(model)
+    if (!r) {
+      r = new RequestRate()
+      this.rates.set(model, r)
+    }
+    return r
+  }
+
+  private measure(model: string, what: keyof Measured, ms: number): void {
+    const m = this.measured.get(model) ?? { wake1: null, wake2: null, load: null }
+    m[what] = ms / 1000
+    this.measured.set(model, m)
+  }
+
+  costs(model: string, weightsGib: number | null) {
+    return bringBack(this.measured.get(model) ?? { wake1: null, wake2: null, load: null }, weightsGib)
+  }
+
+  private record(d: ResidencyDecision): void {
+    this.decisions.unshift(d)
+    if (this.decisions.length > KEEP_DECISIONS) this.decisions.length = KEEP_DECISIONS
+    this.d.bus.emit('gateway.residency.decision', d)
+    this.d.log.info('residency decision', {
+      trigger: `${d.trigger.kind} ${d.trigger.model}`,
+      victims: d.victims.map((v) => `${v.model}:${v.action}`).join(', '),
+    })
+  }
+
+  // ---- views ----
+
+  instancesOf(name: string): InstanceRecord[] {
+    return this.d.service.list().filter((i) => i.served_model_name === name)
+  }
+
+  recentDecisions(): readonly ResidencyDecision[] {
+    return this.decisions
+  }
+
+  /** rateOf / lastRequestAt: a model's recent request rate (per minute) and last request (epoch ms). */
+  rateOf(model: string): number {
+    return this.rate(model).perSecond(this.now(), RATE_WINDOW_MS) * 60
+  }
+
+  lastRequestAt(model: string): number | null {
+    return this.rates.get(model)?.last ?? null
+  }
+
+  hostMemoryUsedGib(): number {
+    return this.hostUsedMib() / MiB
+  }
+}
+
+const round = (x: number) => Math.round(x * 100) / 100
+
+declare module '../../../src/host/bus.ts' {
+  interface BusEvents {
+    'gateway.residency.decision': ResidencyDecision
+  }
+}
