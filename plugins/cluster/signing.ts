@@ -1,8 +1,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { ConfigError } from '../../src/config/load.ts'
-import type { InternalRequest, InternalVerdict } from '../../src/http/auth.ts'
+import type { InternalHead, InternalRequest, InternalVerdict } from '../../src/http/auth.ts'
 import { AppError, badRequest, unauthorized } from '../../src/http/errors.ts'
-import type { InternalHead } from '../../src/wire/server.ts'
 import { RateWindows } from './rate-windows.ts'
 
 /**

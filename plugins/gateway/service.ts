@@ -30,9 +30,9 @@ import { MoveManager } from './move/service.ts'
 import { placeOnGpus, sharedCacheEstimate, startingClaimMib, usedMibByGpuForPids } from './placement.ts'
 import { GATEWAY_ANSWERS } from './proxy/answers.ts'
 import { InstanceBackend } from './proxy/instance-backend.ts'
-import type { ResidencyManager } from './residency/manager.ts'
 import { recover } from './recovery.ts'
 import type { InstanceRepo } from './repo.ts'
+import type { ResidencyHooks } from './residency/hooks.ts'
 import { SharedCache } from './shared-cache.ts'
 import { SleepWake } from './sleep-wake.ts'
 import { Supervision } from './supervision.ts'
@@ -282,11 +282,11 @@ export class GatewayService implements GatewayApi {
   }
 
   /** residency: the manager of what is resident (set in setup when the gateway has one). */
-  residency: ResidencyManager | null = null
+  residency: ResidencyHooks | null = null
 
   /** wakeWithRoom: the instance's one wake, with room made first on its GPUs (residency). */
   private wakeWithRoom(inst: ManagedInstance): Promise<WakeResult> {
-    return this.residency ? this.residency.wake(inst) : this.sleepWake.wake(inst)
+    return this.residency?.active ? this.residency.wake(inst) : this.sleepWake.wake(inst)
   }
 
   /** wakeEngine: the gateway's own wake of an instance, joinable (what residency runs once room is made). */

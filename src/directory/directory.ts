@@ -248,7 +248,8 @@ export class ModelDirectory {
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
     const queue = first.queue?.() ?? null
-    if (queue && this.held(name) >= queue.max) return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
+    if (queue && this.held(name) >= queue.max)
+      return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
     const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
     const wakes = sleepers.map((b) => this.wake(b))
     const wake =

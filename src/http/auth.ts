@@ -5,7 +5,6 @@ import type { EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
 import type { Store } from '../store/db.ts'
 import { INTERNAL_HEADER } from '../wire/headers.ts'
-import type { InternalHead } from '../wire/server.ts'
 import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
 import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth.ts'
 import { RevocationBook } from './revocations.ts'
@@ -92,6 +91,9 @@ export interface InternalRequest {
   body: Uint8Array
   peer: string
 }
+
+/** InternalHead: what the internal check can judge before the body arrives (the front's head stage). */
+export type InternalHead = Omit<InternalRequest, 'body'>
 
 /** InternalVerdict: a signed request accepted (with the sender's pod and term headers), or the refusal. */
 export type InternalVerdict =

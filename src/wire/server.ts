@@ -1,5 +1,5 @@
 import type { Socket, TCPSocketListener } from 'bun'
-import type { InternalRequest } from '../http/auth.ts'
+import type { InternalHead, InternalRequest } from '../http/auth.ts'
 import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
 import { BodyRange } from './body-range.ts'
 import { type WireClient, WireExchange } from './exchange.ts'
@@ -88,9 +88,6 @@ export interface FrontOptions {
   onRequest(method: string, path: string, query: string, status: number, ms: number, refused?: boolean): void
   limits?: Partial<ParserLimits>
 }
-
-/** InternalHead: what the internal check can judge before the body arrives. */
-export type InternalHead = Omit<InternalRequest, 'body'>
 
 /**
  * FrontLimits: what one listener grants its clients, as the best servers set it (nginx's

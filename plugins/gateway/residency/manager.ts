@@ -8,6 +8,7 @@ import type { ManagedInstance } from '../instance.ts'
 import type { GatewayService } from '../service.ts'
 import type { ResidencyConfig } from './config.ts'
 import { bringBack, type EvictAction, type Measured, RequestRate } from './costs.ts'
+import type { ResidencyHooks } from './hooks.ts'
 import { ResidencyMetrics } from './metrics.ts'
 import { type Plan, plan, type Resident, type Victim } from './planner.ts'
 
@@ -87,7 +88,7 @@ const RETRY_MS = 1000
 
 const MiB = 1024
 
-export class ResidencyManager {
+export class ResidencyManager implements ResidencyHooks {
   private readonly rates = new Map<string, RequestRate>()
   private readonly measured = new Map<string, Measured>()
   /** When each instance became resident (active), epoch ms: min_resident_seconds counts from it. */
@@ -146,8 +147,12 @@ export class ResidencyManager {
     d.bus.on('proxy.request', () => this.notify())
   }
 
-  get enabled(): boolean {
-    return this.d.config.policy !== 'off' || this.d.catalog.entries().length > 0
+  /**
+   * active: the manager runs when the catalogue has entries; without one nothing is loaded, woken
+   * with room made or evicted on its own, as before the catalogue existed.
+   */
+  get active(): boolean {
+    return this.d.catalog.entries().length > 0
   }
 
   /** catalogued: the catalogue entry a served name is, if any. */
