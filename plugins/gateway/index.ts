@@ -122,6 +122,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       dataDir: ctx.dataDir,
       selfCommand: ctx.selfCommand,
       engineEnv: () => settings.engineEnv(),
+      telemetry: ctx.telemetry,
     }
     const service = new PodGateway(deps)
     const orphans = new OrphanService({
@@ -139,6 +140,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
     const presets = new PresetService(ctx.store.db, service, ctx.bus, ctx.log, {
       unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
       readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
+      telemetry: ctx.telemetry,
     })
     service.profiles = {
       list: () => profiles.list(),

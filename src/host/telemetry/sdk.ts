@@ -14,7 +14,7 @@ import {
   TraceIdRatioBasedSampler,
 } from '@opentelemetry/sdk-trace-base'
 import type { Logger } from '../logger.ts'
-import { type TelemetryConfig, type TracerHandle, tracesUrl } from './telemetry.ts'
+import { type TelemetryConfig, type TracerHandle, tracesUrl } from './settings.ts'
 
 /**
  * sdk.ts is the only file that loads the OpenTelemetry SDK; telemetry.ts imports it dynamically, and

@@ -1,7 +1,7 @@
 import { hostname } from 'node:os'
 import { ROOT_CONTEXT, type SpanContext, SpanKind, type Tracer, trace } from '@opentelemetry/api'
-import type { RootConfig } from '../../config/schema.ts'
 import type { Logger } from '../logger.ts'
+import { type TelemetryConfig, type TracerHandle, tracesUrl } from './settings.ts'
 import {
   NOOP_SPAN,
   OtelRequestTrace,
@@ -12,6 +12,8 @@ import {
   type TraceSpan,
 } from './spans.ts'
 import { parseTraceparent } from './traceparent.ts'
+
+export type { TelemetryConfig }
 
 /**
  * Telemetry: modelgate's traces over OTLP/HTTP (`telemetry:` in the YAML). Off unless
@@ -28,7 +30,6 @@ import { parseTraceparent } from './traceparent.ts'
  * Spans leave in batches (a BatchSpanProcessor: at most 4096 queued, dropped beyond, so a dead
  * collector costs bounded memory); `shutdown` flushes what is queued, within the host's deadline.
  */
-export type TelemetryConfig = RootConfig['telemetry']
 
 /** RequestHead: what the request path knows of a request when its span starts. */
 export interface RequestHead {
@@ -41,13 +42,6 @@ export interface RequestHead {
   model?: string
   /** the client's address. */
   clientAddress?: string
-}
-
-/** What the SDK set-up (sdk.ts) gives back: a tracer and its provider's flush and shutdown. */
-export interface TracerHandle {
-  tracer: Tracer
-  forceFlush(): Promise<void>
-  shutdown(): Promise<void>
 }
 
 /** GEN_AI_OPERATION: the GenAI operation of each inference route (gen_ai.operation.name). */
@@ -166,10 +160,4 @@ export class Telemetry {
   async shutdown(): Promise<void> {
     await this.handle?.shutdown().catch(() => {})
   }
-}
-
-/** tracesUrl: OTLP/HTTP's trace path under a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is read. */
-export function tracesUrl(endpoint: string): string {
-  const base = endpoint.replace(/\/+$/, '')
-  return base.endsWith('/v1/traces') ? base : `${base}/v1/traces`
 }
