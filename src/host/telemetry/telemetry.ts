@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import { ROOT_CONTEXT, type SpanContext, SpanKind, type Tracer, trace } from '@opentelemetry/api'
+import { ROOT_CONTEXT, type SpanContext, SpanKind, trace } from '@opentelemetry/api'
 import type { Logger } from '../logger.ts'
 import { type TelemetryConfig, type TracerHandle, tracesUrl } from './settings.ts'
 import {
