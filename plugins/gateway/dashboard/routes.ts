@@ -142,7 +142,9 @@ export function dashboardRoutes(ctx: PluginContext, service: GatewayService, tim
           '{instance, previousStatus, currentStatus, message} on every state change (currentStatus `removed`: gone); ' +
           '`progress` {instance_id, phase, percent, message} from each instance (load, wake); `operation` ' +
           '{instance_id, operation: sleep|wake|move, running}; `move` (the move_progress record); `traffic` ' +
-          `{requests} at most every 2 s while proxied requests end. Heartbeat comments every 15 s.`,
+          '{requests} at most every 2 s while proxied requests end; `timeseries` (the last hour, as ' +
+          '`GET /api/dashboard/timeseries` answers it) once after `instances`, then `sample` {t, values} every 5 s. ' +
+          'Heartbeat comments every 15 s.',
       },
     })
     .get('/api/dashboard/timeseries', () => timeseries.ring.snapshot(), {
