@@ -9,6 +9,7 @@ import { fleetRoutes } from './fleet/routes.ts'
 import { ClusterFleet } from './fleet/service.ts'
 import { ClusterHop, hopRoutes } from './hop.ts'
 import { internalRoutes } from './internal-routes.ts'
+import { registerClusterMetrics } from './metrics.ts'
 import { moveInternalRoutes } from './move/internal-routes.ts'
 import { clusterMoveRoutes } from './move/routes.ts'
 import { ClusterMoves } from './move/service.ts'
@@ -85,6 +86,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       }),
     )
     const cluster = service
+    registerClusterMetrics(ctx.metrics, cluster)
     const hop = new ClusterHop({
       cluster,
       inference: gateway.inference,

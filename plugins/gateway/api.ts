@@ -2,6 +2,7 @@ import type { Static } from 'elysia'
 import type { Backend } from '../../src/directory/backend.ts'
 import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
+import type { SpanBase } from '../../src/host/telemetry/spans.ts'
 import type { WireAction, WireRequest } from '../../src/wire/route.ts'
 import type { MemoryProfile } from './db/presets.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
@@ -202,6 +203,8 @@ export interface InstanceRouting {
 export interface LoadOptions {
   routing?: boolean
   operation?: Operation
+  /** trace: the span the load's own span goes under (a move's, a preset apply's); else its own trace. */
+  trace?: SpanBase | null
 }
 
 /**
@@ -228,7 +231,8 @@ export interface GatewayApi {
    * puts the engine to sleep and checks with nvidia-smi what it freed.
    */
   sleep(id: string, level: SleepLevel, opts?: SleepOptions): Promise<SleepResult>
-  wake(id: string, tags?: string[]): Promise<WakeResult>
+  /** wake: `trace`, when given, is the span the wake's own span goes under (a request held for it). */
+  wake(id: string, tags?: string[], trace?: SpanBase | null): Promise<WakeResult>
   /** engineBaseUrl is where an instance's engine listens. */
   engineBaseUrl(instance: InstanceRecord): string
   /**

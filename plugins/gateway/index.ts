@@ -17,7 +17,7 @@ import { dashboardRoutes } from './dashboard/routes.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import { INSTANCE_EVENT_TYPES } from './events.ts'
-import { registerGatewayMetrics } from './metrics.ts'
+import { EngineFigures, registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
 import { orphanRoutes } from './orphans/routes.ts'
 import { OrphanService } from './orphans/service.ts'
@@ -32,6 +32,7 @@ import { gatewayRoutes } from './routes.ts'
 import { type GatewayDeps, GatewayService } from './service.ts'
 import { settingsRoutes } from './settings/routes.ts'
 import { SettingsStore } from './settings/service.ts'
+import { TimeSeriesSampler } from './timeseries/sampler.ts'
 import { gpuAvailableView, multiGpuView } from './views.ts'
 
 /**
@@ -122,6 +123,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       dataDir: ctx.dataDir,
       selfCommand: ctx.selfCommand,
       engineEnv: () => settings.engineEnv(),
+      telemetry: ctx.telemetry,
     }
     const service = new PodGateway(deps)
     const orphans = new OrphanService({
@@ -132,6 +134,12 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       log: ctx.log.child('orphans'),
     })
     registerGatewayMetrics(ctx.metrics, service, ctx.bus)
+    const timeseries = new TimeSeriesSampler({
+      bus: ctx.bus,
+      instances: () => service.instances.values(),
+      figures: new EngineFigures(ctx.metrics),
+      log: ctx.log.child('timeseries'),
+    })
     const profiles = new ProfileStore(ctx.store.db)
     const recorder = new ProfileRecorder(profiles, service, ctx.bus, ctx.log)
     const checkOptions = { defaultUtilization: cfg.engine.gpu_memory_utilization }
@@ -139,6 +147,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
     const presets = new PresetService(ctx.store.db, service, ctx.bus, ctx.log, {
       unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
       readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
+      telemetry: ctx.telemetry,
     })
     service.profiles = {
       list: () => profiles.list(),
@@ -171,10 +180,14 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         .use(presetRoutes(presets))
         .use(settingsRoutes(settings))
         .use(orphanRoutes(orphans))
-        .use(dashboardRoutes(ctx, service)),
+        .use(dashboardRoutes(ctx, service, timeseries)),
       api: service,
-      start: () => service.recover(),
+      start: async () => {
+        await service.recover()
+        timeseries.start()
+      },
       stop: async (deadline) => {
+        timeseries.stop()
         await presets.stop()
         await service.stop(deadline)
         await recorder.stop()

@@ -4,6 +4,7 @@ import type { Backend } from '../../src/directory/backend.ts'
 import type { EngineProcess } from '../../src/engine/supervisor.ts'
 import { engineOrigin, VllmClient } from '../../src/engine/vllm-client.ts'
 import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
+import type { PhaseSpans, TraceSpan } from '../../src/host/telemetry/spans.ts'
 import type { InstanceRecord, InstanceStatus } from './api.ts'
 import type { InstanceRow } from './db/schema.ts'
 import { InstanceEvents } from './events.ts'
@@ -26,6 +27,8 @@ export class ManagedInstance {
   currentMemoryGib: Record<string, number> | null = null
   /** backend: this instance as the model directory serves it (made once). */
   readonly backend: Backend
+  /** startup: the load's span and its phases while the engine starts (ended once active or failed). */
+  startup: { span: TraceSpan; phases: PhaseSpans } | null = null
 
   constructor(
     public row: InstanceRow,

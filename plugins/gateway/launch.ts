@@ -11,6 +11,7 @@ import {
 } from '../../src/engine/vllm-command.ts'
 import { shortModelName } from '../../src/gpu/colors.ts'
 import { instanceSegmentName } from '../../src/gpu/kvcached.ts'
+import type { Telemetry } from '../../src/host/telemetry/telemetry.ts'
 import { badRequest } from '../../src/http/errors.ts'
 import type { LoadRequest } from './api.ts'
 import { expandSelf, type GatewayConfig } from './config.ts'
@@ -99,7 +100,13 @@ export interface Launch {
 export function launchPlan(
   config: GatewayConfig,
   /** engineEnv: what the settings add to a new engine's environment (HF_TOKEN); never on its command line. */
-  where: { selfCommand: readonly string[]; dataDir: string; engineEnv?: () => Record<string, string> },
+  where: {
+    selfCommand: readonly string[]
+    dataDir: string
+    engineEnv?: () => Record<string, string>
+    /** telemetry: whether engines get `--otlp-traces-endpoint` (telemetry.engine_otlp_traces_endpoint). */
+    telemetry?: Telemetry
+  },
   req: LoadRequest,
   c: LaunchChoice,
 ): Launch {
@@ -119,6 +126,7 @@ export function launchPlan(
       tensorParallelSize: c.tp,
       enableSleepMode: sleepMode,
       sharedCache: c.sharedCache,
+      otlpTracesEndpoint: where.telemetry?.engineTracesEndpoint() ?? null,
       extraArgs: c.extra,
     }),
   ]

@@ -8,6 +8,8 @@ import { defaultShmDir } from '../../src/gpu/kvcached.ts'
 import { GpuProbe, type GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
+import { PhaseSpans, type SpanBase, type TraceSpan } from '../../src/host/telemetry/spans.ts'
+import { Telemetry } from '../../src/host/telemetry/telemetry.ts'
 import { AppError, badRequest, conflict, modelNotFound, storageFull } from '../../src/http/errors.ts'
 import type {
   GatewayApi,
@@ -56,12 +58,16 @@ export interface GatewayDeps {
   selfCommand: readonly string[]
   /** engineEnv: what the settings add to a new engine's environment (HF_TOKEN). */
   engineEnv?: () => Record<string, string>
+  /** telemetry: spans of loads, sleeps, wakes and moves (default off). */
+  telemetry?: Telemetry
 }
 
 /** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
 export interface LoadOptions {
   routing?: boolean
   operation?: Operation
+  /** trace: the span the load's own span goes under (a move's, a preset apply's); else its own trace. */
+  trace?: SpanBase | null
 }
 
 const NONE: readonly Backend[] = Object.freeze([])
@@ -79,9 +85,11 @@ export class GatewayService implements GatewayApi {
   /** moves runs blue-green moves of this service's instances. */
   readonly moves: MoveManager
   private readonly background = new Set<Promise<unknown>>()
+  readonly telemetry: Telemetry
 
   constructor(private readonly deps: GatewayDeps) {
     const { config } = deps
+    this.telemetry = deps.telemetry ?? Telemetry.OFF
     const smi = config.gpu.smi_command ? expandSelf(config.gpu.smi_command, deps.selfCommand) : null
     this.probe = new GpuProbe(smi, { timeoutMs: config.gpu.timeout_ms, cacheMs: config.gpu.cache_ms })
     this.ports = new PortAllocator(
@@ -97,9 +105,10 @@ export class GatewayService implements GatewayApi {
       probe: this.probe,
       bus: deps.bus,
       log: deps.log,
+      telemetry: this.telemetry,
       unload: (id) => this.unload(id),
     })
-    this.moves = new MoveManager(this, deps.bus, deps.log.child('move'))
+    this.moves = new MoveManager(this, deps.bus, deps.log.child('move'), this.telemetry)
   }
 
   // ---- queries ----
@@ -285,8 +294,8 @@ export class GatewayService implements GatewayApi {
   residency: ResidencyHooks | null = null
 
   /** wakeWithRoom: the instance's one wake, with room made first on its GPUs (residency). */
-  private wakeWithRoom(inst: ManagedInstance): Promise<WakeResult> {
-    return this.residency?.active ? this.residency.wake(inst) : this.sleepWake.wake(inst)
+  private wakeWithRoom(inst: ManagedInstance, trace: SpanBase | null = null): Promise<WakeResult> {
+    return this.residency?.active ? this.residency.wake(inst) : this.sleepWake.wake(inst, [], trace)
   }
 
   /** wakeEngine: the gateway's own wake of an instance, joinable (what residency runs once room is made). */
@@ -382,6 +391,34 @@ export class GatewayService implements GatewayApi {
    */
   async load(req: LoadRequest, opts: LoadOptions = {}): Promise<LoadResponse> {
     if (this.stopping) throw new AppError(503, 'SHUTTING_DOWN', 'modelgate is shutting down')
+    const span = this.telemetry.operation(
+      'gateway.load',
+      {
+        'gen_ai.request.model': req.served_model_name ?? req.model_path,
+        'modelgate.model_path': req.model_path,
+      },
+      opts.trace,
+    )
+    const phases = new PhaseSpans(span)
+    phases.enter('load.place')
+    try {
+      const res = await this.spawnLoad(req, opts, { span, phases })
+      span.setAttributes({ 'modelgate.instance_id': res.instance_id, 'server.port': res.port })
+      return res
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err)
+      phases.end(message)
+      span.end(message)
+      throw err
+    }
+  }
+
+  /** spawnLoad: the load itself; its engine's start-up is followed by supervision (`startup`: the trace). */
+  private async spawnLoad(
+    req: LoadRequest,
+    opts: LoadOptions,
+    startup: { span: TraceSpan; phases: PhaseSpans },
+  ): Promise<LoadResponse> {
     const { config } = this.deps
     const tp = req.tensor_parallel_size ?? 1
     const { extra, port: requestedPort } = checkArgs(req)
@@ -412,6 +449,9 @@ export class GatewayService implements GatewayApi {
     const id = row.id
     const inst = this.newInstance(row, deviceTotalGib, opts)
     this.instances.set(id, inst)
+    startup.span.setAttributes({ 'modelgate.gpu_ids': gpuIds.join(',') })
+    startup.phases.enter('load.spawn')
+    inst.startup = startup
     try {
       // An engine whose logs cannot be written is not started (on a full disk it would run blind).
       ManagedInstance.writeLaunchRecord(row)
@@ -503,10 +543,10 @@ export class GatewayService implements GatewayApi {
     return this.sleepWake.sleep(this.require(id), level, opts)
   }
 
-  wake(id: string, tags: string[] = []): Promise<WakeResult> {
+  wake(id: string, tags: string[] = [], trace: SpanBase | null = null): Promise<WakeResult> {
     const inst = this.require(id)
-    if (tags.length === 0) return this.wakeWithRoom(inst)
-    return this.sleepWake.wake(inst, tags as SleepTag[])
+    if (tags.length === 0) return this.wakeWithRoom(inst, trace)
+    return this.sleepWake.wake(inst, tags as SleepTag[], trace)
   }
 
   sleepStatus(id: string) {

@@ -4,6 +4,8 @@ import type { GpuProbe } from '../../src/gpu/smi.ts'
 import { WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
+import { PhaseSpans, type SpanBase, type TraceSpan } from '../../src/host/telemetry/spans.ts'
+import type { Telemetry } from '../../src/host/telemetry/telemetry.ts'
 import { AppError, badRequest, conflict } from '../../src/http/errors.ts'
 import type { InstanceStatus, SleepCheck, SleepOptions, SleepResult, SleepStatus, WakeResult } from './api.ts'
 import type { GatewayConfig } from './config.ts'
@@ -35,6 +37,8 @@ export interface SleepWakeDeps {
   probe: GpuProbe
   bus: EventBus
   log: Logger
+  /** telemetry: each sleep and wake is a span (a trace of its own unless a request's wake). */
+  telemetry: Telemetry
   /** unload stops an instance (plugins.gateway.sleep.verify_fallback: unload). */
   unload: (id: string) => Promise<void>
 }
@@ -83,6 +87,34 @@ export class SleepWake {
   }
 
   async sleep(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions = {}): Promise<SleepResult> {
+    const span = this.deps.telemetry.operation('gateway.sleep', {
+      ...instanceAttributes(inst),
+      'modelgate.sleep.level': level,
+    })
+    try {
+      const result = await this.sleepTraced(inst, level, opts, new PhaseSpans(span))
+      span.setAttributes({
+        'modelgate.sleep.verified': result.sleep_verified ?? undefined,
+        'modelgate.sleep.drained_requests': result.drained_requests,
+        'modelgate.sleep.fallback': result.fallback ?? undefined,
+      })
+      // A sleep that freed too little succeeded for its caller, yet is what an operator looks for.
+      span.end(
+        result.sleep_verified === false ? 'sleep freed less GPU memory than its level should' : undefined,
+      )
+      return result
+    } catch (err) {
+      span.end(err instanceof Error ? err.message : String(err))
+      throw err
+    }
+  }
+
+  private async sleepTraced(
+    inst: ManagedInstance,
+    level: 1 | 2,
+    opts: SleepOptions,
+    phases: PhaseSpans,
+  ): Promise<SleepResult> {
     const id = inst.id
     if (inst.status !== 'active')
       throw conflict(`Instance ${id} is ${inst.status}; only a running instance can sleep`, 'INVALID_STATE')
@@ -92,13 +124,17 @@ export class SleepWake {
     let result: SleepResult
     try {
       const t0 = performance.now()
+      phases.enter('sleep.drain', { 'modelgate.in_flight': inst.inFlight })
       const drained = await this.drain(inst, opts)
       const drainMs = Math.round(performance.now() - t0)
       stillThere(inst, 'active')
+      phases.enter('sleep.measure_awake')
       const awake = await this.measure(inst)
       stillThere(inst, 'active')
+      phases.enter('sleep.engine', { 'server.port': inst.row.port })
       const mode = await engineCall(() => inst.client.sleep(level, { mode: 'wait' }))
       stillThere(inst, 'active')
+      phases.enter('sleep.verify')
       const now = new Date().toISOString()
       inst.row.sleep_level = level
       inst.row.slept_at = now
@@ -131,6 +167,7 @@ export class SleepWake {
         fallback,
       }
     } finally {
+      phases.end()
       inst.lifecycle.end('sleep')
     }
     if (result.fallback === 'unload' && inst.lifecycle.state === 'sleeping') {
@@ -211,12 +248,17 @@ export class SleepWake {
   /**
    * wake wakes a sleeping instance. A whole wake (no tags) asked for while one runs joins it and
    * gets its result: a request, an operator and the router asking at once share one wake, and none
-   * of them is refused because another asked first.
+   * of them is refused because another asked first. `trace`: the span of whoever asks (a request
+   * held for the wake), under which the wake's own span goes; one joining a wake under way gets an
+   * event instead.
    */
-  wake(inst: ManagedInstance, tags: SleepTag[] = []): Promise<WakeResult> {
+  wake(inst: ManagedInstance, tags: SleepTag[] = [], trace: SpanBase | null = null): Promise<WakeResult> {
     const running = this.waking.get(inst)
-    if (running && tags.length === 0) return running
-    const wake = this.wakeOnce(inst, tags)
+    if (running && tags.length === 0) {
+      trace?.event('modelgate.wake.joined', { 'modelgate.instance_id': inst.id })
+      return running
+    }
+    const wake = this.wakeOnce(inst, tags, trace)
     if (tags.length > 0) return wake
     this.waking.set(inst, wake)
     const forget = () => {
@@ -226,7 +268,31 @@ export class SleepWake {
     return wake
   }
 
-  private async wakeOnce(inst: ManagedInstance, tags: SleepTag[]): Promise<WakeResult> {
+  private async wakeOnce(
+    inst: ManagedInstance,
+    tags: SleepTag[],
+    trace: SpanBase | null,
+  ): Promise<WakeResult> {
+    const span = this.deps.telemetry.operation(
+      'gateway.wake',
+      { ...instanceAttributes(inst), 'modelgate.wake.tags': tags },
+      trace,
+    )
+    try {
+      const result = await this.wakeTraced(inst, tags, span)
+      span.setAttributes({
+        'modelgate.sleep.level': result.sleep_level ?? undefined,
+        'modelgate.outcome': result.status,
+      })
+      span.end()
+      return result
+    } catch (err) {
+      span.end(err instanceof Error ? err.message : String(err))
+      throw err
+    }
+  }
+
+  private async wakeTraced(inst: ManagedInstance, tags: SleepTag[], span: TraceSpan): Promise<WakeResult> {
     const id = inst.id
     if (inst.status !== 'sleeping')
       throw conflict(
@@ -241,10 +307,21 @@ export class SleepWake {
       const prior = record.wake?.phases_done ?? []
       const done: WakePhase[] = [...prior]
       let outcome: Awaited<ReturnType<typeof inst.client.wakeUp>>
+      // Each engine phase (weights, reload_weights, kv_cache, reset_prefix_cache) is a child span,
+      // drawn when it is reported done, from the end of the one before.
+      let phaseStart = epochMs()
       try {
         outcome = await inst.client.wakeUp(level, tags, {
           done: prior,
           onPhase: (phase) => {
+            span
+              .child(
+                `wake.${phase}`,
+                { 'server.port': inst.row.port },
+                { kind: 'client', startTime: phaseStart },
+              )
+              .end()
+            phaseStart = epochMs()
             done.push(phase)
             const percent = Math.min(99, Math.round((done.length / (level === 2 ? 4 : 1)) * 100))
             inst.events.emit('progress', { phase: 'waking', percent, message: `wake: ${phase} done` })
@@ -252,6 +329,7 @@ export class SleepWake {
         })
       } catch (err) {
         if (!(err instanceof WakeError)) throw err
+        span.child(`wake.${err.phase}`, {}, { kind: 'client', startTime: phaseStart }).end(err.message)
         record.wake = { phases_done: done, failed_phase: err.phase, error: err.message, at: now() }
         const message = `${err.message}; the instance stays sleeping (not routed) until a wake finishes`
         inst.events.emit('error', { message, source: 'wake', phase: err.phase })
@@ -414,3 +492,15 @@ async function engineCall<T>(fn: () => Promise<T>): Promise<T> {
     throw err
   }
 }
+
+/** instanceAttributes: what every span of an instance's operation carries. */
+function instanceAttributes(inst: ManagedInstance) {
+  return {
+    'modelgate.instance_id': inst.id,
+    'gen_ai.request.model': inst.row.served_model_name,
+    'modelgate.gpu_ids': inst.row.gpu_ids.join(','),
+  }
+}
+
+/** epochMs: now, in epoch milliseconds with sub-millisecond precision (a span's start time). */
+const epochMs = () => performance.timeOrigin + performance.now()

@@ -66,6 +66,7 @@ export class Supervision {
       const percent = inst.logs.progressPercent()
       if (percent !== inst.lastProgress) {
         inst.lastProgress = percent
+        inst.startup?.phases.enter(`load.${inst.logs.phase()}`)
         inst.events.emit('progress', { phase: inst.logs.phase(), percent, message: line.slice(0, 300) })
       }
       const r = this.readiness.get(inst)
@@ -91,7 +92,34 @@ export class Supervision {
       this.fail(inst, `start-up supervision failed: ${(err as Error).message ?? String(err)}`)
       await this.stopEngine(inst)
       throw err
+    } finally {
+      this.endStartupTrace(inst)
     }
+  }
+
+  /**
+   * endStartupTrace ends the load's span once start-up is over: fine when the instance is active,
+   * else failed with its error. An engine that exited is failed by the exit watcher a moment later,
+   * so that case waits for the state to leave `starting`.
+   */
+  private endStartupTrace(inst: ManagedInstance): void {
+    const startup = inst.startup
+    if (!startup) return
+    inst.startup = null
+    const end = () => {
+      const error = inst.status === 'active' ? undefined : (inst.row.error ?? `instance ${inst.status}`)
+      startup.phases.end(error)
+      startup.span.setAttributes({ 'modelgate.outcome': inst.status })
+      startup.span.end(error)
+    }
+    if (inst.lifecycle.state !== 'starting') {
+      end()
+      return
+    }
+    void inst.lifecycle
+      .waitUntil((l) => l.state !== 'starting', { timeoutMs: 60_000, what: 'the end of start-up' })
+      .catch(() => {})
+      .then(end)
   }
 
   private async followStartup(inst: ManagedInstance, deadlineAt: number): Promise<void> {
@@ -168,6 +196,7 @@ export class Supervision {
       return
     }
     const row = inst.row
+    inst.startup?.phases.enter('load.ready')
     row.ready_at = new Date().toISOString()
     row.memory_metrics = inst.logs.metrics()
     row.max_tokens = inst.logs.maxModelLen() ?? row.requested_max_tokens

@@ -137,6 +137,43 @@ export const RootConfigSchema = T.Object(
       },
       { additionalProperties: false, default: {} },
     ),
+    telemetry: T.Object(
+      {
+        otlp_endpoint: T.String({
+          default: '',
+          pattern: '^(https?://\\S+)?$',
+          description:
+            'OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318; spans go to <url>/v1/traces). Empty: tracing off, the SDK is not even loaded',
+        }),
+        headers: T.Record(T.String(), T.String(), {
+          default: {},
+          description: 'HTTP headers sent with every export (e.g. authorization of a hosted collector)',
+        }),
+        service_name: T.String({
+          default: 'modelgate',
+          minLength: 1,
+          description: 'the service.name of every span',
+        }),
+        sample_ratio: T.Number({
+          default: 1,
+          minimum: 0,
+          maximum: 1,
+          description:
+            'share of inference requests traced when the caller sent no traceparent (one with a traceparent follows its sampled flag); admin operations are always traced',
+        }),
+        export_timeout_ms: T.Integer({
+          default: 10000,
+          minimum: 100,
+          description: 'deadline of one export to the collector',
+        }),
+        engine_otlp_traces_endpoint: T.String({
+          default: '',
+          description:
+            "given to vLLM engines as --otlp-traces-endpoint (vLLM's own spans; it speaks OTLP/gRPC unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL in engine.env says otherwise). Empty: not passed",
+        }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
     plugins: T.Record(T.String(), T.Unknown(), { default: {} }),
   },
   { additionalProperties: false },

@@ -348,23 +348,34 @@ export class VllmClient {
 
   /** metric reads one gauge from the engine's /metrics (summed over label sets), or null. */
   async metric(names: string[], o: CallOptions = {}): Promise<number | null> {
+    return (await this.metrics([names], o))[0] ?? null
+  }
+
+  /**
+   * metrics reads several figures from one GET /metrics: for each group of names (a current one and
+   * its older spellings), the first name present, summed over its label sets; null when none is.
+   */
+  async metrics(groups: string[][], o: CallOptions = {}): Promise<(number | null)[]> {
     const text = await (await this.call('GET', '/metrics', o, 3000)).text()
-    for (const name of names) {
-      let sum = 0
-      let seen = false
-      for (const line of text.split('\n')) {
-        if (!line.startsWith(name)) continue
-        const rest = line.slice(name.length)
-        if (rest[0] !== ' ' && rest[0] !== '{') continue
-        const v = Number(line.slice(line.lastIndexOf(' ') + 1))
-        if (Number.isFinite(v)) {
-          sum += v
-          seen = true
+    const lines = text.split('\n')
+    return groups.map((names) => {
+      for (const name of names) {
+        let sum = 0
+        let seen = false
+        for (const line of lines) {
+          if (!line.startsWith(name)) continue
+          const rest = line.slice(name.length)
+          if (rest[0] !== ' ' && rest[0] !== '{') continue
+          const v = Number(line.slice(line.lastIndexOf(' ') + 1))
+          if (Number.isFinite(v)) {
+            sum += v
+            seen = true
+          }
         }
+        if (seen) return sum
       }
-      if (seen) return sum
-    }
-    return null
+      return null
+    })
   }
 
   /**

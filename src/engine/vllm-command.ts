@@ -15,6 +15,12 @@ export interface VllmArgsOptions {
   tensorParallelSize?: number
   enableSleepMode?: boolean
   sharedCache?: boolean
+  /**
+   * otlpTracesEndpoint: vLLM's own traces go there (`--otlp-traces-endpoint`), joining modelgate's
+   * trace of each request through the `traceparent` the proxy forwards. Not added when the extra
+   * args already carry the flag: the operator's own value wins.
+   */
+  otlpTracesEndpoint?: string | null
   extraArgs?: string[]
 }
 
@@ -32,6 +38,8 @@ export function buildVllmArgs(opts: VllmArgsOptions): string[] {
     args.push('--tensor-parallel-size', String(opts.tensorParallelSize))
   }
   if (opts.enableSleepMode) args.push('--enable-sleep-mode')
+  if (opts.otlpTracesEndpoint && !hasFlag(opts.extraArgs ?? [], '--otlp-traces-endpoint'))
+    args.push('--otlp-traces-endpoint', opts.otlpTracesEndpoint)
   if (opts.extraArgs) args.push(...opts.extraArgs)
   return args
 }

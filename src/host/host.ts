@@ -31,6 +31,7 @@ import type {
   RawRoute,
 } from './plugin.ts'
 import { orderPlugins } from './registry.ts'
+import { Telemetry } from './telemetry/telemetry.ts'
 
 /**
  * Host boots modelgate from a validated config: store and migrations → plugins set up in
@@ -57,6 +58,8 @@ export class Host {
   readonly auth: AuthService
   /** directory: where every listener's inference requests go (src/directory), fed by the plugins. */
   readonly directory: ModelDirectory
+  /** telemetry: traces over OTLP (`telemetry:`), set up first in boot; OFF until then and when not configured. */
+  telemetry: Telemetry = Telemetry.OFF
   private store: Store | null = null
   private readonly running: Running[] = []
   private readonly servers: { name: string; server: Server<unknown>; front: WireFront }[] = []
@@ -98,6 +101,10 @@ export class Host {
   async boot(): Promise<void> {
     const { config, definitions } = this.opts
     const root = config.root
+    this.telemetry = await Telemetry.start(root.telemetry, {
+      version: this.opts.version,
+      log: this.log.child('telemetry'),
+    })
     this.store = openStore(root.data_dir)
     const order = orderPlugins(definitions, new Set(config.plugins.keys()))
     try {
@@ -130,6 +137,7 @@ export class Host {
       metrics: this.metrics,
       auth: this.auth,
       directory: this.directory,
+      telemetry: this.telemetry,
       dataDir: root.data_dir,
       version: this.opts.version,
       selfCommand: this.opts.selfCommand,
@@ -335,6 +343,10 @@ export class Host {
         s.server.stop(true)
       }
       if (this.socketDir) rmSync(this.socketDir, { recursive: true, force: true })
+      // Spans of the shutdown itself (engines unloaded) are queued by now: send them, within the budget.
+      await abortable(this.telemetry.shutdown(), { signal: deadline }).catch((err) =>
+        this.log.warn('traces not flushed at shutdown', { error: String(err) }),
+      )
       this.store?.close()
       this.log.info('stopped')
     })()

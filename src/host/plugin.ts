@@ -7,6 +7,7 @@ import type { AuthService } from '../http/auth.ts'
 import type { Migration, Store } from '../store/db.ts'
 import type { EventBus } from './bus.ts'
 import type { Logger } from './logger.ts'
+import type { Telemetry } from './telemetry/telemetry.ts'
 
 /**
  * The plugin contract. A plugin is a static description (id, config schema, dependencies,
@@ -23,6 +24,8 @@ export interface PluginContext {
   readonly auth: AuthService
   /** directory: the host's model directory; a plugin adds the backends it owns and plans requests on it. */
   readonly directory: ModelDirectory
+  /** telemetry: spans of requests and admin operations (src/host/telemetry/); OFF unless configured. */
+  readonly telemetry: Telemetry
   readonly dataDir: string
   readonly version: string
   /** selfCommand is the argv prefix that re-runs this modelgate (for `@self` in commands). */

@@ -6,6 +6,7 @@ import { handlePooling, type PoolingRoute } from './pooling.ts'
 import type { EngineRuntime } from './runtime.ts'
 import type { PauseMode } from './sleep-state.ts'
 import { type ChatMessage, renderChat } from './tokenizer.ts'
+import { recordTraceparent } from './traces.ts'
 
 /**
  * engineFetch is the simulated engine's HTTP API, route for route what the gateway uses of vLLM's
@@ -239,6 +240,7 @@ async function inference(
   server: Server<unknown>,
   kind: 'chat' | 'completion',
 ) {
+  recordTraceparent(rt.simDir, rt.args.port, req)
   const body = await readJson(rt, req)
   if (body instanceof Response) return body
   const plan = planInference(rt, kind, body)

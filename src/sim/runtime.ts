@@ -43,6 +43,8 @@ export interface EngineRuntime {
   readonly engineDead: boolean
   /** Number of GPU worker processes (TP ranks): collective_rpc answers one result per worker. */
   readonly workerCount: number
+  /** The simulator's state dir (--sim-dir): where it records what tests may check (traces.ts). */
+  readonly simDir: string
   /** countToken is called once per emitted token; it may trigger SIM_CRASH_AFTER_TOKENS. */
   countToken(): void
   /** crash ends the process abruptly with a Python-like traceback (exit 1). */

@@ -6,6 +6,7 @@ import type { Subprocess } from 'bun'
 import pkg from '../../package.json' with { type: 'json' }
 
 import { groupAlive } from '../sim/helpers.ts'
+import { OtlpReceiver } from '../support/otlp-receiver.ts'
 import { parse, rawExchange } from '../support/raw-client.ts'
 import { waitFor } from '../support/wait.ts'
 
@@ -20,6 +21,8 @@ const PORT = 18390
 const URL = `http://127.0.0.1:${PORT}`
 const SECRET = 'e2e-secret-that-is-long-enough-0123456789'
 const children: Subprocess[] = []
+/** The binary exports its traces here: the OpenTelemetry SDK must work inside the compiled binary. */
+const receiver = new OtlpReceiver()
 
 function run(args: string[], env: Record<string, string> = {}) {
   const r = Bun.spawnSync([BIN, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? '', ...env } })
@@ -35,6 +38,7 @@ beforeAll(() => {
     `server: { host: 127.0.0.1, port: ${PORT} }
 data_dir: ./data
 shutdown: { timeout_ms: 10000 }
+telemetry: { otlp_endpoint: '${receiver.url}', service_name: modelgate-e2e }
 plugins:
   gateway:
     engine:
@@ -66,6 +70,7 @@ plugins:
 })
 
 afterAll(() => {
+  receiver.stop()
   for (const c of children) c.kill('SIGKILL')
   rmSync(dir, { recursive: true, force: true })
 })
@@ -241,6 +246,12 @@ describe('the compiled binary', () => {
     expect(gone).toBe(true)
     const logs = await new Response(child.stderr).text()
     expect(logs).toContain('shutting down')
+    // The SDK ran inside the binary and was flushed at exit: the load's trace, with its phases.
+    const loadSpan = receiver.spans.find((s) => s.name === 'gateway.load')
+    expect(loadSpan?.resource['service.name']).toBe('modelgate-e2e')
+    expect(receiver.spans.filter((s) => s.parentSpanId === loadSpan?.spanId).map((s) => s.name)).toContain(
+      'load.ready',
+    )
     expect(logs).not.toContain(token)
   })
 

@@ -3,6 +3,8 @@ import { type SseSink, sseResponse } from '../../../src/http/sse.ts'
 import type { InstanceRecord, InstanceStatus, MoveEvent } from '../api.ts'
 import type { InstanceEvents } from '../events.ts'
 import type { Operation } from '../lifecycle.ts'
+import type { TimeSample, TimeSeries } from '../timeseries/ring.ts'
+import type { TimeSeriesSampler } from '../timeseries/sampler.ts'
 
 /**
  * The dashboard's one event stream (`GET /api/dashboard/events`): what a page needs to stay current
@@ -30,6 +32,10 @@ export interface DashboardEventMap {
   move: MoveEvent
   /** Proxied requests ended since the last `traffic` event (KV-cache use moves with them). */
   traffic: { requests: number }
+  /** The last hour of the time series (the ring, oldest first), second on every connection. */
+  timeseries: TimeSeries
+  /** One new sample of every series, every 5 s. */
+  sample: TimeSample
 }
 
 export type DashboardEventName = keyof DashboardEventMap
@@ -39,6 +45,7 @@ export interface DashboardSource {
   bus: EventBus
   list(): InstanceRecord[]
   events(id: string): InstanceEvents | undefined
+  timeseries: TimeSeriesSampler
 }
 
 /** TRAFFIC_EVERY_MS: proxied requests are summed into one `traffic` event at most this often. */
@@ -102,6 +109,8 @@ function relay(src: DashboardSource, sink: SseSink): () => void {
   const instances = src.list()
   send('instances', { instances })
   for (const i of instances) follow(i.id)
+  send('timeseries', src.timeseries.ring.snapshot())
+  offs.push(src.timeseries.samples.subscribe((s) => send('sample', s)))
   return () => {
     for (const off of offs) off()
     for (const stop of following.values()) stop()

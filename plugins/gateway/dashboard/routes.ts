@@ -4,6 +4,8 @@ import { AppError, notFound } from '../../../src/http/errors.ts'
 import { pageHeaders } from '../../../src/http/page-headers.ts'
 import { ControllerError } from '../../../src/http/schemas.ts'
 import type { GatewayService } from '../service.ts'
+import { SAMPLE_INTERVAL_MS, SAMPLES_KEPT } from '../timeseries/ring.ts'
+import type { TimeSeriesSampler } from '../timeseries/sampler.ts'
 import { type DashboardFile, loadBundle } from './bundle.ts'
 import { dashboardEvents } from './events.ts'
 
@@ -72,7 +74,16 @@ export const Features = t.Object({
   plugins: t.Array(t.Union([t.Literal('benchmarks'), t.Literal('router'), t.Literal('cluster')])),
 })
 
-export function dashboardRoutes(ctx: PluginContext, service: GatewayService) {
+/** TimeSeriesBody: the time-series route's answer (the ring, oldest first). */
+export const TimeSeriesBody = t.Object({
+  interval_ms: t.Integer({ description: 'time between samples' }),
+  t: t.Array(t.Number(), { description: 'when each sample was taken (Unix ms)' }),
+  series: t.Record(t.String(), t.Array(t.Nullable(t.Number())), {
+    description: 'values by series name, one per sample (null: no value then)',
+  }),
+})
+
+export function dashboardRoutes(ctx: PluginContext, service: GatewayService, timeseries: TimeSeriesSampler) {
   let bundle: Promise<Map<string, Served>> | null = null
   /** files: the bundle, built (from source) or read (compiled) on first use; a failure is retried. */
   const files = async () => {
@@ -89,6 +100,7 @@ export function dashboardRoutes(ctx: PluginContext, service: GatewayService) {
     bus: ctx.bus,
     list: () => service.list(),
     events: (id: string) => service.instances.get(id)?.events,
+    timeseries,
   }
   const tags = ['gateway']
   return new Elysia({ name: 'gateway-dashboard' })
@@ -130,7 +142,24 @@ export function dashboardRoutes(ctx: PluginContext, service: GatewayService) {
           '{instance, previousStatus, currentStatus, message} on every state change (currentStatus `removed`: gone); ' +
           '`progress` {instance_id, phase, percent, message} from each instance (load, wake); `operation` ' +
           '{instance_id, operation: sleep|wake|move, running}; `move` (the move_progress record); `traffic` ' +
-          `{requests} at most every 2 s while proxied requests end. Heartbeat comments every 15 s.`,
+          '{requests} at most every 2 s while proxied requests end; `timeseries` (the last hour, as ' +
+          '`GET /api/dashboard/timeseries` answers it) once after `instances`, then `sample` {t, values} every 5 s. ' +
+          'Heartbeat comments every 15 s.',
+      },
+    })
+    .get('/api/dashboard/timeseries', () => timeseries.ring.snapshot(), {
+      response: { 200: TimeSeriesBody, 401: ControllerError },
+      detail: {
+        tags,
+        summary:
+          'The last hour of traffic, latency, tokens, KV-cache use and GPU memory (what the dashboard draws)',
+        description:
+          `One sample every ${SAMPLE_INTERVAL_MS / 1000} s, the last ${SAMPLES_KEPT} kept in memory (an hour; nothing ` +
+          'survives a restart). Series: `requests_per_second`, `errors_per_second` (5xx), `ttft_p50_ms`, `ttft_p99_ms` ' +
+          '(time to the first byte of the answer), `tokens_per_second` (output tokens, from the engines), ' +
+          '`queued_p99_ms` (requests held for a wake), and per served model `kv_cache_usage/<model>` (0-1) and ' +
+          '`gpu_memory_gib/<model>`. The event stream sends the same ring, then each new sample.',
+        'x-required-role': 'admin-readonly',
       },
     })
     .get('/api/dashboard/features', () => ({ plugins: FEATURES.filter((id) => ctx.has(id)) }), {

@@ -5,6 +5,8 @@ import { WaitError } from '../../../src/host/abortable.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import { ReplayHub } from '../../../src/host/hub.ts'
 import type { Logger } from '../../../src/host/logger.ts'
+import { NOOP_SPAN, PhaseSpans, type SpanBase, type TraceSpan } from '../../../src/host/telemetry/spans.ts'
+import { Telemetry } from '../../../src/host/telemetry/telemetry.ts'
 import { AppError, badRequest, conflict, insufficientMemory, notFound } from '../../../src/http/errors.ts'
 import {
   type LoadRequest,
@@ -31,7 +33,10 @@ export type { MoveEvent, MovePhase, MoveRecord }
 /** MoveHost: what a move drives, and only that (the gateway's service implements it). */
 export interface MoveHost {
   require(id: string): ManagedInstance
-  load(req: LoadRequest, opts: { routing: boolean; operation: Operation }): Promise<LoadResponse>
+  load(
+    req: LoadRequest,
+    opts: { routing: boolean; operation: Operation; trace?: SpanBase | null },
+  ): Promise<LoadResponse>
   unload(id: string): Promise<void>
   gpuSnapshot(): Promise<GpuSnapshot>
   pendingMibByGpu(snapshot: GpuSnapshot): Map<number, number>
@@ -58,6 +63,9 @@ interface Move {
   cancel: { force: boolean } | null
   /** progress: the move's events; a late subscriber gets the current phase, then the rest live. */
   progress: ReplayHub<MoveEvent>
+  /** span: the move's trace; each phase is a child (`phases`), the target's load under `move.spawning`. */
+  span: TraceSpan
+  phases: PhaseSpans
 }
 
 const FINISHED: ReadonlySet<MovePhase> = new Set(['completed', 'failed'])
@@ -72,6 +80,7 @@ export class MoveManager {
     private readonly service: MoveHost,
     private readonly bus: EventBus,
     private readonly log: Logger,
+    private readonly telemetry: Telemetry = Telemetry.OFF,
   ) {}
 
   get inProgress(): boolean {
@@ -126,7 +135,17 @@ export class MoveManager {
       controller: new AbortController(),
       cancel: null,
       progress: new ReplayHub<MoveEvent>({ snapshot: () => [this.event(move)] }),
+      span: NOOP_SPAN,
+      phases: new PhaseSpans(NOOP_SPAN),
     }
+    move.span = this.telemetry.operation('gateway.move', {
+      'modelgate.move_id': move.record.move_id,
+      'modelgate.instance_id': instanceId,
+      'gen_ai.request.model': source.row.served_model_name,
+      'modelgate.source_gpu_ids': current.join(','),
+      'modelgate.target_gpu_ids': target.join(','),
+    })
+    move.phases = new PhaseSpans(move.span)
     this.current = move
     this.moves.set(move.record.move_id, move)
     this.emit(move, 'validating', move.record.message)
@@ -136,6 +155,8 @@ export class MoveManager {
       this.moves.delete(move.record.move_id)
       this.current = null
       source.lifecycle.end('move')
+      move.phases.end()
+      move.span.end(err instanceof Error ? err.message : String(err))
       throw err
     }
     this.prune()
@@ -188,7 +209,15 @@ export class MoveManager {
     move.progress.publish(event)
     this.bus.emit('gateway.move.progress', event)
     this.log.info(`move ${r.move_id}: ${phase}`, { message })
-    if (FINISHED.has(phase)) move.progress.end()
+    if (FINISHED.has(phase)) {
+      move.phases.end()
+      move.span.setAttributes({
+        'modelgate.outcome': phase,
+        'modelgate.target_instance_id': r.target_instance_id ?? undefined,
+      })
+      move.span.end(phase === 'failed' ? (r.error ?? message) : undefined)
+      move.progress.end()
+    } else move.phases.enter(`move.${phase}`)
   }
 
   private event(move: Move): MoveEvent {
@@ -283,7 +312,7 @@ export class MoveManager {
         extra_args: removeFlag(r.extra_args, '--port'),
         force: true,
       },
-      { routing: false, operation: 'move' },
+      { routing: false, operation: 'move', trace: move.span },
     )
     const target = this.service.require(res.instance_id)
     move.target = target

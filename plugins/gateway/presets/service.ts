@@ -5,8 +5,10 @@ import { WaitError } from '../../../src/host/abortable.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import { ReplayHub } from '../../../src/host/hub.ts'
 import type { Logger } from '../../../src/host/logger.ts'
+import type { SpanBase, TraceSpan } from '../../../src/host/telemetry/spans.ts'
+import { Telemetry } from '../../../src/host/telemetry/telemetry.ts'
 import { badRequest, conflict, notFound } from '../../../src/http/errors.ts'
-import type { GatewayApi, InstanceRecord, LoadRequest } from '../api.ts'
+import type { GatewayApi, InstanceRecord, LoadRequest, LoadResponse } from '../api.ts'
 import {
   gatewayPresetEntries,
   gatewayPresets,
@@ -54,10 +56,13 @@ export interface PresetOptions {
   unloadTimeoutMs: number
   /** readyTimeoutMs bounds waiting for one entry to become active or failed. */
   readyTimeoutMs: number
+  /** telemetry: an apply is a trace, its unloads and each entry's load in it (default off). */
+  telemetry?: Telemetry
 }
 
 /** What a preset load drives: the gateway's API and a wait on an instance's state. */
-type PresetGateway = Pick<GatewayApi, 'list' | 'get' | 'load' | 'unload' | 'moveInProgress'> & {
+type PresetGateway = Pick<GatewayApi, 'list' | 'get' | 'unload' | 'moveInProgress'> & {
+  load(req: LoadRequest, opts?: { trace?: SpanBase | null }): Promise<LoadResponse>
   waitFor(id: string, ready: (s: InstanceState) => boolean, opts: WaitOptions): Promise<InstanceState>
 }
 
@@ -289,6 +294,25 @@ export class PresetService {
   }
 
   private async apply(preset: PresetDetail, signal: AbortSignal): Promise<void> {
+    const span = (this.opts.telemetry ?? Telemetry.OFF).operation('gateway.preset.apply', {
+      'modelgate.preset_id': preset.id,
+      'modelgate.preset_name': preset.name,
+      'modelgate.preset.models': preset.modelCount,
+    })
+    let failure: string | undefined
+    try {
+      failure = await this.applyTraced(preset, signal, span)
+    } finally {
+      span.end(failure)
+    }
+  }
+
+  /** applyTraced: the apply; answers its failure (none: it ran to the end, entries may have failed). */
+  private async applyTraced(
+    preset: PresetDetail,
+    signal: AbortSignal,
+    span: TraceSpan,
+  ): Promise<string | undefined> {
     const tally = { loaded: 0, failed: 0 }
     const emit = (phase: PresetPhase, message: string, extra: Partial<PresetProgressEvent> = {}) => {
       const event = {
@@ -303,14 +327,18 @@ export class PresetService {
       this.bus.emit('gateway.preset.progress', progress)
       this.log.info(`configuration ${preset.name}: ${message}`, { phase })
     }
+    const unloads = span.child('preset.unload_all')
     try {
-      await this.unloadAll(signal, emit)
+      await this.unloadAll(signal, emit).finally(() => unloads.end())
       const chains = loadChains(preset.entries)
       emit('loading', `loading ${preset.modelCount} model(s) in ${chains.length} parallel chain(s)`)
-      await Promise.all(chains.map((chain) => this.loadChain(chain, signal, tally, emit)))
+      await Promise.all(chains.map((chain) => this.loadChain(chain, signal, tally, emit, span)))
       emit('completed', `${tally.loaded} of ${preset.modelCount} model(s) loaded, ${tally.failed} failed`)
+      span.setAttributes({ 'modelgate.preset.loaded': tally.loaded, 'modelgate.preset.failed': tally.failed })
+      return undefined
     } catch (err) {
       emit('failed', `configuration load stopped: ${(err as Error).message}`)
+      return (err as Error).message
     }
   }
 
@@ -344,13 +372,14 @@ export class PresetService {
     signal: AbortSignal,
     tally: { loaded: number; failed: number },
     emit: (p: PresetPhase, m: string, extra?: Partial<PresetProgressEvent>) => void,
+    span: SpanBase,
   ): Promise<void> {
     for (const e of chain) {
       if (signal.aborted) throw new Error('preset load aborted')
       const where = e.gpuIds.length ? `GPU ${e.gpuIds.join(', ')}` : 'any GPU'
       let instanceId: string
       try {
-        instanceId = (await this.gateway.load(loadRequest(e))).instance_id
+        instanceId = (await this.gateway.load(loadRequest(e), { trace: span })).instance_id
       } catch (err) {
         tally.failed++
         emit('loading', `${e.modelPath} on ${where} refused: ${(err as Error).message}`, {

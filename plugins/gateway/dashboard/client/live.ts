@@ -8,6 +8,7 @@ import type {
   InstanceRecord,
   MoveEvent,
   MultiGpu,
+  TimeSeries,
 } from './types.ts'
 
 /**
@@ -25,6 +26,11 @@ export const moves = signal<ReadonlyMap<string, MoveEvent>>(new Map())
 export const memory = signal<MultiGpu | null>(null)
 export const gpus = signal<GpuAvailable | null>(null)
 export const viewsError = signal<ApiError | null>(null)
+/**
+ * timeseries: the last hour of the gateway's time series (the ring the stream sends first, then each
+ * sample appended); kept to the ring's own length, so the page's memory is bounded as the server's.
+ */
+export const timeseries = signal<TimeSeries | null>(null)
 /** connection: the event stream's state, shown in the header. */
 export const connection = signal<'connecting' | 'live' | 'down'>('connecting')
 
@@ -104,6 +110,22 @@ const handlers: Handlers = {
     moves.value = withEntry(moves.value, e.move_id, e)
   },
   traffic: () => void refreshViews(),
+  timeseries: (ts) => {
+    timeseries.value = ts
+  },
+  sample: (s) => {
+    const ts = timeseries.value
+    if (!ts) return
+    const keep = Math.max(1, Math.round(3_600_000 / ts.interval_ms))
+    const drop = Math.max(0, ts.t.length + 1 - keep)
+    const t = [...ts.t.slice(drop), s.t]
+    const series: TimeSeries['series'] = {}
+    for (const name of new Set([...Object.keys(ts.series), ...Object.keys(s.values)])) {
+      const old = ts.series[name] ?? ts.t.map(() => null)
+      series[name] = [...old.slice(drop), s.values[name] ?? null]
+    }
+    timeseries.value = { interval_ms: ts.interval_ms, t, series }
+  },
 }
 
 /** startLive opens the event stream (once logged in); returns the function that closes it. */

@@ -39,6 +39,7 @@ export type { MemoryProfile } from '../../db/presets.ts'
 export type { PresetProgressEvent } from '../../presets/service.ts'
 export type { PresetDetail, PresetSummary } from '../../presets/types.ts'
 export type { CheckRequest, CheckResult } from '../../profiles/check.ts'
+export type { TimeSample, TimeSeries } from '../../timeseries/ring.ts'
 export type { DashboardEventMap, DashboardEventName } from '../events.ts'
 export type { LoginResult }
 

@@ -4,6 +4,7 @@ import { chatPage } from './chat.tsx'
 import { clusterPage } from './cluster.tsx'
 import { gpusPage } from './gpus.tsx'
 import { instancePage } from './instance.tsx'
+import { metricsPage } from './metrics.tsx'
 import { modelsPage } from './models.tsx'
 import { presetsPage } from './presets.tsx'
 import { routerPage } from './router.tsx'
@@ -16,6 +17,7 @@ export const pages: readonly Page[] = [
   gpusPage,
   modelsPage,
   instancePage,
+  metricsPage,
   chatPage,
   benchmarksPage,
   comparePage,
