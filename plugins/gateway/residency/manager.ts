@@ -629,6 +629,50 @@ export class ResidencyManager implements ResidencyHooks {
   hostMemoryUsedGib(): number {
     return this.hostUsedMib() / MiB
   }
+
+  /** view: GET /api/residency (routes.ts declares its shape). */
+  view() {
+    const models = this.d.catalog.entries().map((e) => {
+      const insts = this.instancesOf(e.name)
+      const rank = ['active', 'waking', 'sleeping', 'starting', 'stopping', 'failed']
+      const i = [...insts].sort((a, b) => rank.indexOf(a.status) - rank.indexOf(b.status))[0]
+      const inst = i ? this.d.service.instances.get(i.id) : undefined
+      const waking = inst?.lifecycle.operation === 'wake'
+      const state = !i
+        ? 'absent'
+        : waking
+          ? 'waking'
+          : i.status === 'starting'
+            ? 'loading'
+            : i.status === 'stopping'
+              ? 'unloading'
+              : i.status
+      const why = inst ? this.whyNotEvictable(inst) : 'not resident'
+      const footprint = inst ? this.holdsMib(inst) / MiB : null
+      const last = this.lastRequestAt(e.name)
+      return {
+        name: e.name,
+        state: state as 'absent' | 'loading' | 'active' | 'sleeping' | 'waking' | 'unloading' | 'failed',
+        instance_id: i?.id ?? null,
+        pinned: e.pin === true,
+        evictable_now: why === null,
+        why_not_evictable: why,
+        last_request_at: last === null ? null : new Date(last).toISOString(),
+        request_rate_per_min: round(this.rateOf(e.name)),
+        queue_length: this.d.held(e.name),
+        footprint_gib: footprint ? round(footprint) : null,
+        gpu_ids: i ? [...i.gpu_ids] : [],
+        costs: this.costs(e.name, i?.memory_metrics?.weights_memory_gib ?? null),
+      }
+    })
+    return {
+      policy: this.d.config.policy,
+      active: this.active,
+      host_memory: { budget_gib: this.d.config.host_memory_budget_gib, used_gib: round(this.hostMemoryUsedGib()) },
+      models,
+      decisions: [...this.decisions],
+    }
+  }
 }
 
 const round = (x: number) => Math.round(x * 100) / 100
