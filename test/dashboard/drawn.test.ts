@@ -2,10 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { Page, Response } from 'playwright-core'
+import type { Page } from 'playwright-core'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
-import { browserMissing, openBrowser, screenshot, signedIn, type TestBrowser } from './browser.ts'
+import { browserMissing, openBrowser, screenshot, type TestBrowser, visit } from './browser.ts'
 
 /**
  * What the dashboard draws, against what the API says, in a real headless chromium: the KV pool
@@ -22,15 +22,6 @@ interface GpuRow {
   used_gb: number
   free_gb: number
   models: { instance_id: string }[]
-}
-
-/** visit: the page at `path` (fragment route) as the holder of `token`. */
-async function visit(page: Page, url: string, token: string, path: string) {
-  await signedIn(page, url, token)
-  await page.locator('nav').waitFor()
-  await page.evaluate((p) => {
-    location.hash = p
-  }, path)
 }
 
 async function loadActive(gw: TestGateway, token: string, body: Record<string, unknown>): Promise<string> {
@@ -58,7 +49,6 @@ describe.skipIf(skip !== null)('what the dashboard draws', () => {
   let page: Page
   let admin = ''
   let instanceId = ''
-  const responses: Response[] = []
   const api = async <T>(path: string) =>
     (await gw.json<T>(path, { headers: { authorization: `Bearer ${admin}` } })).body
 
@@ -78,7 +68,6 @@ describe.skipIf(skip !== null)('what the dashboard draws', () => {
     })
     browser = await openBrowser()
     page = await browser.newPage()
-    page.on('response', (r) => responses.push(r))
   })
   afterAll(async () => {
     await browser?.close()
