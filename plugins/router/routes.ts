@@ -218,7 +218,6 @@ export function routerRoutes(service: RouterService, log: Logger) {
         return r.body
       }),
       {
-        parse: 'none',
         response: {
           200: ActionResultSchema,
           ...authError,
@@ -230,7 +229,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
           tags,
           summary: 'Put a model to sleep (engine POST /sleep?level=auto_sleep.level)',
           description:
-            'Body: empty or {} (ignored). The model stops taking requests and its requests in flight finish ' +
+            'Body: empty or {}; a field in it is refused (400 `invalid_request`): the action takes none. The model stops taking requests and its requests in flight finish ' +
             'first (drain; the engine is asked with mode=wait): a sleep never cuts a stream. Refusals answer 409 ' +
             'with the error result: already sleeping, going to sleep, waking up, no sleep mode, requests still in ' +
             'flight at control_timeout, or a request that arrived during the drain (the model is in use). 502 ' +
@@ -248,7 +247,6 @@ export function routerRoutes(service: RouterService, log: Logger) {
         return r.body
       }),
       {
-        parse: 'none',
         response: {
           200: ActionResultSchema,
           ...authError,
@@ -260,7 +258,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
           tags,
           summary: 'Wake a sleeping model (engine POST /wake_up); answers once it is awake',
           description:
-            'Body: empty or {} (ignored). 409 with the error result when the model is already active, already ' +
+            'Body: empty or {}; a field in it is refused (400 `invalid_request`). 409 with the error result when the model is already active, already ' +
             'waking, or has slept less than auto_sleep.min_sleep_duration (then with min_sleep_duration and ' +
             'actual_sleep_duration in seconds). 502 when the engine does not answer. ' +
             ACTION_KEY_RULE,

@@ -3,7 +3,7 @@ import type { Logger } from '../host/logger.ts'
 import { type AuthService, categorize, type Principal } from './auth.ts'
 import { AppError, type ErrorShape, proxyError, storageFull } from './errors.ts'
 import { pathOf } from './url.ts'
-import { describeValidationError } from './validation.ts'
+import { describeUnknownFields, describeValidationError, unknownFields } from './validation.ts'
 
 /**
  * createBaseApp builds the Elysia instance every listener starts from: the one auth guard, and the
@@ -16,6 +16,15 @@ import { describeValidationError } from './validation.ts'
  * not match never reaches a handler (404), and one it matches is judged by that route's own
  * declaration. A body is parsed before the guard runs (Elysia parses before transforms); the
  * listener's front bounds its size and nesting before it gets here.
+ *
+ * Then, still before validation, a body member the route does not declare is refused (400 naming
+ * each one, checkBodyFields): Elysia's normalisation would drop it silently, so a misspelt option
+ * would be accepted and ignored. Normalisation stays on for responses (an undeclared member of a
+ * reply is left out, never an error) and for what it still does to bodies. Inference bodies stay
+ * open (OpenAI clients send fields the engine knows and the gateway does not) and so do the signed
+ * `/internal/*` bodies (a newer pod's extra field must not break an older one during an upgrade).
+ * Because this hook reads the body, Elysia parses every route's body before the hooks run: a route
+ * whose handler reads the raw bytes itself declares `parse: 'none'`.
  */
 export function shapeFor(pathname: string): ErrorShape {
   return categorize(pathname) === 'inference' ? 'proxy' : 'controller'
@@ -40,6 +49,16 @@ export function renderError(err: unknown, pathname: string, log: Logger, fixed?:
   return new AppError(500, 'INTERNAL_ERROR', 'Internal server error', 'server_error').toResponse(shape)
 }
 
+/** invalidRequest: a 400 for a request that does not fit its route, in the route's error shape. */
+function invalidRequest(shape: ErrorShape, message: string): AppError {
+  return shape === 'proxy'
+    ? proxyError(400, 'invalid_request_error', 'invalid_request', message)
+    : new AppError(400, 'VALIDATION_ERROR', message)
+}
+
+/** NO_BODY: what a route that declares no body accepts (nothing, or an empty object). */
+const NO_BODY = { type: 'object', properties: {}, additionalProperties: false }
+
 export interface BaseAppOptions {
   name: string
   auth: AuthService | null
@@ -51,24 +70,38 @@ export interface BaseAppOptions {
 export function createBaseApp(opts: BaseAppOptions) {
   const { auth, log } = opts
   const shapeOf = (pathname: string) => opts.shape ?? shapeFor(pathname)
-  return new Elysia({ name: opts.name })
-    .onTransform({ as: 'global' }, async ({ request, route }) => {
-      if (!auth) return
-      const principal = await auth.guard(request, route)
-      if (principal) principals.set(request, principal)
+  // Each route's body schema by `METHOD pattern`, read from the routes mounted on this app (built
+  // at the first request, once every plugin's routes are in; again if routes were added since).
+  let bodies = new Map<string, unknown>()
+  let counted = -1
+  const bodySchema = (method: string, route: string): unknown => {
+    if (counted !== app.routes.length) {
+      bodies = new Map(app.routes.map((r) => [`${r.method} ${r.path}`, r.hooks?.body]))
+      counted = app.routes.length
+    }
+    return bodies.get(`${method} ${route}`) ?? bodies.get(`ALL ${route}`) ?? NO_BODY
+  }
+  const checkBodyFields = (method: string, route: string, body: unknown) => {
+    if (body === undefined || body === null || typeof body !== 'object') return
+    const category = categorize(route)
+    if (category === 'inference' || category === 'internal') return
+    const unknown = unknownFields(bodySchema(method, route), body)
+    if (unknown.length) throw invalidRequest(shapeOf(route), describeUnknownFields(unknown))
+  }
+  const app = new Elysia({ name: opts.name })
+    .onTransform({ as: 'global' }, async ({ request, route, body }) => {
+      if (auth) {
+        const principal = await auth.guard(request, route)
+        if (principal) principals.set(request, principal)
+      }
+      checkBodyFields(request.method, route, body)
     })
     .onError({ as: 'global' }, ({ code, error, request, route }) => {
       const pathname = pathOf(request.url)
       // A matched route's errors take its pattern's shape (`/tokenize/` is still `/tokenize`).
       const shape = shapeOf(typeof route === 'string' && route !== '' ? route : pathname)
-      if (code === 'VALIDATION') {
-        const message = describeValidationError(error)
-        const err =
-          shape === 'proxy'
-            ? proxyError(400, 'invalid_request_error', 'invalid_request', message)
-            : new AppError(400, 'VALIDATION_ERROR', message)
-        return err.toResponse(shape)
-      }
+      if (code === 'VALIDATION')
+        return invalidRequest(shape, describeValidationError(error)).toResponse(shape)
       if (code === 'PARSE') {
         const err =
           shape === 'proxy'
@@ -90,4 +123,5 @@ export function createBaseApp(opts: BaseAppOptions) {
       }
       return renderError(error, pathname, log, shape)
     })
+  return app
 }

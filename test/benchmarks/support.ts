@@ -78,20 +78,25 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
     config: T.Object({}, { additionalProperties: false }),
     setup: () => ({
       api,
-      routes: new Elysia().post('/v1/completions', async ({ request }) => {
-        const body = (await request.json()) as { model: string }
-        const target = instances.get(body.model)
-        if (!target) return Response.json({ error: { message: 'unknown model' } }, { status: 400 })
-        const auth = request.headers.get('authorization') ?? '(none)'
-        proxied.set(auth, (proxied.get(auth) ?? 0) + 1)
-        const upstream = await fetch(`http://127.0.0.1:${target.port}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ ...body, model: target.served_model_name }),
-          signal: request.signal,
-        })
-        return new Response(upstream.body, { status: upstream.status, headers: upstream.headers })
-      }),
+      routes: new Elysia().post(
+        '/v1/completions',
+        async ({ request }) => {
+          const body = (await request.json()) as { model: string }
+          const target = instances.get(body.model)
+          if (!target) return Response.json({ error: { message: 'unknown model' } }, { status: 400 })
+          const auth = request.headers.get('authorization') ?? '(none)'
+          proxied.set(auth, (proxied.get(auth) ?? 0) + 1)
+          const upstream = await fetch(`http://127.0.0.1:${target.port}/v1/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ ...body, model: target.served_model_name }),
+            signal: request.signal,
+          })
+          return new Response(upstream.body, { status: upstream.status, headers: upstream.headers })
+        },
+        // The handler reads the bytes itself, as the gateway's proxy does: Elysia must not parse them first.
+        { parse: 'none' },
+      ),
     }),
   }) as unknown as PluginDefinition
   return { plugin, instances, proxied }

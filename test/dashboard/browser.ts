@@ -75,6 +75,15 @@ export async function signedIn(page: Page, url: string, token: string, path = '/
   await page.goto(`${url}/#${path}`)
 }
 
+/** visit: the dashboard page at `path` (a fragment route) as the holder of `token`, signed in as a login leaves the tab. */
+export async function visit(page: Page, url: string, token: string, path: string): Promise<void> {
+  await signedIn(page, url, token)
+  await page.locator('nav').waitFor()
+  await page.evaluate((p) => {
+    location.hash = p
+  }, path)
+}
+
 /**
  * expectLinkRefused: after `page` opened a dashboard link carrying `token` in its fragment, the page
  * is at its login (whichever it ends on, the login or a signed-in dashboard, is waited for), says the

@@ -18,11 +18,12 @@ const row = (over: Partial<GpuRow> = {}): GpuRow => ({
   kvcache: { total_gb: 30, prealloc_gb: 2, used_gb: 8, free_gb: 20 },
   ...over,
 })
-const records = (baselines: Record<string, number>) =>
+/** records: instances with their footprints on GPU 0, taking their KV cache from the shared pool unless `pooled` is false. */
+const records = (baselines: Record<string, number>, pooled = true) =>
   new Map(
     Object.entries(baselines).map(([id, gib]) => [
       id,
-      { id, memory_baseline_by_gpu: { '0': gib } } as unknown as InstanceRecord,
+      { id, sharedcache_enabled: pooled, memory_baseline_by_gpu: { '0': gib } } as unknown as InstanceRecord,
     ]),
   )
 
@@ -58,6 +59,18 @@ describe('the GPU bar', () => {
     const [a, b] = gpuSegments(row(), sleeping).segments
     expect(a).toMatchObject({ label: 'A (asleep)', asleep: true, gib: 30 })
     expect(b).toMatchObject({ label: 'B', asleep: false })
+  })
+
+  it('draws no KV pool where the shared cache is off: footprints, other processes and free memory', () => {
+    // The view still reports a "pool" (total − footprints − others): without the shared cache it is free memory.
+    const bar = gpuSegments(row(), records({ a: 30, b: 15 }, false))
+    expect(bar.segments.map((s) => [s.kind, s.gib])).toEqual([
+      ['instance', 30],
+      ['instance', 15],
+      ['other', 15],
+      ['free', 20],
+    ])
+    expect(bar.segments.reduce((a, s) => a + s.gib, 0)).toBe(80)
   })
 
   it('shows a GPU without instances as other processes and free memory', () => {

@@ -4,7 +4,7 @@ import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
 import { freePort } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
-import { browserMissing, openBrowser, screenshot, signedIn, type TestBrowser } from './browser.ts'
+import { browserMissing, openBrowser, screenshot, type TestBrowser, visit } from './browser.ts'
 
 /**
  * The dashboard's benchmark, preset and profile pages, and the cluster page, in a real headless
@@ -17,15 +17,6 @@ const WRITE_BUTTONS =
   /^(Start benchmark|Save preset|Load preset|Delete preset|Delete profile|Load model|Sleep|Wake|Unload|Move)$/
 
 const skip = browserMissing()
-
-/** visit: the page at `path` (fragment route) as the holder of `token`, signed in as a login leaves the tab. */
-async function visit(page: Page, url: string, token: string, path: string) {
-  await signedIn(page, url, token)
-  await page.locator('nav').waitFor()
-  await page.evaluate((p) => {
-    location.hash = p
-  }, path)
-}
 
 describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', () => {
   let gw: TestGateway

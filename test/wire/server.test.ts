@@ -102,7 +102,7 @@ const fwSocket = join(dir, 'fw.sock')
 let up: Upstream
 let framework: Server<undefined>
 const ends: ForwardEnd[] = []
-let sseGate = Promise.withResolvers<void>()
+let sseGate = Promise.withResolvers<boolean>()
 /** upGate holds the upstream's answer to /v1/gate until a test resolves it. */
 let upGate = Promise.withResolvers<void>()
 const fronts: WireFront[] = []
@@ -161,13 +161,19 @@ beforeAll(() => {
       if (path === '/v1/leave') return new Response('framework took it')
       if (path === '/api/events') {
         const enc = new TextEncoder()
+        // The second event waits for the test to open the gate, or for the stream to be cancelled
+        // (the client went), never for time to pass.
+        const gate = sseGate
         return new Response(
           new ReadableStream({
             async start(c) {
               c.enqueue(enc.encode('data: 1\n\n'))
-              await Promise.race([sseGate.promise, Bun.sleep(3000)])
+              if (!(await gate.promise)) return
               c.enqueue(enc.encode('data: 2\n\n'))
               c.close()
+            },
+            cancel() {
+              gate.resolve(false)
             },
           }),
           { headers: { 'content-type': 'text/event-stream' } },
@@ -399,12 +405,12 @@ describe('wire front: relays to the framework', () => {
   })
 
   it('relays an event stream as it streams', async () => {
-    sseGate = Promise.withResolvers<void>()
+    sseGate = Promise.withResolvers<boolean>()
     const c = await Raw.open(main.port)
     c.write(REQ('GET', '/api/events'))
     expect(await c.waitFor((r) => r.text.includes('data: 1\n\n'), 2000)).toBe(true)
     expect(c.text).not.toContain('data: 2')
-    sseGate.resolve()
+    sseGate.resolve(true)
     expect(await c.waitFor((r) => r.text.endsWith('0\r\n\r\n'), 2000)).toBe(true)
     const [res] = parse(c.text)
     expect([res!.headers['content-type'], res!.body]).toEqual(['text/event-stream', 'data: 1\n\ndata: 2\n\n'])
@@ -512,7 +518,7 @@ describe('wire front: timeouts, aborts, stop', () => {
   it('stop(true) closes running connections at once', async () => {
     const f = front()
     const busy = await Raw.open(f.port)
-    busy.write(REQ('GET', '/v1/delay?ms=1000'))
+    busy.write(REQ('GET', '/v1/hang'))
     await waitFor('the request to start', () => f.running > 0, { timeoutMs: 2000 })
     f.stop(true)
     expect(await busy.waitFor((r) => r.closed, 200)).toBe(true)

@@ -314,8 +314,12 @@ describe('streaming pass-through', () => {
         },
       )
       const settled = pulls
-      // An absence, so it is watched for a while: the engine is not pulled again while nobody reads.
-      await Bun.sleep(1000)
+      // An absence, watched over events rather than a pause: a whole second stream runs through the
+      // same front and engine while this one is held (both event loops turn for each of its frames),
+      // and the held engine is not pulled again meanwhile, since nobody reads.
+      stub.handler = chatHandler(20)
+      const other = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', stream: true, ...msg })
+      expect((await readChunks(other)).chunks).toEqual(streamFrames(20))
       // Bounded by kernel socket buffers on two hops (a few MB each), not growing any more.
       expect(settled).toBeLessThan(600)
       expect(pulls - settled).toBeLessThanOrEqual(16)

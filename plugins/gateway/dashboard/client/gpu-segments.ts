@@ -5,8 +5,10 @@ import type { GpuRow, InstanceRecord } from './types.ts'
  * own figures so the bar and the API agree: each instance's footprint on this GPU (its measured
  * `memory_baseline_by_gpu`, else weights + CUDA graphs: what the view subtracts), other processes,
  * then the shared KV pool (used, preallocated, free). The view defines the pool as
- * total − footprints − other processes, so other processes = total − pool − footprints. A GPU that
- * holds no instance has no pool: its used memory is other processes', the rest is free.
+ * total − footprints − other processes, so other processes = total − pool − footprints. There is a
+ * pool only where the shared cache is on: a GPU one of whose instances takes its KV cache from it
+ * (`sharedcache_enabled`). Elsewhere each engine's KV cache is inside its footprint, and what the
+ * view calls the pool is free memory: other processes = used − footprints, the rest is free.
  */
 export type SegmentKind = 'instance' | 'other' | 'kv-used' | 'kv-prealloc' | 'kv-free' | 'free'
 
@@ -49,7 +51,8 @@ export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, InstanceRe
     weightsGib: m.gpu_memory_gb,
   }))
   const footprints = segments.reduce((a, s) => a + s.gib, 0)
-  if (row.kvcache) {
+  const pooled = row.models.some((m) => records.get(m.instance_id)?.sharedcache_enabled === true)
+  if (row.kvcache && pooled) {
     const kv = row.kvcache
     segments.push(
       { kind: 'other', label: 'Other processes', gib: Math.max(0, total - kv.total_gb - footprints) },
@@ -59,7 +62,7 @@ export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, InstanceRe
     )
   } else {
     segments.push(
-      { kind: 'other', label: 'Other processes', gib: Math.max(0, used) },
+      { kind: 'other', label: 'Other processes', gib: Math.max(0, used - footprints) },
       { kind: 'free', label: 'Free', gib: Math.max(0, row.free_gb ?? total - used) },
     )
   }

@@ -17,7 +17,7 @@ function SleepOutcome({ outcome }: { outcome: Outcome }) {
   if (outcome.kind === 'wake')
     return (
       <p class="note" role="status">
-        Woke ({outcome.result.phases.join(' → ') || 'wake_up'}); status {outcome.result.status}.
+        Woke ({outcome.result.phases.join(' → ') || 'wake_up'}).
       </p>
     )
   const r = outcome.result

@@ -1,7 +1,7 @@
-import { useState } from 'preact/hooks'
+import { useRef, useState } from 'preact/hooks'
 import { type ApiError, api } from '../api.ts'
 import { gib, splitArgs } from '../format.ts'
-import { memory } from '../live.ts'
+import { instances, memory } from '../live.ts'
 import type { CheckResult, LoadRequest } from '../types.ts'
 import { ErrorNote } from './error-note.tsx'
 
@@ -76,7 +76,13 @@ export function LoadForm() {
   const [checked, setChecked] = useState<{ key: string; result: CheckResult } | null>(null)
   const [busy, setBusy] = useState(false)
   const [error, setError] = useState<ApiError | null>(null)
-  const [started, setStarted] = useState<string | null>(null)
+  const [started, setStarted] = useState<{ id: string; text: string } | null>(null)
+  // The "Loading …" line lasts as long as the load: until its instance, once listed, is no longer
+  // starting (active, failed or gone; the table shows which).
+  const listed = useRef(false)
+  const startedInstance = started ? instances.value.get(started.id) : undefined
+  if (startedInstance) listed.current = true
+  const loading = started && (startedInstance ? startedInstance.status === 'starting' : !listed.current)
   const set = (patch: Partial<Fields>) => setF({ ...f, ...patch })
   const body = request(f)
   const key = JSON.stringify(body)
@@ -100,7 +106,11 @@ export function LoadForm() {
         setChecked({ key, result })
       } else {
         const res = await api.load(current.warning_level === 'danger' ? { ...body, force: true } : body)
-        setStarted(`Loading ${res.model} as ${res.instance_id} on port ${res.port}`)
+        listed.current = false
+        setStarted({
+          id: res.instance_id,
+          text: `Loading ${res.model} as ${res.instance_id} on port ${res.port}`,
+        })
         setChecked(null)
         setF(EMPTY)
       }
@@ -222,7 +232,11 @@ export function LoadForm() {
         >
           {busy ? 'Working…' : label}
         </button>
-        {started && !current && <span class="muted">{started}</span>}
+        {loading && !current && (
+          <span class="muted" data-loading={started.id}>
+            {started.text}
+          </span>
+        )}
       </div>
       <ErrorNote error={error} />
     </form>

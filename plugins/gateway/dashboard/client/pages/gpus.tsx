@@ -8,7 +8,9 @@ import type { Page } from '../page.ts'
 function GpusPage() {
   const view = memory.value
   const utilization = new Map((gpus.value?.gpus ?? []).map((g) => [g.index, g.utilization_percent]))
-  const kv = view?.kvcache
+  // The KV pool exists only where the shared cache is on (an instance takes its KV cache from it).
+  const pooled = [...instances.value.values()].some((i) => i.sharedcache_enabled)
+  const kv = pooled ? view?.kvcache : undefined
   return (
     <div class="page">
       <ErrorNote error={viewsError.value} />
