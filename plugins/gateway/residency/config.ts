@@ -43,6 +43,11 @@ export const ResidencyConfig = T.Object(
       minimum: 1,
       description: 'how far ahead the cost policy weighs the chance that a victim is asked for again',
     }),
+    rate_window_seconds: T.Integer({
+      default: 600,
+      minimum: 1,
+      description: "a model's request rate is its requests over this last window",
+    }),
   },
   { additionalProperties: false, default: {} },
 )

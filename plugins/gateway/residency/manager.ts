@@ -79,8 +79,6 @@ export interface ResidencyDecision {
 
 /** Decisions kept for GET /api/residency. */
 const KEEP_DECISIONS = 50
-/** A request rate is read over this window. */
-const RATE_WINDOW_MS = 10 * 60_000
 /** GPU memory a sleeping engine keeps (its CUDA context) when its sleep was never measured. */
 const DEFAULT_AFTER_SLEEP_MIB = 1024
 /** A decision that could not be carried out is retried at least this often while someone waits. */
@@ -497,7 +495,7 @@ export class ResidencyManager implements ResidencyHooks {
         sleepable: r.enable_sleep_mode,
         evictable: this.whyNotEvictable(inst) === null,
         lastUsed: this.rate(r.served_model_name).last,
-        ratePerSecond: this.rate(r.served_model_name).perSecond(this.now(), RATE_WINDOW_MS),
+        ratePerSecond: this.rate(r.served_model_name).perSecond(this.now(), this.d.config.rate_window_seconds * 1000),
         bringBack: this.costs(r.served_model_name, weightsMib / MiB || null),
       })
     }
@@ -619,7 +617,7 @@ export class ResidencyManager implements ResidencyHooks {
 
   /** rateOf / lastRequestAt: a model's recent request rate (per minute) and last request (epoch ms). */
   rateOf(model: string): number {
-    return this.rate(model).perSecond(this.now(), RATE_WINDOW_MS) * 60
+    return this.rate(model).perSecond(this.now(), this.d.config.rate_window_seconds * 1000) * 60
   }
 
   lastRequestAt(model: string): number | null {
