@@ -9,9 +9,4 @@ import router from './router/index.ts'
  * contains what is imported, so plugins are never discovered from disk). Order here is the
  * tie-break after dependency order.
  */
-export const plugins: readonly PluginDefinition[] = [
-  gateway as unknown as PluginDefinition,
-  benchmarks as unknown as PluginDefinition,
-  router as unknown as PluginDefinition,
-  cluster as unknown as PluginDefinition,
-]
+export const plugins: readonly PluginDefinition[] = [gateway, benchmarks, router, cluster]
