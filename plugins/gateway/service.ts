@@ -185,6 +185,8 @@ export class GatewayService implements GatewayApi {
         throw GATEWAY_ANSWERS.waking(model, 5, `Model '${model}' is sleeping; wake it first`)
       case 'starting':
         throw GATEWAY_ANSWERS.starting(model, null)
+      case 'absent':
+        throw GATEWAY_ANSWERS.unknown(model)
       case 'unavailable':
         throw GATEWAY_ANSWERS.unavailable(model)
     }

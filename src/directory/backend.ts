@@ -17,9 +17,10 @@ export type BackendKind = 'instance' | 'endpoint' | 'pod'
  * - asleep: it sleeps, or is falling asleep, and a request may wake it (its wake runs next);
  * - waking: its wake is under way;
  * - starting: it is loading (not a request's to speed up);
+ * - absent: not loaded here, but a request may load it (a catalogued model: its `wake` loads it);
  * - unavailable: it cannot serve (failed, stopping, moving out of routing).
  */
-export type Readiness = 'ready' | 'asleep' | 'waking' | 'starting' | 'unavailable'
+export type Readiness = 'ready' | 'asleep' | 'waking' | 'starting' | 'absent' | 'unavailable'
 
 /**
  * SleepState: how a backend sleeps, as the router's views and its idle rule read it: `active` also

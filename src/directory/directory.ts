@@ -221,8 +221,10 @@ export class ModelDirectory {
         if (!best.local || !best.wake) return this.lease(best, model, req, p, exclude)
         return this.wakeFirst(cands, model, req, p, afterWake)
       case 'starting':
+      case 'absent':
         // A model served on demand: its request waits in the model's queue for the load.
         if (best.local && best.wake && best.queue?.()) return this.wakeFirst(cands, model, req, p, afterWake)
+        if (best.readiness() === 'absent') return this.refuse(p, req, p.answers.unknown(model))
         return this.refuse(p, req, p.answers.starting(model, best.retryAfterSeconds?.() ?? null))
       case 'unavailable':
         return this.refuse(p, req, p.answers.unavailable(model))

@@ -6,9 +6,10 @@ import type { ResidencyManager } from './manager.ts'
 
 /**
  * CatalogBackend: a catalogued model that has no instance on this pod, as the model directory
- * serves it: not serving, but a request may bring it (`wake` is the manager's bring-up: a load from
- * the catalogue, with room made for it), and requests wait for it in the model's bounded queue.
- * Once an instance of it exists, that instance is its backend instead.
+ * serves it: `absent`, but a request may load it (`wake` is the manager's bring-up: a load from the
+ * catalogue, with room made for it), and requests wait for it in the model's bounded queue. Once an
+ * instance of it exists, that instance is its backend instead; another pod that has it (even
+ * asleep) goes first (order.ts).
  */
 class CatalogBackend implements Backend {
   readonly kind = 'instance'
@@ -23,7 +24,7 @@ class CatalogBackend implements Backend {
   }
 
   readiness(): Readiness {
-    return 'asleep'
+    return 'absent'
   }
 
   inFlight(): number {

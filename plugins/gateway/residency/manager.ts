@@ -495,7 +495,10 @@ export class ResidencyManager implements ResidencyHooks {
         sleepable: r.enable_sleep_mode,
         evictable: this.whyNotEvictable(inst) === null,
         lastUsed: this.rate(r.served_model_name).last,
-        ratePerSecond: this.rate(r.served_model_name).perSecond(this.now(), this.d.config.rate_window_seconds * 1000),
+        ratePerSecond: this.rate(r.served_model_name).perSecond(
+          this.now(),
+          this.d.config.rate_window_seconds * 1000,
+        ),
         bringBack: this.costs(r.served_model_name, weightsMib / MiB || null),
       })
     }
@@ -666,7 +669,10 @@ export class ResidencyManager implements ResidencyHooks {
     return {
       policy: this.d.config.policy,
       active: this.active,
-      host_memory: { budget_gib: this.d.config.host_memory_budget_gib, used_gib: round(this.hostMemoryUsedGib()) },
+      host_memory: {
+        budget_gib: this.d.config.host_memory_budget_gib,
+        used_gib: round(this.hostMemoryUsedGib()),
+      },
       models,
       decisions: [...this.decisions],
     }
