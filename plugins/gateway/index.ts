@@ -16,6 +16,7 @@ import { GatewayConfig, gatewayProblems } from './config.ts'
 import { dashboardRoutes } from './dashboard/routes.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
+import catalogSql from './db/migrations/0003_catalog.sql' with { type: 'text' }
 import { INSTANCE_EVENT_TYPES } from './events.ts'
 import { EngineFigures, registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
@@ -110,6 +111,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   migrations: [
     { id: '0001_instances', sql: instancesSql },
     { id: '0002_presets_profiles', sql: presetsProfilesSql },
+    { id: '0003_catalog', sql: catalogSql },
   ],
   setup(ctx, cfg) {
     const settings = new SettingsStore(ctx.dataDir, ctx.log.child('settings'))

@@ -99,6 +99,7 @@ export class ManagedInstance {
       ready_at: r.ready_at,
       extra_args: r.extra_args,
       error: r.error,
+      evictable: r.evictable,
       memory_metrics: r.memory_metrics ?? null,
       memory_baseline_by_gpu: r.memory_baseline_by_gpu ?? null,
       launch_command: r.launch_command,

@@ -173,6 +173,7 @@ export function launchPlan(
     memory_metrics: null,
     memory_baseline_by_gpu: null,
     updated_at: now,
+    evictable: req.evictable === true,
   }
   return { argv, env, row }
 }

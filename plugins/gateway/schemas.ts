@@ -59,6 +59,11 @@ export const InstanceSchema = t.Object({
   ready_at: t.Nullable(t.String()),
   extra_args: t.Array(t.String()),
   error: t.Nullable(t.String({ description: "the engine's own failure line when failed" })),
+  evictable: t.Boolean({
+    description:
+      'the load said `evictable: true`: the residency manager may sleep or unload it to make room for another ' +
+      'model. false for a model loaded by hand without it, which stays until it is unloaded',
+  }),
 })
 
 export const InstanceDetailSchema = t.Composite([
@@ -92,6 +97,14 @@ export const LoadBody = t.Object(
     ),
     force: t.Optional(
       t.Boolean({ description: 'load even when the memory-profile pre-load check says danger' }),
+    ),
+    evictable: t.Optional(
+      t.Boolean({
+        default: false,
+        description:
+          'the residency manager may sleep or unload this instance to make room for another model; default false: ' +
+          'a model loaded by hand stays until it is unloaded',
+      }),
     ),
   },
   { additionalProperties: false },

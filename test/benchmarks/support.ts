@@ -38,6 +38,7 @@ export function instance(id: string, port: number, extra: Partial<InstanceRecord
     ready_at: new Date().toISOString(),
     extra_args: [],
     error: null,
+    evictable: false,
     memory_metrics: null,
     memory_baseline_by_gpu: null,
     launch_command: '',

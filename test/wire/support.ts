@@ -40,6 +40,7 @@ export function instance(id: string, port: number, over: Partial<InstanceRecord>
     ready_at: '2026-01-01T00:00:10.000Z',
     extra_args: [],
     error: null,
+    evictable: false,
     memory_metrics: null,
     memory_baseline_by_gpu: null,
     launch_command: '',

@@ -154,6 +154,7 @@ export class CrossPodMove {
       tensor_parallel_size: r.tensor_parallel_size,
       gpu_memory_utilization: r.gpu_memory_utilization,
       enable_sleep_mode: r.enable_sleep_mode,
+      evictable: r.evictable,
       // The port is the target pod's to choose: a fixed --port may be taken there.
       extra_args: removeFlag(r.extra_args, '--port'),
       force: true,

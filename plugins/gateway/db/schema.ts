@@ -4,7 +4,7 @@ import type { InstanceStatus, MemoryMetrics, SleepLevel } from '../api.ts'
 /**
  * gatewayInstances records every engine the gateway launched, with what is needed to find it again
  * after a restart (pid, process group, start time, port, GPUs, launch command). It mirrors
- * db/migrations/0001_instances.sql (test/store/migrations.test.ts fails when they differ); the API's
+ * db/migrations/0001_instances.sql and 0003_catalog.sql (test/store/migrations.test.ts fails when they differ); the API's
  * instance record (schemas.ts) is a view of it: `pid` as `process_id`, without the recovery columns.
  */
 export const gatewayInstances = sqliteTable(
@@ -38,6 +38,8 @@ export const gatewayInstances = sqliteTable(
     memory_metrics: text('memory_metrics', { mode: 'json' }).$type<MemoryMetrics>(),
     memory_baseline_by_gpu: text('memory_baseline_by_gpu', { mode: 'json' }).$type<Record<string, number>>(),
     updated_at: text('updated_at').notNull(),
+    /** evictable: the load asked that the residency manager may unload or sleep it for another model (0003). */
+    evictable: integer('evictable', { mode: 'boolean' }).notNull().default(false),
   },
   (t) => [index('gateway_instances_status').on(t.status)],
 )

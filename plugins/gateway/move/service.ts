@@ -308,6 +308,7 @@ export class MoveManager {
         tensor_parallel_size: r.tensor_parallel_size,
         gpu_memory_utilization: r.gpu_memory_utilization,
         enable_sleep_mode: r.enable_sleep_mode,
+        evictable: r.evictable,
         // The source holds its port: a fixed --port would make the target collide with it.
         extra_args: removeFlag(r.extra_args, '--port'),
         force: true,
