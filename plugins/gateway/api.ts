@@ -4,6 +4,7 @@ import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { SpanBase } from '../../src/host/telemetry/spans.ts'
 import type { WireAction, WireRequest } from '../../src/wire/route.ts'
+import type { CatalogChange, CatalogEntry, CatalogEntryFields, CatalogSaved } from './catalog/schemas.ts'
 import type { MemoryProfile } from './db/presets.ts'
 import type { InstanceEvent, InstanceEventType } from './events.ts'
 import type { Change, InstanceState, Operation, WaitOptions } from './lifecycle.ts'
@@ -189,7 +190,20 @@ export interface GatewayPresets {
   sync(presets: readonly PresetDetail[]): PresetSyncResult
 }
 
-export type { MemoryProfile, PresetDetail, PresetSummary, PresetSyncResult }
+/**
+ * The profile and preset records, and the catalogue's: an entry, the fields a save takes, a save's
+ * answer, a change on the bus (`gateway.catalog.changed`).
+ */
+export type {
+  CatalogChange,
+  CatalogEntry,
+  CatalogEntryFields,
+  CatalogSaved,
+  MemoryProfile,
+  PresetDetail,
+  PresetSummary,
+  PresetSyncResult,
+}
 
 /** InstanceRouting: an instance as routing sees it (GatewayPodApi.routingOf). */
 export interface InstanceRouting {
@@ -249,6 +263,23 @@ export interface GatewayApi {
   moveInProgress(): boolean
   /** gpuSnapshot: the GPUs and their processes as nvidia-smi last reported them (cached briefly). */
   gpuSnapshot(): Promise<GpuSnapshot>
+  /**
+   * catalog: the models this host may serve on demand, by name: the YAML's entries (source `config`)
+   * and those saved through the API (source `api`). Changes come as `gateway.catalog.changed`.
+   */
+  catalog(): CatalogEntry[]
+  /** catalogEntry: the entry a client's `model` names, or undefined. */
+  catalogEntry(name: string): CatalogEntry | undefined
+  /**
+   * saveCatalogEntry creates or replaces an API entry, as PUT /api/catalog/{name} does (its checks and
+   * AppErrors: 400 VALIDATION_ERROR, 400 CATALOG_ENTRY_TOO_LARGE, 409 CATALOG_ENTRY_FROM_CONFIG).
+   */
+  saveCatalogEntry(
+    name: string,
+    fields: CatalogEntryFields,
+  ): Promise<{ saved: CatalogSaved; created: boolean }>
+  /** removeCatalogEntry removes an API entry, as DELETE /api/catalog/{name} does (404, 409 for the YAML's). */
+  removeCatalogEntry(name: string): void
 }
 
 /**
@@ -340,6 +371,10 @@ export interface RemoteModel {
  * The schemas of the records GatewayPodApi returns, for a dependent's routes to declare in /docs the
  * very records they relay (one declaration of each).
  */
+export {
+  CatalogEntrySchema,
+  CatalogListSchema,
+} from './catalog/schemas.ts'
 export {
   GpuAvailableSchema,
   InstanceDetailSchema,

@@ -1,6 +1,7 @@
 import { type Static, Type as T } from '@sinclair/typebox'
 import { KVCACHED_SHM_DIR } from '../../src/gpu/kvcached.ts'
 import type { ValidateContext } from '../../src/host/plugin.ts'
+import { CatalogConfigEntrySchema } from './catalog/schemas.ts'
 import { ProxyConfig } from './proxy/config.ts'
 
 /**
@@ -118,6 +119,12 @@ export const GatewayConfig = T.Object(
       },
       { additionalProperties: false, default: {} },
     ),
+    catalog: T.Array(CatalogConfigEntrySchema, {
+      default: [],
+      description:
+        'the models this host may serve on demand, each under its `name` (README "Catalogue"); entries saved ' +
+        'through PUT /api/catalog/{name} come beside these, which the API can read but not change',
+    }),
   },
   { additionalProperties: false },
 )
@@ -125,8 +132,9 @@ export const GatewayConfig = T.Object(
 export type GatewayConfig = Static<typeof GatewayConfig>
 
 /**
- * gatewayProblems is the gateway plugin's `validate`: rules across its keys. A reversed engine port
- * range would leave no port for any engine (every load refused with NO_FREE_PORT).
+ * gatewayProblems is the gateway plugin's `validate` (with the catalogue's, catalog/rules.ts
+ * catalogProblems, beside it in index.ts): rules across its keys. A reversed engine port range would
+ * leave no port for any engine (every load refused with NO_FREE_PORT).
  */
 export function gatewayProblems(cfg: GatewayConfig, _ctx: ValidateContext): string[] {
   const problems: string[] = []

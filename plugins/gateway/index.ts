@@ -12,6 +12,9 @@ import type {
   MultiGpuMemory,
   WaitOptions,
 } from './api.ts'
+import { catalogRoutes } from './catalog/routes.ts'
+import { catalogProblems } from './catalog/rules.ts'
+import { CatalogStore } from './catalog/store.ts'
 import { GatewayConfig, gatewayProblems } from './config.ts'
 import { dashboardRoutes } from './dashboard/routes.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
@@ -107,7 +110,12 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   description:
     'Starts and stops vLLM engines, reports GPU and memory, sleeps and wakes models, proxies inference.',
   config: GatewayConfig,
-  validate: gatewayProblems,
+  // The catalogue's rules (a name that is a path or repeats, what a load would refuse) need the
+  // load's own checks (launch.ts), which need config.ts: they are added here, not in config.ts.
+  validate: (cfg, ctx) => [
+    ...gatewayProblems(cfg, ctx),
+    ...catalogProblems(cfg.catalog, 'plugins.gateway.catalog'),
+  ],
   migrations: [
     { id: '0001_instances', sql: instancesSql },
     { id: '0002_presets_profiles', sql: presetsProfilesSql },
@@ -157,6 +165,16 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       estimate: (q) => estimateNeed(profiles, q, checkOptions.defaultUtilization),
     }
     service.presets = presets
+    const catalog = new CatalogStore({
+      db: ctx.store.db,
+      config: cfg.catalog,
+      configFile: ctx.configFile,
+      bus: ctx.bus,
+      log: ctx.log.child('catalog'),
+      snapshot: () => service.gpuSnapshot(),
+      estimate: service.profiles.estimate,
+    })
+    service.catalogue = catalog
     const inference = createInference({
       api: service,
       directory: ctx.directory,
@@ -180,6 +198,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         .use(moveRoutes(service.moves))
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
         .use(presetRoutes(presets))
+        .use(catalogRoutes(catalog))
         .use(settingsRoutes(settings))
         .use(orphanRoutes(orphans))
         .use(dashboardRoutes(ctx, service, timeseries)),
@@ -187,6 +206,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       start: async () => {
         await service.recover()
         timeseries.start()
+        await catalog.reviewConfig()
       },
       stop: async (deadline) => {
         timeseries.stop()

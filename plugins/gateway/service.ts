@@ -12,6 +12,8 @@ import { PhaseSpans, type SpanBase, type TraceSpan } from '../../src/host/teleme
 import { Telemetry } from '../../src/host/telemetry/telemetry.ts'
 import { AppError, badRequest, conflict, modelNotFound, storageFull } from '../../src/http/errors.ts'
 import type {
+  CatalogEntry,
+  CatalogEntryFields,
   GatewayApi,
   InstanceRecord,
   InstanceStatus,
@@ -22,6 +24,7 @@ import type {
   SleepResult,
   WakeResult,
 } from './api.ts'
+import type { CatalogStore } from './catalog/store.ts'
 import { expandSelf, type GatewayConfig } from './config.ts'
 import type { InstanceRow } from './db/schema.ts'
 import { ManagedInstance } from './instance.ts'
@@ -84,6 +87,8 @@ export class GatewayService implements GatewayApi {
   preloadCheck: PreloadCheck | null = null
   /** moves runs blue-green moves of this service's instances. */
   readonly moves: MoveManager
+  /** catalogue: the models this host may serve on demand (catalog/store.ts), set by the plugin's setup. */
+  catalogue!: CatalogStore
   private readonly background = new Set<Promise<unknown>>()
   readonly telemetry: Telemetry
 
@@ -141,6 +146,22 @@ export class GatewayService implements GatewayApi {
 
   async gpuSnapshot(): Promise<GpuSnapshot> {
     return this.probe.snapshot()
+  }
+
+  catalog(): CatalogEntry[] {
+    return this.catalogue.list()
+  }
+
+  catalogEntry(name: string): CatalogEntry | undefined {
+    return this.catalogue.get(name)
+  }
+
+  saveCatalogEntry(name: string, fields: CatalogEntryFields) {
+    return this.catalogue.save(name, fields)
+  }
+
+  removeCatalogEntry(name: string): void {
+    this.catalogue.remove(name)
   }
 
   /**

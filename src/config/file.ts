@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
 import type { PluginDefinition } from '../host/plugin.ts'
 import { ConfigError, type Env, type LoadedConfig, loadConfig, type PluginSchemaInfo } from './load.ts'
 
@@ -19,5 +20,5 @@ export function knownPlugins(defs: readonly PluginDefinition[]): Map<string, Plu
 /** loadConfigFile reads a YAML file (clear error when missing) and validates it. */
 export function loadConfigFile(path: string, env: Env, defs: readonly PluginDefinition[]): LoadedConfig {
   if (!existsSync(path)) throw new ConfigError([`(file): config file not found: ${path}`])
-  return loadConfig(readFileSync(path, 'utf8'), env, knownPlugins(defs))
+  return { ...loadConfig(readFileSync(path, 'utf8'), env, knownPlugins(defs)), file: resolve(path) }
 }

@@ -32,6 +32,8 @@ export interface LoadedConfig {
   root: RootConfig
   /** plugins holds the validated, defaulted config of each enabled plugin, in YAML order. */
   plugins: Map<string, Record<string, unknown>>
+  /** file: the YAML file it was read from (absolute), so a plugin can name it; absent when not from a file. */
+  file?: string
 }
 
 const VAR = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g

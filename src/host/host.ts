@@ -139,6 +139,7 @@ export class Host {
       directory: this.directory,
       telemetry: this.telemetry,
       dataDir: root.data_dir,
+      configFile: this.opts.config.file ?? null,
       version: this.opts.version,
       selfCommand: this.opts.selfCommand,
       api: <T>(id: string): T => {

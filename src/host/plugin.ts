@@ -27,6 +27,8 @@ export interface PluginContext {
   /** telemetry: spans of requests and admin operations (src/host/telemetry/); OFF unless configured. */
   readonly telemetry: Telemetry
   readonly dataDir: string
+  /** configFile: the YAML file modelgate was started with (absolute), null when not from a file (demo). */
+  readonly configFile: string | null
   readonly version: string
   /** selfCommand is the argv prefix that re-runs this modelgate (for `@self` in commands). */
   readonly selfCommand: readonly string[]

@@ -72,6 +72,10 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
     inFlight: () => 0,
     moveInProgress: () => false,
     gpuSnapshot: async () => ({ available: false as const, reason: 'no GPUs in this fake' }),
+    catalog: () => [],
+    catalogEntry: () => undefined,
+    saveCatalogEntry: unsupported,
+    removeCatalogEntry: unsupported,
   }
   const plugin = definePlugin({
     id: 'gateway',

@@ -36,6 +36,8 @@ export interface GatewayOptions {
    * (MODELGATE_SHM_DIR, for tests and the simulator only; set for this gateway's lifetime).
    */
   shmDir?: string
+  /** configFile: the YAML is written to this file in the data dir and read from it (HostOptions.configFile). */
+  configFile?: string
 }
 
 export interface TestGateway extends TestHost {
@@ -82,7 +84,10 @@ export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
   if (o.shmDir !== undefined) process.env.MODELGATE_SHM_DIR = o.shmDir
   let th: TestHost
   try {
-    th = await startHost(yaml, plugins, o.hostEnv ?? {}, o.dataDir, { server: o.server })
+    th = await startHost(yaml, plugins, o.hostEnv ?? {}, o.dataDir, {
+      server: o.server,
+      ...(o.configFile ? { configFile: o.configFile } : {}),
+    })
   } catch (err) {
     restoreShm()
     throw err

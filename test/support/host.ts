@@ -1,7 +1,7 @@
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { knownPlugins } from '../../src/config/file.ts'
+import { knownPlugins, loadConfigFile } from '../../src/config/file.ts'
 import { loadConfig } from '../../src/config/load.ts'
 import { Host } from '../../src/host/host.ts'
 import { Logger, type LogLevel, type LogSink } from '../../src/host/logger.ts'
@@ -30,6 +30,8 @@ export interface HostOptions {
   logLevel?: LogLevel
   /** logSink receives the log lines (default: kept in `logs`). */
   logSink?: LogSink
+  /** configFile: write the YAML to this file in the data dir and read it from there, as `serve --config` does. */
+  configFile?: string
 }
 
 /**
@@ -51,11 +53,13 @@ export async function startHost(
   opts: HostOptions = {},
 ): Promise<TestHost> {
   const server = JSON.stringify({ host: '127.0.0.1', port: 0, ...opts.server })
-  const config = loadConfig(
-    `data_dir: ${dataDir}\nserver: ${server}\n${yaml}`,
-    env,
-    knownPlugins(definitions),
-  )
+  const text = `data_dir: ${dataDir}\nserver: ${server}\n${yaml}`
+  let config: ReturnType<typeof loadConfig>
+  if (opts.configFile) {
+    const file = join(dataDir, opts.configFile)
+    writeFileSync(file, text)
+    config = loadConfigFile(file, env, definitions)
+  } else config = loadConfig(text, env, knownPlugins(definitions))
   const logs: string[] = []
   const logger = new Logger(
     opts.logLevel ?? config.root.log.level,

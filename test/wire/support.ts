@@ -87,6 +87,20 @@ export class FakeGateway implements GatewayApi {
     return { available: false, reason: 'a fake gateway has no GPUs' }
   }
 
+  /** A fake gateway has an empty catalogue and keeps none. */
+  catalog() {
+    return []
+  }
+  catalogEntry() {
+    return undefined
+  }
+  saveCatalogEntry(): never {
+    throw new Error('a fake gateway keeps no catalogue')
+  }
+  removeCatalogEntry(): never {
+    throw new Error('a fake gateway keeps no catalogue')
+  }
+
   inFlight(id: string): number {
     return this.inflight.get(id) ?? 0
   }

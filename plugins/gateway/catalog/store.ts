@@ -1,0 +1,174 @@
+import { count, eq } from 'drizzle-orm'
+import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
+import type { GpuSnapshot } from '../../../src/gpu/smi.ts'
+import type { EventBus } from '../../../src/host/bus.ts'
+import type { Logger } from '../../../src/host/logger.ts'
+import { AppError, badRequest, conflict, notFound } from '../../../src/http/errors.ts'
+import type { GatewayProfiles } from '../api.ts'
+import { type CatalogRow, gatewayCatalog } from '../db/catalog.ts'
+import { catalogFit } from './fit.ts'
+import { entry, type Fields, fieldsProblem, nameProblem, withDefaults } from './rules.ts'
+import type {
+  CatalogChange,
+  CatalogConfigEntry,
+  CatalogEntry,
+  CatalogEntryFields,
+  CatalogSaved,
+} from './schemas.ts'
+
+/**
+ * CatalogStore is the catalogue: the models this host may serve on demand, from two sources. The
+ * YAML's entries (`plugins.gateway.catalog`, source `config`) are fixed for the life of the process
+ * and changed only there; the API's (source `api`) are kept in SQLite and survive restarts. Names
+ * are unique across both (the YAML's duplicates fail check-config). Every change made here goes out
+ * on the bus as `gateway.catalog.changed`, so a reader keeps no copy that could drift.
+ */
+
+/** CATALOG_MAX_SAVED: entries the API may hold, so a client cannot grow the table (and its lists) without end. */
+export const CATALOG_MAX_SAVED = 1000
+
+declare module '../../../src/host/bus.ts' {
+  interface BusEvents {
+    'gateway.catalog.changed': CatalogChange
+  }
+}
+
+export interface CatalogDeps {
+  db: BunSQLiteDatabase
+  /** config: plugins.gateway.catalog as validated (names unique, not paths). */
+  config: readonly CatalogConfigEntry[]
+  /** configFile: the YAML file modelgate was started with, to name in a refusal (null: not from a file). */
+  configFile: string | null
+  bus: EventBus
+  log: Logger
+  snapshot: () => Promise<GpuSnapshot>
+  estimate: GatewayProfiles['estimate']
+}
+
+const byName = (a: CatalogEntry, b: CatalogEntry) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
+
+function fromRow(r: CatalogRow): CatalogEntry {
+  const { name, updated_at, ...f } = r
+  return entry(name, f, 'api', updated_at)
+}
+
+/** requireName: the name, or 400 VALIDATION_ERROR saying why it cannot name an entry. */
+function requireName(name: string): string {
+  const bad = nameProblem(name)
+  if (bad) throw badRequest(`name ${JSON.stringify(name.slice(0, 200))}: ${bad}`)
+  return name
+}
+
+export class CatalogStore {
+  /** configured: the YAML's entries by name, with their index for the dotted path. */
+  private readonly configured = new Map<string, { index: number; entry: CatalogEntry }>()
+
+  constructor(private readonly deps: CatalogDeps) {
+    deps.config.forEach((e, index) => {
+      const { name, ...f } = e
+      this.configured.set(name, { index, entry: entry(name, withDefaults(f), 'config', null) })
+    })
+  }
+
+  list(): CatalogEntry[] {
+    const saved = this.deps.db.select().from(gatewayCatalog).all().map(fromRow)
+    return [...[...this.configured.values()].map((c) => c.entry), ...saved].sort(byName)
+  }
+
+  get(name: string): CatalogEntry | undefined {
+    const configured = this.configured.get(name)
+    if (configured) return configured.entry
+    const row = this.deps.db.select().from(gatewayCatalog).where(eq(gatewayCatalog.name, name)).get()
+    return row ? fromRow(row) : undefined
+  }
+
+  /** require: the entry, or 400 for a name that cannot be one, 404 CATALOG_ENTRY_NOT_FOUND. */
+  require(name: string): CatalogEntry {
+    const found = this.get(requireName(name))
+    if (!found) throw notFound(`No catalogue entry named '${name}'`, 'CATALOG_ENTRY_NOT_FOUND')
+    return found
+  }
+
+  /**
+   * save creates or replaces an API entry: 400 for a name that is a path or fields a load would
+   * refuse, 409 for a name the YAML defines or a full catalogue, 400 CATALOG_ENTRY_TOO_LARGE when no
+   * GPU set of this host could hold it (with the figures). Without a GPU probe it is saved with a
+   * warning. The existence and count checks run with the write, after the probe's await.
+   */
+  async save(name: string, body: CatalogEntryFields): Promise<{ saved: CatalogSaved; created: boolean }> {
+    requireName(name)
+    this.refuseConfigured(name)
+    const fields = withDefaults(body)
+    const refused = fieldsProblem(name, fields)
+    if (refused) throw badRequest(refused)
+    const verdict = catalogFit(name, fields, await this.deps.snapshot(), this.deps.estimate)
+    if (verdict.fits === false) throw new AppError(400, 'CATALOG_ENTRY_TOO_LARGE', verdict.message)
+    const created = this.write(name, fields)
+    const stored = this.get(name) as CatalogEntry
+    this.deps.bus.emit('gateway.catalog.changed', { change: 'saved', entry: stored, created })
+    this.deps.log.info(`catalogue entry ${name} ${created ? 'created' : 'replaced'}`, {
+      model: fields.model_path,
+      ...(verdict.fits === null ? { warning: verdict.warning } : {}),
+    })
+    return { saved: verdict.fits === null ? { ...stored, warning: verdict.warning } : stored, created }
+  }
+
+  /** remove deletes an API entry: 400 bad name, 409 defined in the YAML, 404 unknown. */
+  remove(name: string): void {
+    requireName(name)
+    this.refuseConfigured(name)
+    const gone = this.deps.db.delete(gatewayCatalog).where(eq(gatewayCatalog.name, name)).returning().all()
+    if (!gone.length) throw notFound(`No catalogue entry named '${name}'`, 'CATALOG_ENTRY_NOT_FOUND')
+    this.deps.bus.emit('gateway.catalog.changed', { change: 'removed', name })
+    this.deps.log.info(`catalogue entry ${name} removed`)
+  }
+
+  /**
+   * reviewConfig logs the YAML's entries this host could never hold (the check a save makes):
+   * check-config cannot see the GPUs, so this is where an operator learns it, at start.
+   */
+  async reviewConfig(): Promise<void> {
+    if (!this.configured.size) return
+    const snapshot = await this.deps.snapshot()
+    for (const { index, entry: e } of this.configured.values()) {
+      const verdict = catalogFit(e.name, e, snapshot, this.deps.estimate)
+      if (verdict.fits === false)
+        this.deps.log.warn(`plugins.gateway.catalog[${index}]: ${verdict.message}`, { entry: e.name })
+    }
+  }
+
+  private refuseConfigured(name: string): void {
+    const configured = this.configured.get(name)
+    if (!configured) return
+    const file = this.deps.configFile ?? 'the configuration modelgate was started with'
+    throw conflict(
+      `Catalogue entry '${name}' is defined in ${file} (plugins.gateway.catalog[${configured.index}]): ` +
+        'change or remove it there and restart modelgate',
+      'CATALOG_ENTRY_FROM_CONFIG',
+    )
+  }
+
+  /** write upserts the row; true when it is new. Synchronous: nothing can come between the checks and it. */
+  private write(name: string, f: Fields): boolean {
+    const db = this.deps.db
+    const exists = db
+      .select({ name: gatewayCatalog.name })
+      .from(gatewayCatalog)
+      .where(eq(gatewayCatalog.name, name))
+      .get()
+    if (!exists) {
+      const [row] = db.select({ n: count() }).from(gatewayCatalog).all()
+      if ((row?.n ?? 0) >= CATALOG_MAX_SAVED)
+        throw conflict(
+          `The catalogue holds ${CATALOG_MAX_SAVED} saved entries, its limit: remove one first`,
+          'CATALOG_FULL',
+        )
+    }
+    const value = { name, ...f, updated_at: new Date().toISOString() }
+    db.insert(gatewayCatalog)
+      .values(value)
+      .onConflictDoUpdate({ target: gatewayCatalog.name, set: value })
+      .run()
+    return !exists
+  }
+}
