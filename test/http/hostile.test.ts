@@ -231,3 +231,103 @@ describe('bodies that attack the parser', () => {
     expect((await send('GET', '/api/health')).status).toBe(200)
   })
 })
+
+describe('catalogue bodies and names that attack the gateway', () => {
+  const auth = () => `Authorization: Bearer ${token}\r\nContent-Type: application/json\r\n`
+  const putEntry = (target: string, body: unknown) =>
+    send('PUT', target, { body: typeof body === 'string' ? body : JSON.stringify(body), headers: auth() })
+  /** stored: which of `names` the catalogue holds (each test checks its own, so one failure stays its own). */
+  const stored = async (...names: string[]) =>
+    (
+      await gw.json<{ entries: { name: string }[] }>('/api/catalog', {
+        headers: { authorization: `Bearer ${token}` },
+      })
+    ).body.entries
+      .map((e) => e.name)
+      .filter((n) => names.includes(n))
+  const good = { model_path: 'facebook/opt-125m' }
+
+  it('refuses unknown keys, naming them, and stores nothing', async () => {
+    const r = await putEntry('/api/catalog/unknown-keys', { ...good, pinned: true, extra_arg: ['--x'] })
+    expect([r.status, r.error.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(r.error.message).toContain('pinned')
+    expect(r.error.message).toContain('extra_arg')
+    // The name too is the path's, never the body's.
+    const named = await putEntry('/api/catalog/unknown-keys', { ...good, name: 'other' })
+    expect([named.status, named.error.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(named.error.message).toContain('name')
+    // The same through the spelling with the name's slash left plain.
+    const plain = await putEntry('/api/catalog/org/unknown-keys', { ...good, pinned: true })
+    expect([plain.status, plain.error.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(plain.error.message).toContain('pinned')
+    expect(await stored('unknown-keys', 'other', 'org/unknown-keys')).toEqual([])
+  })
+
+  it('refuses 65 extra_args and an argument of 2 KiB', async () => {
+    const many = await putEntry('/api/catalog/many-args', {
+      ...good,
+      extra_args: Array(65).fill('--enforce-eager'),
+    })
+    expect([many.status, many.error.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(many.error.message).toContain('extra_args')
+    const long = await putEntry('/api/catalog/many-args', {
+      ...good,
+      extra_args: [`--x=${'a'.repeat(2048)}`],
+    })
+    expect([long.status, long.error.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(long.error.message).toContain('extra_args')
+    // At the limits it is accepted.
+    const edge = await putEntry('/api/catalog/edge', {
+      ...good,
+      extra_args: [`--x=${'a'.repeat(1020)}`, ...Array(63).fill('--enforce-eager')],
+    })
+    expect(edge.status).toBe(201)
+    expect(await stored('many-args', 'edge')).toEqual(['edge'])
+    expect((await send('DELETE', '/api/catalog/edge', { headers: auth() })).status).toBe(200)
+  })
+
+  it('refuses a name that is a path, however it is spelled, saying why', async () => {
+    const cases: [target: string, why: string][] = [
+      ['/api/catalog/..%2Fx', 'must not contain a . or .. segment'],
+      ['/api/catalog/x%2F..', 'must not contain a . or .. segment'],
+      ['/api/catalog/%2Fabs', 'must not start with /'],
+      ['/api/catalog//abs', 'must not start with /'],
+      ['/api/catalog/a%2F%2Fb', 'must not contain an empty path segment'],
+      ['/api/catalog/a//b', 'must not contain an empty path segment'],
+      ['/api/catalog/a%5Cb', 'must not contain a backslash'],
+      ['/api/catalog/a%00b', 'must not contain control characters'],
+      ['/api/catalog/a%0Ab', 'must not contain control characters'],
+      [`/api/catalog/${'x'.repeat(129)}`, 'at most 128'],
+    ]
+    for (const [target, why] of cases) {
+      const r = await putEntry(target, good)
+      expect([r.status, r.error.code], target).toEqual([400, 'VALIDATION_ERROR'])
+      expect(r.error.message, target).toContain(why)
+      const d = await send('DELETE', target, { headers: auth() })
+      expect([d.status, d.error.code], `DELETE ${target}`).toEqual([400, 'VALIDATION_ERROR'])
+    }
+    // Dot segments left plain never get past the front; a broken escape is no name at all.
+    for (const target of ['/api/catalog/../x', '/api/catalog/a/./b', '/api/catalog/%E0%A4%A']) {
+      const r = await putEntry(target, good)
+      expect(r.status, target).toBe(400)
+    }
+    const names = ['../x', 'x/..', '/abs', 'a//b', 'a\\b', 'a\u0000b', 'a\nb', 'x'.repeat(129), 'x', 'a/./b']
+    expect(await stored(...names)).toEqual([])
+  })
+
+  it('refuses a 10,000-deep JSON body before parsing it, and a 20 MB body from its head (413)', async () => {
+    const deep = `{"model_path":"a/b","extra_args":${'['.repeat(10_000)}${']'.repeat(10_000)}}`
+    const r = await putEntry('/api/catalog/deep', deep)
+    expect([r.status, r.error.code, r.error.message]).toEqual([
+      400,
+      'BAD_REQUEST',
+      'JSON body nested deeper than 64',
+    ])
+    const size = 20 * 1024 * 1024
+    const head = `PUT /api/catalog/big HTTP/1.1\r\nHost: a\r\n${auth()}Content-Length: ${size}\r\n\r\n`
+    const big = await rawExchange(port, `${head}{"model_path":"${'a'.repeat(64 * 1024)}`, { waitMs: 5000 })
+    expect(big.closed).toBe(true)
+    expect(parse(big.text)[0]!.status).toBe(413)
+    expect(await stored('deep', 'big')).toEqual([])
+  })
+})
