@@ -1,8 +1,9 @@
 import type { EventBus } from '../../../src/host/bus.ts'
 import { type SseSink, sseResponse } from '../../../src/http/sse.ts'
-import type { InstanceRecord, InstanceStatus, MoveEvent } from '../api.ts'
+import type { CatalogChange, InstanceRecord, InstanceStatus, MoveEvent } from '../api.ts'
 import type { InstanceEvents } from '../events.ts'
 import type { Operation } from '../lifecycle.ts'
+import type { ResidencyDecision } from '../residency/manager.ts'
 import type { TimeSample, TimeSeries } from '../timeseries/ring.ts'
 import type { TimeSeriesSampler } from '../timeseries/sampler.ts'
 
@@ -36,6 +37,10 @@ export interface DashboardEventMap {
   timeseries: TimeSeries
   /** One new sample of every series, every 5 s. */
   sample: TimeSample
+  /** A catalogue entry saved or removed through the API (`gateway.catalog.changed`). */
+  catalog: CatalogChange
+  /** The residency manager slept or unloaded models to make room (`gateway.residency.decision`). */
+  residency: ResidencyDecision
 }
 
 export type DashboardEventName = keyof DashboardEventMap
@@ -97,6 +102,8 @@ function relay(src: DashboardSource, sink: SseSink): () => void {
         })
     }),
     src.bus.on('gateway.move.progress', (e) => send('move', e)),
+    src.bus.on('gateway.catalog.changed', (c) => send('catalog', c)),
+    src.bus.on('gateway.residency.decision', (d) => send('residency', d)),
     src.bus.on('proxy.request', () => {
       requests++
       trafficTimer ??= setTimeout(() => {

@@ -143,7 +143,9 @@ export function dashboardRoutes(ctx: PluginContext, service: GatewayService, tim
           '`progress` {instance_id, phase, percent, message} from each instance (load, wake); `operation` ' +
           '{instance_id, operation: sleep|wake|move, running}; `move` (the move_progress record); `traffic` ' +
           '{requests} at most every 2 s while proxied requests end; `timeseries` (the last hour, as ' +
-          '`GET /api/dashboard/timeseries` answers it) once after `instances`, then `sample` {t, values} every 5 s. ' +
+          '`GET /api/dashboard/timeseries` answers it) once after `instances`, then `sample` {t, values} every 5 s; ' +
+          '`catalog` {change: saved, entry, created | change: removed, name} when a catalogue entry is saved or removed; ' +
+          '`residency` (a decision, as GET /api/residency lists them) when the residency manager makes room. ' +
           'Heartbeat comments every 15 s.',
       },
     })

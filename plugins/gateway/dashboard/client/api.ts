@@ -1,6 +1,9 @@
 import type {
   AuthInfo,
   BenchmarkRun,
+  CatalogEntry,
+  CatalogEntryFields,
+  CatalogSaved,
   CheckRequest,
   CheckResult,
   ClusterStatus,
@@ -20,6 +23,7 @@ import type {
   Pod,
   PresetDetail,
   PresetSummary,
+  Residency,
   RouterAction,
   RouterOverview,
   RoutingTable,
@@ -140,6 +144,20 @@ export const api = {
   loadPreset: (i: string) => post<{ status: string; configId: string }>(`/api/configurations/${id(i)}/load`),
   deletePreset: (i: string) => call<unknown>('DELETE', `/api/configurations/${id(i)}`),
   profiles: () => get<{ profiles: MemoryProfile[]; total: number }>('/api/memory/profiles'),
+
+  catalog: () => get<{ entries: CatalogEntry[]; total: number }>('/api/catalog'),
+  saveCatalogEntry: (name: string, body: CatalogEntryFields) =>
+    call<CatalogSaved>('PUT', `/api/catalog/${id(name)}`, body),
+  deleteCatalogEntry: (name: string) => call<unknown>('DELETE', `/api/catalog/${id(name)}`),
+  /** residency: the residency manager's view, or null where this gateway has none (404). */
+  residency: async (): Promise<Residency | null> => {
+    try {
+      return await get<Residency>('/api/residency')
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) return null
+      throw err
+    }
+  },
   deleteProfile: (i: string) => call<unknown>('DELETE', `/api/memory/profiles/${id(i)}`),
 
   benchmarks: () => get<{ benchmarks: RunSummary[]; total: number }>('/api/benchmarks?limit=100'),

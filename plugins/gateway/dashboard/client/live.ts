@@ -31,6 +31,12 @@ export const viewsError = signal<ApiError | null>(null)
  * sample appended); kept to the ring's own length, so the page's memory is bounded as the server's.
  */
 export const timeseries = signal<TimeSeries | null>(null)
+/**
+ * catalogChanges / residencyChanges count the catalogue's changes and the residency manager's
+ * decisions seen on the stream: a page that shows either refetches it when its count moves.
+ */
+export const catalogChanges = signal(0)
+export const residencyChanges = signal(0)
 /** connection: the event stream's state, shown in the header. */
 export const connection = signal<'connecting' | 'live' | 'down'>('connecting')
 
@@ -110,6 +116,12 @@ const handlers: Handlers = {
     moves.value = withEntry(moves.value, e.move_id, e)
   },
   traffic: () => void refreshViews(),
+  catalog: () => {
+    catalogChanges.value++
+  },
+  residency: () => {
+    residencyChanges.value++
+  },
   timeseries: (ts) => {
     timeseries.value = ts
   },

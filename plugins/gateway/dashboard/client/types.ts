@@ -1,6 +1,7 @@
 import type { Static } from 'elysia'
 import type { AuthService, LoginResult, Principal } from '../../../../src/http/auth.ts'
 import type { ControllerErrorBody, ProxyErrorBody } from '../../../../src/http/errors.ts'
+import type { ResidencySchema } from '../../residency/routes.ts'
 import type { GpuAvailableSchema, MultiGpuSchema } from '../../schemas.ts'
 import type { Features as FeaturesSchema, InferenceKey } from '../routes.ts'
 
@@ -23,6 +24,10 @@ export type RouterAction = Static<typeof ActionResultSchema>
  * the server fails `tsc` here. Every import is type-only, so no server code reaches the bundle.
  */
 export type {
+  CatalogChange,
+  CatalogEntry,
+  CatalogEntryFields,
+  CatalogSaved,
   InstanceRecord,
   InstanceStatus,
   LoadRequest,
@@ -50,6 +55,10 @@ export type ModelMemory = GpuRow['models'][number]
 export type KvCache = MultiGpu['kvcache']
 export type InferenceKeyAnswer = Static<typeof InferenceKey>
 export type Features = Static<typeof FeaturesSchema>
+/** Residency: GET /api/residency, the residency manager's view (404 where it does not run). */
+export type Residency = Static<typeof ResidencySchema>
+export type ResidencyModel = Residency['models'][number]
+export type ResidencyDecision = Residency['decisions'][number]
 
 /** AuthInfo: GET /api/auth/info. */
 export type AuthInfo = ReturnType<AuthService['info']>

@@ -1,5 +1,6 @@
 import type { Page } from '../page.ts'
 import { benchmarkPage, benchmarksPage, comparePage } from './benchmarks.tsx'
+import { catalogPage } from './catalog.tsx'
 import { chatPage } from './chat.tsx'
 import { clusterPage } from './cluster.tsx'
 import { gpusPage } from './gpus.tsx'
@@ -17,6 +18,7 @@ export const pages: readonly Page[] = [
   gpusPage,
   modelsPage,
   instancePage,
+  catalogPage,
   metricsPage,
   chatPage,
   benchmarksPage,
