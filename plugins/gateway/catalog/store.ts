@@ -1,4 +1,4 @@
-import { count, eq } from 'drizzle-orm'
+import { eq } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
 import type { GpuSnapshot } from '../../../src/gpu/smi.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
@@ -21,7 +21,9 @@ import type {
  * YAML's entries (`plugins.gateway.catalog`, source `config`) are fixed for the life of the process
  * and changed only there; the API's (source `api`) are kept in SQLite and survive restarts. Names
  * are unique across both (the YAML's duplicates fail check-config). Every change made here goes out
- * on the bus as `gateway.catalog.changed`, so a reader keeps no copy that could drift.
+ * on the bus as `gateway.catalog.changed`, so a reader keeps no copy that could drift. Reads come
+ * from memory (a request that names a model may ask whether it is catalogued): this store is the
+ * table's only writer, and it writes the row before it changes what it holds.
  */
 
 /** CATALOG_MAX_SAVED: entries the API may hold, so a client cannot grow the table (and its lists) without end. */
@@ -62,24 +64,28 @@ function requireName(name: string): string {
 export class CatalogStore {
   /** configured: the YAML's entries by name, with their index for the dotted path. */
   private readonly configured = new Map<string, { index: number; entry: CatalogEntry }>()
+  /** saved: the API's entries by name, as their rows hold them. */
+  private readonly saved = new Map<string, CatalogEntry>()
+  /** sorted: every entry by name, made again after a change. */
+  private sorted: CatalogEntry[] | null = null
 
   constructor(private readonly deps: CatalogDeps) {
     deps.config.forEach((e, index) => {
       const { name, ...f } = e
       this.configured.set(name, { index, entry: entry(name, withDefaults(f), 'config', null) })
     })
+    for (const row of deps.db.select().from(gatewayCatalog).all()) this.saved.set(row.name, fromRow(row))
   }
 
   list(): CatalogEntry[] {
-    const saved = this.deps.db.select().from(gatewayCatalog).all().map(fromRow)
-    return [...[...this.configured.values()].map((c) => c.entry), ...saved].sort(byName)
+    this.sorted ??= [...[...this.configured.values()].map((c) => c.entry), ...this.saved.values()].sort(
+      byName,
+    )
+    return [...this.sorted]
   }
 
   get(name: string): CatalogEntry | undefined {
-    const configured = this.configured.get(name)
-    if (configured) return configured.entry
-    const row = this.deps.db.select().from(gatewayCatalog).where(eq(gatewayCatalog.name, name)).get()
-    return row ? fromRow(row) : undefined
+    return this.configured.get(name)?.entry ?? this.saved.get(name)
   }
 
   /** require: the entry, or 400 for a name that cannot be one, 404 CATALOG_ENTRY_NOT_FOUND. */
@@ -103,8 +109,7 @@ export class CatalogStore {
     if (refused) throw badRequest(refused)
     const verdict = catalogFit(name, fields, await this.deps.snapshot(), this.deps.estimate)
     if (verdict.fits === false) throw new AppError(400, 'CATALOG_ENTRY_TOO_LARGE', verdict.message)
-    const created = this.write(name, fields)
-    const stored = this.get(name) as CatalogEntry
+    const { stored, created } = this.write(name, fields)
     this.deps.bus.emit('gateway.catalog.changed', { change: 'saved', entry: stored, created })
     this.deps.log.info(`catalogue entry ${name} ${created ? 'created' : 'replaced'}`, {
       model: fields.model_path,
@@ -117,8 +122,10 @@ export class CatalogStore {
   remove(name: string): void {
     requireName(name)
     this.refuseConfigured(name)
-    const gone = this.deps.db.delete(gatewayCatalog).where(eq(gatewayCatalog.name, name)).returning().all()
-    if (!gone.length) throw notFound(`No catalogue entry named '${name}'`, 'CATALOG_ENTRY_NOT_FOUND')
+    if (!this.saved.has(name)) throw notFound(`No catalogue entry named '${name}'`, 'CATALOG_ENTRY_NOT_FOUND')
+    this.deps.db.delete(gatewayCatalog).where(eq(gatewayCatalog.name, name)).run()
+    this.saved.delete(name)
+    this.sorted = null
     this.deps.bus.emit('gateway.catalog.changed', { change: 'removed', name })
     this.deps.log.info(`catalogue entry ${name} removed`)
   }
@@ -148,27 +155,26 @@ export class CatalogStore {
     )
   }
 
-  /** write upserts the row; true when it is new. Synchronous: nothing can come between the checks and it. */
-  private write(name: string, f: Fields): boolean {
-    const db = this.deps.db
-    const exists = db
-      .select({ name: gatewayCatalog.name })
-      .from(gatewayCatalog)
-      .where(eq(gatewayCatalog.name, name))
-      .get()
-    if (!exists) {
-      const [row] = db.select({ n: count() }).from(gatewayCatalog).all()
-      if ((row?.n ?? 0) >= CATALOG_MAX_SAVED)
-        throw conflict(
-          `The catalogue holds ${CATALOG_MAX_SAVED} saved entries, its limit: remove one first`,
-          'CATALOG_FULL',
-        )
-    }
+  /**
+   * write upserts the row, then the entry held in memory; `created` when the name is new. Synchronous:
+   * nothing can come between the checks and the write.
+   */
+  private write(name: string, f: Fields): { stored: CatalogEntry; created: boolean } {
+    const created = !this.saved.has(name)
+    if (created && this.saved.size >= CATALOG_MAX_SAVED)
+      throw conflict(
+        `The catalogue holds ${CATALOG_MAX_SAVED} saved entries, its limit: remove one first`,
+        'CATALOG_FULL',
+      )
     const value = { name, ...f, updated_at: new Date().toISOString() }
-    db.insert(gatewayCatalog)
+    this.deps.db
+      .insert(gatewayCatalog)
       .values(value)
       .onConflictDoUpdate({ target: gatewayCatalog.name, set: value })
       .run()
-    return !exists
+    const stored = fromRow(value)
+    this.saved.set(name, stored)
+    this.sorted = null
+    return { stored, created }
   }
 }
