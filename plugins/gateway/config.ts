@@ -3,6 +3,7 @@ import { KVCACHED_SHM_DIR } from '../../src/gpu/kvcached.ts'
 import type { ValidateContext } from '../../src/host/plugin.ts'
 import { CatalogConfigEntrySchema } from './catalog/schemas.ts'
 import { ProxyConfig } from './proxy/config.ts'
+import { ResidencyConfig } from './residency/config.ts'
 
 /**
  * GatewayConfig is `plugins.gateway` in the YAML. `@self` in a command list stands for this
@@ -119,6 +120,7 @@ export const GatewayConfig = T.Object(
       },
       { additionalProperties: false, default: {} },
     ),
+    residency: ResidencyConfig,
     catalog: T.Array(CatalogConfigEntrySchema, {
       default: [],
       description:

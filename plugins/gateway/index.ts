@@ -32,6 +32,9 @@ import { profileRoutes } from './profiles/routes.ts'
 import { ProfileRecorder, ProfileStore } from './profiles/service.ts'
 import { createInference } from './proxy/routes.ts'
 import { InstanceRepo } from './repo.ts'
+import { catalogSource } from './residency/catalog-backend.ts'
+import { ResidencyManager } from './residency/manager.ts'
+import { residencyRoutes } from './residency/routes.ts'
 import { gatewayRoutes } from './routes.ts'
 import { type GatewayDeps, GatewayService } from './service.ts'
 import { settingsRoutes } from './settings/routes.ts'
@@ -175,6 +178,19 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       estimate: service.profiles.estimate,
     })
     service.catalogue = catalog
+    // What is resident on this host's GPUs: catalogued models on demand, room made by measured cost.
+    const residency = new ResidencyManager({
+      service,
+      catalog: { entries: () => catalog.list(), entry: (name) => catalog.get(name) },
+      config: cfg.residency,
+      defaultUtilization: cfg.engine.gpu_memory_utilization,
+      bus: ctx.bus,
+      log: ctx.log.child('residency'),
+      metrics: ctx.metrics,
+      held: (model) => ctx.directory.held(model),
+    })
+    service.residency = residency
+    ctx.directory.addSource(catalogSource(residency))
     const inference = createInference({
       api: service,
       directory: ctx.directory,
@@ -198,6 +214,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         .use(moveRoutes(service.moves))
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
         .use(presetRoutes(presets))
+        .use(residencyRoutes(residency))
         .use(catalogRoutes(catalog))
         .use(settingsRoutes(settings))
         .use(orphanRoutes(orphans))

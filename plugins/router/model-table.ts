@@ -161,6 +161,7 @@ export class ModelTable {
     const api = this.gatewayApi
     if (!api) return out
     const names = new Set<string>()
+    for (const e of api.catalog()) if (!this.configured.has(e.name)) names.add(e.name)
     for (const i of api.list()) {
       if (i.status !== 'active' && i.status !== 'sleeping') continue
       const name = i.served_model_name
@@ -190,7 +191,10 @@ export class ModelTable {
   }
 }
 
-/** serving: an instance that is active or sleeping (not loading, failed or stopping). */
+/**
+ * serving: an instance that is active or sleeping (not loading, failed or stopping), or a catalogued
+ * model a request may load (`absent`: the router lists it as sleeping, and a request brings it).
+ */
 function serving(b: Backend): boolean {
-  return (b.sleepState?.() ?? null) !== null
+  return b.readiness() === 'absent' || (b.sleepState?.() ?? null) !== null
 }

@@ -69,7 +69,7 @@ class CatalogBackend implements Backend {
 export function catalogSource(manager: ResidencyManager): BackendSource {
   return {
     backends: (name) => {
-      if (!manager.catalogued(name) || manager.instancesOf(name).length > 0) return []
+      if (!manager.catalogued(name) || manager.hasInstance(name)) return []
       return [new CatalogBackend(name, manager)]
     },
   }

@@ -3,7 +3,8 @@ import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import { conflict } from '../../../src/http/errors.ts'
-import type { InstanceRecord, LoadRequest, WakeResult } from '../api.ts'
+import type { CatalogEntry, InstanceRecord, WakeResult } from '../api.ts'
+import { catalogLoadRequest } from '../catalog/rules.ts'
 import type { ManagedInstance } from '../instance.ts'
 import type { GatewayService } from '../service.ts'
 import type { ResidencyConfig } from './config.ts'
@@ -29,19 +30,6 @@ import { type Plan, plan, type Resident, type Victim } from './planner.ts'
  * - A victim leaves routing at once and is drained (nothing routed to it meanwhile: requests for it
  *   queue and bring it back); a sleep that frees less than it should is escalated to an unload.
  */
-export interface CatalogEntry {
-  name: string
-  model_path: string
-  max_tokens?: number | undefined
-  tensor_parallel_size?: number | undefined
-  gpu_memory_utilization?: number | undefined
-  enable_sleep_mode?: boolean | undefined
-  extra_args?: string[] | undefined
-  gpu_ids?: number[] | undefined
-  pin?: boolean | undefined
-  preload?: boolean | undefined
-}
-
 /** CatalogReader: where the manager reads the catalogue (plugins/gateway/catalog). */
 export interface CatalogReader {
   entries(): readonly CatalogEntry[]
@@ -244,27 +232,24 @@ export class ResidencyManager implements ResidencyHooks {
 
   /** load: room on some GPUs for the entry, then the gateway's own load there. */
   private async load(entry: CatalogEntry, signal: AbortSignal): Promise<void> {
-    const tp = entry.tensor_parallel_size ?? entry.gpu_ids?.length ?? 1
+    const tp = entry.tensor_parallel_size
     const util = entry.gpu_memory_utilization ?? this.d.defaultUtilization
+    const fixed = entry.gpu_ids ?? undefined
     const started = await this.withRoom(
       {
         model: entry.name,
         kind: 'load',
-        choices: (gpus) => this.choices(gpus, tp, entry.gpu_ids),
+        choices: (gpus) => this.choices(gpus, tp, fixed),
         needFraction: util,
       },
       signal,
       async (gpuIds) => {
         this.metrics.coldStart(entry.name)
-        const req: LoadRequest = {
-          model_path: entry.model_path,
-          served_model_name: entry.name,
+        // On the GPUs room was made on; evictable unless pinned (a hand-loaded instance never is).
+        const req = {
+          ...catalogLoadRequest(entry.name, entry),
           gpu_ids: gpuIds,
-          tensor_parallel_size: tp,
-          ...(entry.max_tokens ? { max_tokens: entry.max_tokens } : {}),
-          ...(entry.gpu_memory_utilization ? { gpu_memory_utilization: entry.gpu_memory_utilization } : {}),
-          ...(entry.enable_sleep_mode !== undefined ? { enable_sleep_mode: entry.enable_sleep_mode } : {}),
-          ...(entry.extra_args ? { extra_args: entry.extra_args } : {}),
+          evictable: !entry.pin,
           force: true,
         }
         return (await this.d.service.load(req)).instance_id
@@ -508,10 +493,8 @@ export class ResidencyManager implements ResidencyHooks {
   /** whyNotEvictable: null when the instance may be a victim now, else why not. */
   whyNotEvictable(inst: ManagedInstance): string | null {
     const r = inst.row
-    const entry = this.catalogued(r.served_model_name)
-    if (entry?.pin) return 'pinned'
-    if (!entry && (r as { evictable?: boolean | null }).evictable !== true)
-      return 'loaded by hand (not evictable)'
+    if (this.catalogued(r.served_model_name)?.pin) return 'pinned'
+    if (!r.evictable) return 'loaded by hand (not evictable)'
     if (this.evicting.has(r.id)) return 'already being evicted'
     if (inst.lifecycle.operation) return `${inst.lifecycle.operation} in progress`
     if (inst.lifecycle.inFlight > 0) return `${inst.lifecycle.inFlight} request(s) in flight`
@@ -610,6 +593,12 @@ export class ResidencyManager implements ResidencyHooks {
 
   // ---- views ----
 
+  /** hasInstance: an instance serves `name` here, in any state (cheap: no records are built). */
+  hasInstance(name: string): boolean {
+    for (const inst of this.d.service.instances.values()) if (inst.row.served_model_name === name) return true
+    return false
+  }
+
   instancesOf(name: string): InstanceRecord[] {
     return this.d.service.list().filter((i) => i.served_model_name === name)
   }
@@ -655,7 +644,7 @@ export class ResidencyManager implements ResidencyHooks {
         name: e.name,
         state: state as 'absent' | 'loading' | 'active' | 'sleeping' | 'waking' | 'unloading' | 'failed',
         instance_id: i?.id ?? null,
-        pinned: e.pin === true,
+        pinned: e.pin,
         evictable_now: why === null,
         why_not_evictable: why,
         last_request_at: last === null ? null : new Date(last).toISOString(),
