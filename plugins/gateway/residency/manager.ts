@@ -79,6 +79,8 @@ export class ResidencyManager implements ResidencyHooks {
   private readonly measured = new Map<string, Measured>()
   /** When each instance became resident (active), epoch ms: min_resident_seconds counts from it. */
   private readonly residentSince = new Map<string, number>()
+  /** What a model's engine kept on each GPU after its last measured sleep (MiB): what a sleep leaves. */
+  private readonly afterSleep = new Map<string, number>()
   /** Memory decided loads and wakes will still take, per GPU (MiB). */
   private readonly reserved = new Map<number, number>()
   /** Instances chosen as victims and not yet out of the way: no second decision counts them. */
@@ -131,6 +133,10 @@ export class ResidencyManager implements ResidencyHooks {
       this.notify()
     })
     d.bus.on('proxy.request', () => this.notify())
+    d.bus.on('gateway.instance.sleep', (e) => {
+      const kept = Object.values(e.memory_check.gpus).map((g) => g.asleep_gib)
+      if (kept.length) this.afterSleep.set(e.served_model_name, Math.max(...kept) * MiB)
+    })
   }
 
   /**
@@ -241,6 +247,7 @@ export class ResidencyManager implements ResidencyHooks {
         kind: 'load',
         choices: (gpus) => this.choices(gpus, tp, fixed),
         needFraction: util,
+        needed: () => !this.hasInstance(entry.name),
       },
       signal,
       async (gpuIds) => {
@@ -255,6 +262,8 @@ export class ResidencyManager implements ResidencyHooks {
         return (await this.d.service.load(req)).instance_id
       },
     )
+    // Another load of it got there first: the bring-up's loop waits for that one.
+    if (started === null) return
     await this.d.service.waitFor(started, (s) => s !== 'starting', {
       signal,
       what: `the load of ${entry.name}`,
@@ -275,14 +284,31 @@ export class ResidencyManager implements ResidencyHooks {
       return this.d.service.wakeEngine(inst)
     let result: WakeResult | null = null
     await this.withRoom(
-      { model: rec.served_model_name, kind: 'wake', choices: () => [rec.gpu_ids], needMib: need },
+      {
+        model: rec.served_model_name,
+        kind: 'wake',
+        choices: () => [rec.gpu_ids],
+        needMib: need,
+        // Woken meanwhile (another caller's wake), or gone: nothing to make room for.
+        needed: () => inst.lifecycle.state === 'sleeping' && inst.lifecycle.operation !== 'wake',
+      },
       signal ?? AbortSignal.timeout(this.d.config.queue_timeout_seconds * 1000),
       async () => {
         result = await this.d.service.wakeEngine(inst)
         return inst.id
       },
     )
-    return result!
+    // A wake under way meanwhile is joined; one already done answers the instance as it is now.
+    if (result) return result
+    if (inst.lifecycle.state === 'sleeping') return this.d.service.wakeEngine(inst)
+    return {
+      status: 'running',
+      instance_id: inst.id,
+      model_path: inst.row.model_path,
+      woke_at: new Date(this.now()).toISOString(),
+      sleep_level: null,
+      phases: [],
+    }
   }
 
   // ---- making room ----
@@ -300,14 +326,17 @@ export class ResidencyManager implements ResidencyHooks {
       choices: (gpus: number[]) => number[][]
       needMib?: number
       needFraction?: number
+      /** needed: whether it is still to be done (another wake or load may have done it meanwhile). */
+      needed: () => boolean
     },
     signal: AbortSignal,
     act: (gpuIds: number[]) => Promise<string>,
-  ): Promise<string> {
+  ): Promise<string | null> {
     for (;;) {
       if (signal.aborted) throw signal.reason
       if (this.stopped) throw conflict('The server is stopping', 'STOPPING')
       const turn = this.chain.then(async () => {
+        if (!want.needed()) return { done: true } as const
         const decided = await this.decide(want)
         if (!decided.fits) return { wait: decided.reason } as const
         for (const g of decided.gpuIds) this.reserved.set(g, (this.reserved.get(g) ?? 0) + decided.needMib)
@@ -315,6 +344,7 @@ export class ResidencyManager implements ResidencyHooks {
       })
       this.chain = turn.catch(() => {})
       const outcome = await turn
+      if ('done' in outcome) return null
       if ('wait' in outcome) {
         if (this.d.config.policy === 'off')
           throw conflict(`${want.model} does not fit: ${outcome.wait}`, 'INSUFFICIENT_MEMORY')
@@ -475,7 +505,9 @@ export class ResidencyManager implements ResidencyHooks {
         gpuIds: [...r.gpu_ids],
         state: r.status === 'active' ? 'active' : 'sleeping',
         holdsMib,
-        afterSleepMib: r.sharedcache_enabled ? Math.max(0, holdsMib - weightsMib) : DEFAULT_AFTER_SLEEP_MIB,
+        afterSleepMib:
+          this.afterSleep.get(r.served_model_name) ??
+          (r.sharedcache_enabled ? Math.max(0, holdsMib - weightsMib) : DEFAULT_AFTER_SLEEP_MIB),
         parkedMib: weightsMib * r.gpu_ids.length,
         sleepable: r.enable_sleep_mode,
         evictable: this.whyNotEvictable(inst) === null,
@@ -522,7 +554,7 @@ export class ResidencyManager implements ResidencyHooks {
       base && Object.keys(base).length
         ? Math.max(...Object.values(base))
         : (rec.memory_metrics?.total_gpu_memory_gib ?? 0)
-    return Math.max(0, full * MiB - DEFAULT_AFTER_SLEEP_MIB)
+    return Math.max(0, full * MiB - (this.afterSleep.get(rec.served_model_name) ?? DEFAULT_AFTER_SLEEP_MIB))
   }
 
   private hostUsedMib(): number {
