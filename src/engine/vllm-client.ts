@@ -37,18 +37,6 @@ export const VLLM_WAKE_PHASES: readonly VllmWakePhase[] = [
   'reset_prefix_cache',
 ]
 
-/**
- * The router still imports these from here; they are engine-client.ts's, re-exported until the
- * router moves onto the driver (the next commit).
- */
-export {
-  EngineCallError,
-  engineOrigin,
-  type HealthProbe,
-  type WakePhase,
-  waitHealthy,
-} from './engine-client.ts'
-
 /** The sleep-mode endpoints: a 404 on one of them means the engine runs without sleep mode. */
 const SLEEP_PATH = /^\/(sleep|wake_up|is_sleeping)(\?|$)/
 /**
