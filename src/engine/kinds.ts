@@ -1,4 +1,5 @@
 import type { EngineDriver } from './driver.ts'
+import { sglangDriver } from './sglang-driver.ts'
 import { vllmDriver } from './vllm-driver.ts'
 
 /**
@@ -9,6 +10,7 @@ import { vllmDriver } from './vllm-driver.ts'
  */
 export const ENGINE_DRIVERS = {
   vllm: vllmDriver,
+  sglang: sglangDriver,
 } as const satisfies Record<string, EngineDriver>
 
 export type EngineKind = keyof typeof ENGINE_DRIVERS
