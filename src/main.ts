@@ -9,7 +9,8 @@ import { Host } from './host/host.ts'
 import { runSim } from './sim/cli.ts'
 
 /**
- * modelgate's command line: serve (default) | demo | check-config | version | sim engine | sim smi.
+ * modelgate's command line: serve (default) | demo | check-config | version | sim engine | sim sglang |
+ * sim smi.
  */
 export const VERSION: string = pkg.version
 
@@ -22,6 +23,7 @@ Usage:
                                       validate a config; exit 2 listing every problem
   modelgate version                   print the version
   modelgate sim engine MODEL [vllm serve flags]
+  modelgate sim sglang --model-path MODEL [sglang.launch_server flags]
   modelgate sim smi [nvidia-smi query flags]
 
 Exit codes of serve: 0 stopped by a signal; 2 the configuration is invalid (the problems are

@@ -265,6 +265,7 @@ export class RunExecution {
     const servedName = instance.served_model_name || instance.model_path
     const prompts = await buildPrompts({
       engineUrl,
+      engineKind: instance.engine_kind,
       model: servedName,
       target: s.input_tokens,
       signal,

@@ -1,4 +1,4 @@
-import { VllmClient } from '../../src/engine/vllm-client.ts'
+import { DEFAULT_ENGINE_KIND, type EngineKind, engineDriver } from '../../src/engine/kinds.ts'
 import { seededRandom } from './random.ts'
 /**
  * buildPrompts makes prompts of exactly `target` tokens as the engine's own tokenizer counts them
@@ -25,6 +25,8 @@ export interface PromptSet {
 
 export interface PromptOptions {
   engineUrl: string
+  /** the engine at engineUrl (its driver's client counts the tokens); default vllm */
+  engineKind?: EngineKind
   model: string
   target: number
   signal: AbortSignal
@@ -82,7 +84,7 @@ export async function buildPrompts(o: PromptOptions): Promise<PromptSet> {
     if (n > pool.length) pool = words(seed, n + 64)
     return pool.slice(0, n)
   }
-  const engine = new VllmClient(o.engineUrl)
+  const engine = engineDriver(o.engineKind ?? DEFAULT_ENGINE_KIND).client(o.engineUrl)
   let maxModelLen: number | null = null
   const count = async (text: string) => {
     const r = await engine.tokenize(o.model, text, { timeoutMs: o.timeoutMs, signal: o.signal })

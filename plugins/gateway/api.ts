@@ -1,6 +1,6 @@
 import type { Static } from 'elysia'
 import type { Backend } from '../../src/directory/backend.ts'
-import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
+import type { MemoryMetrics } from '../../src/engine/engine-logs.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { SpanBase } from '../../src/host/telemetry/spans.ts'
 import type { WireAction, WireRequest } from '../../src/wire/route.ts'

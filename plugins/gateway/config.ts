@@ -1,4 +1,11 @@
-import { type Static, Type as T } from '@sinclair/typebox'
+import { type Static, Type as T, type TLiteral } from '@sinclair/typebox'
+import {
+  DEFAULT_ENGINE_KIND,
+  ENGINE_KINDS,
+  type EngineKind,
+  engineDriver,
+  isEngineKind,
+} from '../../src/engine/kinds.ts'
 import { KVCACHED_SHM_DIR } from '../../src/gpu/kvcached.ts'
 import type { ValidateContext } from '../../src/host/plugin.ts'
 import { CatalogConfigEntrySchema } from './catalog/schemas.ts'
@@ -15,10 +22,26 @@ export const GatewayConfig = T.Object(
   {
     engine: T.Object(
       {
-        command: T.Array(T.String({ minLength: 1 }), {
-          minItems: 1,
-          default: ['vllm', 'serve'],
-          description: 'argv of the engine; the gateway appends MODEL and the vLLM flags',
+        kind: T.Union(
+          ENGINE_KINDS.map((k) => T.Literal(k)) as [TLiteral<EngineKind>, ...TLiteral<EngineKind>[]],
+          {
+            default: DEFAULT_ENGINE_KIND,
+            description: `the engine a load runs when its body names none (${ENGINE_KINDS.join(', ')})`,
+          },
+        ),
+        command: T.Optional(
+          T.Array(T.String({ minLength: 1 }), {
+            minItems: 1,
+            description:
+              "argv of the engine.kind engine; the gateway appends the model and the engine's flags. " +
+              "Default: the engine's own (vllm serve)",
+          }),
+        ),
+        commands: T.Record(T.String(), Argv, {
+          default: {},
+          description:
+            'argv of other engine kinds, for a host that runs several (loads name theirs in engine_kind), ' +
+            'e.g. { sglang: [python3, -m, sglang.launch_server] }; a kind not listed runs its own default',
         }),
         env: T.Record(T.String(), T.String(), { default: {}, description: 'extra environment for engines' }),
         host: T.String({ default: '127.0.0.1', description: 'address engines bind to (--host)' }),
@@ -143,7 +166,22 @@ export function gatewayProblems(cfg: GatewayConfig, _ctx: ValidateContext): stri
   const { start, end } = cfg.engine.port_range
   if (start > end)
     problems.push(`plugins.gateway.engine.port_range: start (${start}) must not be above end (${end})`)
+  for (const kind of Object.keys(cfg.engine.commands))
+    if (!isEngineKind(kind))
+      problems.push(
+        `plugins.gateway.engine.commands.${kind}: not an engine kind (known: ${ENGINE_KINDS.join(', ')})`,
+      )
   return problems
+}
+
+/**
+ * engineCommand: the argv that runs an engine of `kind` (before its driver's arguments):
+ * `engine.commands.<kind>`, else `engine.command` for `engine.kind`, else the driver's default.
+ */
+export function engineCommand(cfg: GatewayConfig['engine'], kind: EngineKind): readonly string[] {
+  return (
+    cfg.commands[kind] ?? (kind === cfg.kind ? cfg.command : undefined) ?? engineDriver(kind).defaultCommand
+  )
 }
 
 /** expandSelf replaces `@self` in an argv with the command that re-runs modelgate. */

@@ -1,3 +1,4 @@
+import { engineDriver } from '../../src/engine/kinds.ts'
 import { definePlugin } from '../../src/host/plugin.ts'
 import type {
   GatewayInferenceApi,
@@ -20,6 +21,7 @@ import { dashboardRoutes } from './dashboard/routes.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import catalogSql from './db/migrations/0003_catalog.sql' with { type: 'text' }
+import engineKindSql from './db/migrations/0004_engine_kind.sql' with { type: 'text' }
 import { INSTANCE_EVENT_TYPES } from './events.ts'
 import { EngineFigures, registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
@@ -101,7 +103,7 @@ class PodGateway extends GatewayService implements GatewayPodApi {
 
   async engineHealthy(id: string, timeoutMs: number): Promise<boolean> {
     const inst = this.instances.get(id)
-    return inst ? inst.client.health(timeoutMs) : false
+    return inst ? inst.client.health(timeoutMs, { asleep: inst.status === 'sleeping' }) : false
   }
 }
 
@@ -111,18 +113,19 @@ class PodGateway extends GatewayService implements GatewayPodApi {
 export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   id: 'gateway',
   description:
-    'Starts and stops vLLM engines, reports GPU and memory, sleeps and wakes models, proxies inference.',
+    'Starts and stops inference engines (vLLM, …), reports GPU and memory, sleeps and wakes models, proxies inference.',
   config: GatewayConfig,
   // The catalogue's rules (a name that is a path or repeats, what a load would refuse) need the
   // load's own checks (launch.ts), which need config.ts: they are added here, not in config.ts.
   validate: (cfg, ctx) => [
     ...gatewayProblems(cfg, ctx),
-    ...catalogProblems(cfg.catalog, 'plugins.gateway.catalog'),
+    ...catalogProblems(cfg.catalog, 'plugins.gateway.catalog', engineDriver(cfg.engine.kind)),
   ],
   migrations: [
     { id: '0001_instances', sql: instancesSql },
     { id: '0002_presets_profiles', sql: presetsProfilesSql },
     { id: '0003_catalog', sql: catalogSql },
+    { id: '0004_engine_kind', sql: engineKindSql },
   ],
   setup(ctx, cfg) {
     const settings = new SettingsStore(ctx.dataDir, ctx.log.child('settings'))
@@ -176,6 +179,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       log: ctx.log.child('catalog'),
       snapshot: () => service.gpuSnapshot(),
       estimate: service.profiles.estimate,
+      engineKind: cfg.engine.kind,
     })
     service.catalogue = catalog
     // What is resident on this host's GPUs: catalogued models on demand, room made by measured cost.

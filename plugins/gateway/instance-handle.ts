@@ -136,7 +136,7 @@ export class ManagedHandle implements InstanceHandle {
   }
 
   health(timeoutMs: number, signal: AbortSignal) {
-    return this.inst.client.probe({ timeoutMs, signal })
+    return this.inst.client.probe({ timeoutMs, signal, asleep: this.inst.status === 'sleeping' })
   }
 
   address() {

@@ -1,9 +1,11 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Backend } from '../../src/directory/backend.ts'
+import type { EngineDriver } from '../../src/engine/driver.ts'
+import { type EngineClient, engineOrigin } from '../../src/engine/engine-client.ts'
+import type { EngineLogs } from '../../src/engine/engine-logs.ts'
+import { engineDriver } from '../../src/engine/kinds.ts'
 import type { EngineProcess } from '../../src/engine/supervisor.ts'
-import { engineOrigin, VllmClient } from '../../src/engine/vllm-client.ts'
-import { VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
 import type { PhaseSpans, TraceSpan } from '../../src/host/telemetry/spans.ts'
 import type { InstanceRecord, InstanceStatus } from './api.ts'
 import type { InstanceRow } from './db/schema.ts'
@@ -11,15 +13,17 @@ import { InstanceEvents } from './events.ts'
 import { type Change, Lifecycle, type Operation } from './lifecycle.ts'
 
 /**
- * ManagedInstance is the live state of one engine: its persisted row, its process, its log
- * accumulator and event stream, and its lifecycle (state, operation in progress, routing, in-flight
- * requests: lifecycle.ts), which is the only way any of those change.
+ * ManagedInstance is the live state of one engine: its persisted row, its process, its log reader
+ * and event stream, and its lifecycle (state, operation in progress, routing, in-flight requests:
+ * lifecycle.ts), which is the only way any of those change. Its engine's driver (the row's
+ * `engine_kind`) supplies the log reader and the control client.
  */
 export class ManagedInstance {
   process: EngineProcess | null = null
   readonly events: InstanceEvents
-  readonly logs: VllmLogAccumulator
-  readonly client: VllmClient
+  readonly driver: EngineDriver
+  readonly logs: EngineLogs
+  readonly client: EngineClient
   readonly lifecycle: Lifecycle
   /** lastProgress avoids re-emitting the same progress figure. */
   lastProgress = -1
@@ -41,8 +45,9 @@ export class ManagedInstance {
   ) {
     this.lifecycle = new Lifecycle(row.id, row.status, opts, (c) => report(this, c))
     this.events = new InstanceEvents(row.id, maxLogLines)
-    this.logs = new VllmLogAccumulator(hints)
-    this.client = new VllmClient(engineOrigin(engineHost, row.port))
+    this.driver = engineDriver(row.engine_kind)
+    this.logs = this.driver.logs(hints)
+    this.client = this.driver.client(engineOrigin(engineHost, row.port))
     this.backend = backend(this)
   }
 
@@ -84,6 +89,7 @@ export class ManagedInstance {
       model_path: r.model_path,
       model_name: r.model_name,
       served_model_name: r.served_model_name,
+      engine_kind: r.engine_kind,
       status: r.status,
       port: r.port,
       process_id: r.pid,

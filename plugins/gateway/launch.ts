@@ -1,38 +1,22 @@
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import { ENV_OVERRIDES } from '../../src/config/schema.ts'
-import {
-  buildEngineEnv,
-  buildVllmArgs,
-  findFlagValue,
-  hasFlag,
-  quoteCommand,
-  removeFlag,
-} from '../../src/engine/vllm-command.ts'
+import { findFlagValue, hasFlag, quoteCommand, removeFlag } from '../../src/engine/argv.ts'
+import type { EngineDriver } from '../../src/engine/driver.ts'
+import type { EngineKind } from '../../src/engine/kinds.ts'
 import { shortModelName } from '../../src/gpu/colors.ts'
 import { instanceSegmentName } from '../../src/gpu/kvcached.ts'
 import type { Telemetry } from '../../src/host/telemetry/telemetry.ts'
 import { badRequest } from '../../src/http/errors.ts'
 import type { LoadRequest } from './api.ts'
-import { expandSelf, type GatewayConfig } from './config.ts'
+import { engineCommand, expandSelf, type GatewayConfig } from './config.ts'
 import type { InstanceRow } from './db/schema.ts'
 import { engineMarker } from './orphans/marker.ts'
 
 /**
  * What a load turns into before anything runs: the checked extra arguments, the engine's command
- * line and environment, and the instance row to persist. No I/O here.
+ * line and environment (from the engine kind's driver), and the instance row to persist. No I/O here.
  */
-
-/** Flags the gateway sets from the load body; giving them in extra_args would contradict it. */
-const MANAGED_FLAGS = [
-  '--host',
-  '--tensor-parallel-size',
-  '-tp',
-  '--max-model-len',
-  '--served-model-name',
-  '--gpu-memory-utilization',
-  '--enable-sleep-mode',
-]
 
 function slug(s: string): string {
   return (
@@ -44,8 +28,11 @@ function slug(s: string): string {
   )
 }
 
-/** checkArgs validates GPU ids against tensor parallelism and extra_args; a `--port` is taken out. */
-export function checkArgs(req: LoadRequest): { extra: string[]; port: number | null } {
+/**
+ * checkArgs validates GPU ids against tensor parallelism and extra_args (the driver's managed flags,
+ * which the load body sets, may not be given there); a `--port` is taken out.
+ */
+export function checkArgs(req: LoadRequest, driver: EngineDriver): { extra: string[]; port: number | null } {
   const tp = req.tensor_parallel_size ?? 1
   if (req.gpu_ids) {
     if (new Set(req.gpu_ids).size !== req.gpu_ids.length) throw badRequest('gpu_ids must not repeat a GPU')
@@ -55,7 +42,7 @@ export function checkArgs(req: LoadRequest): { extra: string[]; port: number | n
       )
   }
   let extra = [...(req.extra_args ?? [])]
-  for (const flag of MANAGED_FLAGS) {
+  for (const flag of driver.managedFlags) {
     if (hasFlag(extra, flag))
       throw badRequest(`extra_args must not set ${flag}; use the load request's own field instead`)
   }
@@ -82,6 +69,8 @@ function inheritedEnv(): Record<string, string | undefined> {
 }
 
 export interface LaunchChoice {
+  kind: EngineKind
+  driver: EngineDriver
   port: number
   gpuIds: number[]
   util: number
@@ -114,32 +103,30 @@ export function launchPlan(
   const id = `${slug(modelName)}-${randomBytes(3).toString('hex')}`
   const servedName = req.served_model_name ?? req.model_path
   const sleepMode = req.enable_sleep_mode === true
+  const spec = {
+    modelPath: req.model_path,
+    port: c.port,
+    host: config.engine.host,
+    servedModelName: servedName,
+    ...(req.max_tokens ? { maxModelLen: req.max_tokens } : {}),
+    gpuMemoryUtilization: c.util,
+    tensorParallelSize: c.tp,
+    gpuIds: c.gpuIds,
+    enableSleepMode: sleepMode,
+    sharedCache: c.sharedCache,
+    sharedCacheName: instanceSegmentName(id),
+    otlpTracesEndpoint: where.telemetry?.engineTracesEndpoint() ?? null,
+    extraArgs: c.extra,
+  }
   const argv = [
-    ...expandSelf(config.engine.command, where.selfCommand),
-    ...buildVllmArgs({
-      modelPath: req.model_path,
-      port: c.port,
-      host: config.engine.host,
-      servedModelName: servedName,
-      ...(req.max_tokens ? { maxModelLen: req.max_tokens } : {}),
-      gpuMemoryUtilization: c.util,
-      tensorParallelSize: c.tp,
-      enableSleepMode: sleepMode,
-      sharedCache: c.sharedCache,
-      otlpTracesEndpoint: where.telemetry?.engineTracesEndpoint() ?? null,
-      extraArgs: c.extra,
-    }),
+    ...expandSelf(engineCommand(config.engine, c.kind), where.selfCommand),
+    ...c.driver.args(spec),
   ]
   const env = {
     ...inheritedEnv(),
     ...config.engine.env,
     ...where.engineEnv?.(),
-    ...buildEngineEnv({
-      gpuIds: c.gpuIds,
-      enableSleepMode: sleepMode,
-      sharedCache: c.sharedCache,
-      sharedCacheName: instanceSegmentName(id),
-    }),
+    ...c.driver.env(spec),
     // The marker that recognises this engine as ours, even after a restart (orphans/).
     ...engineMarker(id, where.dataDir),
   }
@@ -149,6 +136,7 @@ export function launchPlan(
     model_path: req.model_path,
     model_name: modelName,
     served_model_name: servedName,
+    engine_kind: c.kind,
     status: 'starting',
     port: c.port,
     pid: null,

@@ -48,7 +48,7 @@ export async function recover(h: RecoveryHost): Promise<void> {
       h.sharedCache.cleanup(inst)
       continue
     }
-    const healthy = await inst.client.health(2000)
+    const healthy = await inst.client.health(2000, { asleep: row.status === 'sleeping' })
     const deadline = Date.parse(row.loaded_at) + engine.startup_timeout_seconds * 1000
     const stillLoading = row.status === 'starting' && Date.now() < deadline
     if (row.status === 'stopping' || (!healthy && !stillLoading)) {

@@ -1,5 +1,7 @@
+import type { TLiteral } from '@sinclair/typebox'
 import { type Static, t } from 'elysia'
-import type { MemoryMetrics } from '../../src/engine/vllm-log.ts'
+import type { MemoryMetrics } from '../../src/engine/engine-logs.ts'
+import { ENGINE_KINDS, type EngineKind, WAKE_PHASES, WAKE_PHASES_DOC } from '../../src/engine/kinds.ts'
 
 /**
  * The gateway's records as TypeBox schemas: the one declaration of each. Elysia validates requests
@@ -17,6 +19,18 @@ export const InstanceStatusSchema = t.Union(
   { description: '`active` is the serving state (called `running` in the sleep and move sections)' },
 )
 
+/**
+ * literals: a union of string literals from a list built at run time (the engine kinds, their wake
+ * phases), typed as a non-empty tuple so its static type is the union of the values.
+ */
+function literals<T extends string>(values: readonly T[], description: string) {
+  const schemas = values.map((v) => t.Literal(v)) as [TLiteral<T>, ...TLiteral<T>[]]
+  return t.Union(schemas, { description })
+}
+
+/** EngineKindSchema: the engines this modelgate can run (src/engine/kinds.ts). */
+export const EngineKindSchema = literals<EngineKind>(ENGINE_KINDS, 'the inference engine an instance runs')
+
 /** Sleep levels: 1 offloads the weights to CPU and discards the KV cache, 2 discards both. */
 export const SleepLevelSchema = t.Union([t.Literal(1), t.Literal(2)])
 
@@ -31,7 +45,7 @@ export const MemoryMetricsSchema = t.Object({
 })
 
 /**
- * The engine library parses memory_metrics (src/engine/vllm-log.ts, which cannot import a plugin);
+ * The engine library parses memory_metrics (src/engine/engine-logs.ts, which cannot import a plugin);
  * these two lines fail to compile when its interface and the schema above stop describing the same
  * record.
  */
@@ -44,6 +58,7 @@ export const InstanceSchema = t.Object({
   model_path: t.String(),
   model_name: t.String(),
   served_model_name: t.String(),
+  engine_kind: EngineKindSchema,
   status: InstanceStatusSchema,
   port: t.Number(),
   process_id: t.Nullable(t.Number()),
@@ -106,6 +121,12 @@ export const LoadBody = t.Object(
           'a model loaded by hand stays until it is unloaded',
       }),
     ),
+    engine_kind: t.Optional(
+      literals<EngineKind>(
+        ENGINE_KINDS,
+        'the engine to run (a host may run several); default: plugins.gateway.engine.kind',
+      ),
+    ),
   },
   { additionalProperties: false },
 )
@@ -118,21 +139,8 @@ export const LoadResponseSchema = t.Object({
   instance_id: t.String(),
 })
 
-/** WakePhaseSchema: one step of a wake (src/engine/vllm-client.ts WakePhase). */
-export const WakePhaseSchema = t.Union(
-  [
-    t.Literal('wake_up'),
-    t.Literal('weights'),
-    t.Literal('reload_weights'),
-    t.Literal('kv_cache'),
-    t.Literal('reset_prefix_cache'),
-  ],
-  {
-    description:
-      'after level 1: `wake_up` (every part at once) or the tag woken; after level 2, in order: `weights`, ' +
-      '`reload_weights` (POST /collective_rpc), `kv_cache`, then `reset_prefix_cache` once fully awake',
-  },
-)
+/** WakePhaseSchema: one step of a wake, as the instance's engine names it (its driver's wakePhases). */
+export const WakePhaseSchema = literals(WAKE_PHASES, WAKE_PHASES_DOC)
 
 /** SleepCheckSchema: what a sleep freed per GPU, measured with nvidia-smi against the figure awake. */
 export const SleepCheckSchema = t.Object(

@@ -1,9 +1,10 @@
 import type { Backend } from '../../src/directory/backend.ts'
 import { orderBackends } from '../../src/directory/order.ts'
+import type { SleepTag } from '../../src/engine/engine-client.ts'
+import { engineDriver } from '../../src/engine/kinds.ts'
 import { PortAllocator, type PortClaim } from '../../src/engine/ports.ts'
 import { groupPids } from '../../src/engine/process.ts'
 import { EngineProcess } from '../../src/engine/supervisor.ts'
-import type { SleepTag } from '../../src/engine/vllm-client.ts'
 import { defaultShmDir } from '../../src/gpu/kvcached.ts'
 import { GpuProbe, type GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { EventBus } from '../../src/host/bus.ts'
@@ -444,9 +445,11 @@ export class GatewayService implements GatewayApi {
   ): Promise<LoadResponse> {
     const { config } = this.deps
     const tp = req.tensor_parallel_size ?? 1
-    const { extra, port: requestedPort } = checkArgs(req)
+    const kind = req.engine_kind ?? config.engine.kind
+    const driver = engineDriver(kind)
+    const { extra, port: requestedPort } = checkArgs(req, driver)
     const util = req.gpu_memory_utilization ?? config.engine.gpu_memory_utilization
-    const sharedCache = config.sharedcache.enabled && tp === 1
+    const sharedCache = config.sharedcache.enabled && tp === 1 && driver.capabilities.sharedCache
     // A taken port is refused before any GPU work (the claim is made again below, without an await).
     if (requestedPort !== null) this.choosePort(requestedPort).release()
     const snapshot = await this.probe.snapshot()
@@ -462,6 +465,8 @@ export class GatewayService implements GatewayApi {
     const claim = this.choosePort(requestedPort)
     const port = claim.port
     const { argv, env, row } = launchPlan(config, this.deps, req, {
+      kind,
+      driver,
       port,
       gpuIds,
       util,

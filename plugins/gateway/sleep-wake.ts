@@ -1,5 +1,6 @@
+import { EngineCallError, type SleepTag, WakeError, type WakePhase } from '../../src/engine/engine-client.ts'
+import { DEFAULT_ENGINE_KIND, engineDriver } from '../../src/engine/kinds.ts'
 import { groupPids } from '../../src/engine/process.ts'
-import { EngineCallError, type SleepTag, WakeError, type WakePhase } from '../../src/engine/vllm-client.ts'
 import type { GpuProbe } from '../../src/gpu/smi.ts'
 import { WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
@@ -14,20 +15,22 @@ import { usedMibByGpuForPids } from './placement.ts'
 import type { Supervision } from './supervision.ts'
 
 /**
- * Sleep and wake of one instance through the engine's dev-mode endpoints. Each runs as the
- * instance's one operation (lifecycle.ts): a second sleep, wake or move meanwhile gets 409.
+ * Sleep and wake of one instance through its engine's control client (the driver's: vLLM's
+ * dev-mode endpoints, …). Each runs as the instance's one operation (lifecycle.ts): a second sleep,
+ * wake or move meanwhile gets 409. What the engine can do (its sleep levels, partial wakes) is its
+ * driver's capabilities: a level or tags it lacks are refused with 400 before anything happens.
  *
  * A sleep never cuts a request: vLLM's `/sleep` aborts what runs on the engine (its `mode`
  * defaults to `abort`). So the sleep first stops routing to the instance (`begin('sleep')`), waits
  * for its in-flight requests (`drained`, up to plugins.gateway.sleep.drain_timeout_ms), and only
- * then asks the engine to sleep, with `mode=wait` as well for whatever reached the engine by
- * another way. Past the deadline the sleep is refused (409 SLEEP_DRAIN_TIMEOUT) and the instance
+ * then asks the engine to sleep, with `mode=wait` as well (where the engine has it) for whatever
+ * reached the engine by another way. Past the deadline the sleep is refused (409 SLEEP_DRAIN_TIMEOUT) and the instance
  * takes requests again. After the engine sleeps, nvidia-smi says what its process group still
  * holds per GPU (the memory check, `sleep_verified`).
  *
- * A wake runs vLLM's sequence for the level slept at (VllmClient.wakeUp): after level 2 the
- * weights are reloaded before the instance serves again. The instance becomes active only when
- * `/is_sleeping` says the engine is awake and every phase finished; a wake that fails half-way
+ * A wake runs the engine's sequence for the level slept at (its client's wakeUp; vLLM: after level
+ * 2 the weights are reloaded before the instance serves again). The instance becomes active only
+ * when the engine says it is awake and every phase finished; a wake that fails half-way
  * leaves it sleeping (not routed) with an `error` event, and the next wake resumes after the
  * phases that finished.
  */
@@ -44,12 +47,11 @@ export interface SleepWakeDeps {
 }
 
 /**
- * What a sleep of each level frees: vLLM's figures (level 1 offloads the weights and drops the KV
- * cache, "about 90 %"; level 2 drops both, "about 95 %"), taken as shares of what sleep mode can
- * release: the weights and the KV cache, or the weights alone for a shared-cache engine (kvcached
- * maps its KV pages outside vLLM's sleep allocator, so a sleep leaves them where they are).
+ * What a sleep of each level frees is the engine's driver's `sleepShare` (vLLM: level 1 "about
+ * 90 %", level 2 "about 95 %"), taken as shares of what sleep mode can release: the weights and the
+ * KV cache, or the weights alone for a shared-cache engine (kvcached maps its KV pages outside
+ * vLLM's sleep allocator, so a sleep leaves them where they are).
  */
-const EXPECTED_SHARE = { 1: 0.9, 2: 0.95 } as const
 /**
  * The shortfall a verified sleep may have. The two readings come from different sources: the
  * releasable figure from log lines rounded to 0.01 GiB, what is held from nvidia-smi per process
@@ -120,6 +122,12 @@ export class SleepWake {
       throw conflict(`Instance ${id} is ${inst.status}; only a running instance can sleep`, 'INVALID_STATE')
     if (!inst.row.enable_sleep_mode)
       throw badRequest(`Instance ${id} was loaded without enable_sleep_mode`, 'SLEEP_MODE_NOT_ENABLED')
+    const levels = inst.driver.capabilities.sleepLevels
+    if (!levels.includes(level))
+      throw badRequest(
+        `Instance ${id} runs ${inst.driver.label}, which sleeps at level ${levels.join(' or ')} only`,
+        'SLEEP_LEVEL_NOT_SUPPORTED',
+      )
     inst.lifecycle.begin('sleep')
     let result: SleepResult
     try {
@@ -299,6 +307,11 @@ export class SleepWake {
         `Instance ${id} is ${inst.status}; only a sleeping instance can be woken`,
         'INVALID_STATE',
       )
+    if (tags.length && !inst.driver.capabilities.partialWake)
+      throw badRequest(
+        `Instance ${id} runs ${inst.driver.label}, which wakes whole: a wake cannot name tags`,
+        'WAKE_TAGS_NOT_SUPPORTED',
+      )
     inst.lifecycle.begin('wake')
     let ended = false
     try {
@@ -323,7 +336,8 @@ export class SleepWake {
               .end()
             phaseStart = epochMs()
             done.push(phase)
-            const percent = Math.min(99, Math.round((done.length / (level === 2 ? 4 : 1)) * 100))
+            const total = inst.driver.wakePhases(level).length
+            const percent = Math.min(99, Math.round((done.length / total) * 100))
             inst.events.emit('progress', { phase: 'waking', percent, message: `wake: ${phase} done` })
           },
         })
@@ -372,15 +386,16 @@ export class SleepWake {
 
   /**
    * sleptAt: the level the engine sleeps at. Ours when we put it to sleep; else (found asleep
-   * after a restart) what the engine's `vllm:engine_sleep_state` says; else 2, whose wake is
-   * correct after either level (a needless reload from disk after level 1 costs time, a level-1
-   * wake after level 2 would serve garbage).
+   * after a restart) what the engine says (vLLM's `vllm:engine_sleep_state`); else the deepest
+   * level the engine has, whose wake is correct after any level (a needless reload from disk after
+   * level 1 costs time, a level-1 wake after level 2 would serve garbage).
    */
   private async sleptAt(inst: ManagedInstance): Promise<1 | 2> {
     const known = inst.row.sleep_level
     if (known === 1 || known === 2) return known
     const reported = await inst.client.sleepLevel().catch(() => null)
-    return reported === 1 ? 1 : 2
+    if (reported === 1 || reported === 2) return reported
+    return inst.driver.capabilities.sleepLevels.includes(2) ? 2 : 1
   }
 
   /** status is the sleep-status body (documented in the README). */
@@ -409,7 +424,7 @@ export class SleepWake {
 
 /**
  * checkSleep compares, per GPU, what the engine's process group held right before the sleep with
- * what it holds right after, against the share its level should free (EXPECTED_SHARE, less the
+ * what it holds right after, against the share its level should free (the driver's sleepShare, less the
  * tolerance) of what it can release (`releases`: weights + KV cache, or the weights alone for a
  * shared-cache engine). Unknown (null) when either reading is missing, the group held nothing on
  * one of its GPUs awake (nvidia-smi sees other PIDs: a container without the host's PID
@@ -421,7 +436,7 @@ export function checkSleep(
   awake: Measured,
   asleep: Measured,
 ): SleepCheck {
-  const share = EXPECTED_SHARE[level]
+  const share = engineDriver(inst.row.engine_kind ?? DEFAULT_ENGINE_KIND).sleepShare[level] ?? 1
   const weightsOnly = inst.row.sharedcache_enabled
   const base = {
     releases: weightsOnly ? ('weights' as const) : ('weights_and_kv_cache' as const),

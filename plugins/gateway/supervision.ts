@@ -1,7 +1,7 @@
+import { waitHealthy } from '../../src/engine/engine-client.ts'
+import { PHASE_PROGRESS } from '../../src/engine/engine-logs.ts'
 import { groupPids, sameProcess, stopGroup, stopProcesses } from '../../src/engine/process.ts'
 import type { LogStream } from '../../src/engine/supervisor.ts'
-import { waitHealthy } from '../../src/engine/vllm-client.ts'
-import { PHASE_PROGRESS } from '../../src/engine/vllm-log.ts'
 import type { GpuProbe } from '../../src/gpu/smi.ts'
 import { pause } from '../../src/host/abortable.ts'
 import type { GatewayConfig } from './config.ts'
@@ -17,9 +17,10 @@ import type { SharedCache } from './shared-cache.ts'
  * nobody asked for fails it with its last error lines and stops the rest of its process group
  * (stopEngine: also what unload, shutdown and restart recovery use).
  *
- * Readiness: vLLM has no readiness push, but uvicorn prints `Application startup complete.` when
- * the server is about to answer. That line (a hint) triggers a /health probe at once, and a few
- * quick ones after it; a 200 makes the instance active once the engine's identity is confirmed
+ * Readiness: an engine has no readiness push, but its log has a line that comes when the server is
+ * about to answer (vLLM: uvicorn's `Application startup complete.`; the driver's log reader says
+ * which, EngineLogs.observe). That line (a hint) triggers a /health probe at once, and a few quick
+ * ones after it; a 200 makes the instance active once the engine's identity is confirmed
  * (engine-identity.ts: the port's listeners are its own, its /v1/models lists its served name).
  * Polling /health with backoff (engine.health_poll_ms) stays the fallback for an engine whose line
  * never comes or is missed.
@@ -61,7 +62,7 @@ export class Supervision {
 
   onLogLine(inst: ManagedInstance, stream: LogStream, line: string): void {
     inst.events.emit('log', { stream, content: line })
-    const fact = inst.logs.feed(line)
+    const readyHint = inst.logs.observe(line)
     if (inst.status === 'starting') {
       const percent = inst.logs.progressPercent()
       if (percent !== inst.lastProgress) {
@@ -71,7 +72,7 @@ export class Supervision {
       }
       const r = this.readiness.get(inst)
       if (r && !r.footprint && percent >= PHASE_PROGRESS.api_server) r.footprint = this.measureFootprint(inst)
-      if (r && fact?.kind === 'app_startup_complete' && !r.hinted) {
+      if (r && readyHint && !r.hinted) {
         r.hinted = true
         void this.probeOnHint(inst, r)
       }
@@ -290,8 +291,8 @@ export class Supervision {
   }
 
   /**
-   * watchLiveness probes /health of an active or sleeping engine every `engine.liveness.interval_ms`
-   * (a sleeping vLLM still answers 200). When its engine core dies, vLLM's API server answers 503 and
+   * watchLiveness probes the health of an active or sleeping engine every `engine.liveness.interval_ms`
+   * (a sleeping vLLM still answers 200; the driver's client probes a sleeping engine its own way). When its engine core dies, vLLM's API server answers 503 and
    * may live on (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH, or until a request meets the dead core): without
    * this an idle or sleeping instance would stay `active`/`sleeping` until someone used it. After
    * `failures` failed probes in a row the instance fails with what the probes saw and its last error
@@ -311,7 +312,7 @@ export class Supervision {
         misses = 0
         continue
       }
-      const probe = await inst.client.probe({ timeoutMs, signal: exited })
+      const probe = await inst.client.probe({ timeoutMs, signal: exited, asleep: state === 'sleeping' })
       if (exited.aborted || inst.lifecycle.state !== state || inst.lifecycle.operation !== null) continue
       if (probe.ok) {
         misses = 0

@@ -17,7 +17,7 @@ import type { GatewayService } from './service.ts'
 /**
  * GPU and memory views: live nvidia-smi data + the instances' recorded footprints + the shared
  * KV-cache pool of each GPU (the sum of its engines' kvcached segments, SharedCache.usageByGpu; for
- * other engines their own vllm:kv_cache_usage_perc), fed through the
+ * other engines the KV-cache usage their /metrics report, e.g. vllm:kv_cache_usage_perc), fed through the
  * formulas in src/gpu/memory.ts. A host without a GPU probe answers 503 GPU_PROBE_UNAVAILABLE
  * naming the reason, never a 500.
  */
@@ -51,7 +51,7 @@ function modelInput(i: ManagedInstance): ModelMemoryInput {
 /** kvUsagePerc asks an engine for its KV-cache usage (0–1), null when it does not answer. */
 async function kvUsagePerc(i: ManagedInstance): Promise<number | null> {
   if (i.status !== 'active') return i.status === 'sleeping' ? 0 : null
-  return i.client.metric(['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc']).catch(() => null)
+  return i.client.kvCacheUsage().catch(() => null)
 }
 
 export async function gpuAvailableView(service: GatewayService) {

@@ -8,25 +8,28 @@ import type {
 } from '../../src/directory/backend.ts'
 import {
   EngineCallError,
+  type EngineClient,
   engineOrigin,
   type HealthProbe,
-  VllmClient,
   type WakePhase,
-} from '../../src/engine/vllm-client.ts'
+} from '../../src/engine/engine-client.ts'
+import { DEFAULT_ENGINE_KIND, type EngineKind, engineDriver } from '../../src/engine/kinds.ts'
 import { abortable, WaitError } from '../../src/host/abortable.ts'
 import type { WireAction } from '../../src/wire/route.ts'
 import { ActionRefused } from './errors.ts'
 
 /**
  * EndpointBackend: an engine the router reaches by its configured address (`plugins.router.models`),
- * as the model directory serves it (src/directory/backend.ts): vLLM's HTTP API called directly, its
- * sleep and wake through vLLM's dev-mode control endpoints with the one VllmClient (every call has
- * a deadline and also ends when the router stops). Its sleep state is kept here and changed only
+ * as the model directory serves it (src/directory/backend.ts): its OpenAI API called directly, its
+ * sleep and wake through its kind's driver's control client (`endpoint.engine_kind`, default vLLM's
+ * dev-mode endpoints; every call has a deadline and also ends when the router stops). Its sleep state is kept here and changed only
  * by the router's SleepController (sleep.ts), which also runs its one wake (`waker`).
  */
 export interface Endpoint {
   host: string
   port: number
+  /** engine_kind: the engine at that address (default vllm) */
+  engine_kind?: EngineKind
 }
 
 /** How the router's engine calls that end with its lifetime say so. */
@@ -36,7 +39,7 @@ export class EndpointBackend implements Backend {
   readonly kind = 'endpoint'
   readonly local = true
   readonly key: string
-  readonly client: VllmClient
+  readonly client: EngineClient
   /** The sleep state; `op` (the sleep or wake under way) owns it until it ends. */
   state: 'active' | 'sleeping' | 'waking' = 'active'
   /** Epoch ms (router's clock) it fell asleep; null while active. */
@@ -64,7 +67,8 @@ export class EndpointBackend implements Backend {
     private readonly createdAt: number,
   ) {
     this.key = `endpoint:${model}`
-    this.client = new VllmClient(engineOrigin(ep.host, ep.port), controlTimeoutMs, STOPPING)
+    const driver = engineDriver(ep.engine_kind ?? DEFAULT_ENGINE_KIND)
+    this.client = driver.client(engineOrigin(ep.host, ep.port), controlTimeoutMs, STOPPING)
   }
 
   get baseUrl(): string {
@@ -145,7 +149,7 @@ export class EndpointBackend implements Backend {
   }
 
   /**
-   * wakeEngine: vLLM's wake for the level it sleeps at (VllmClient.wakeUp; null: not known, then
+   * wakeEngine: the engine's wake for the level it sleeps at (its client's wakeUp; null: not known, then
    * the engine's own answer, else `fallback`). A wake that failed half-way is resumed after the
    * phases it finished (waking a part that is awake again would fail in the engine).
    */

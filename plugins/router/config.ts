@@ -1,5 +1,6 @@
-import { type Static, Type as T } from '@sinclair/typebox'
+import { type Static, Type as T, type TLiteral } from '@sinclair/typebox'
 import { WakeOnRequestKeys } from '../../src/directory/wake.ts'
+import { DEFAULT_ENGINE_KIND, ENGINE_KINDS, type EngineKind, engineDriver } from '../../src/engine/kinds.ts'
 import type { ValidateContext } from '../../src/host/plugin.ts'
 
 /**
@@ -12,6 +13,11 @@ const Endpoint = T.Object(
   {
     host: T.String({ default: '127.0.0.1', minLength: 1, description: 'address of the engine' }),
     port: T.Integer({ minimum: 1, maximum: 65535, description: 'port of the engine' }),
+    engine_kind: T.Optional(
+      T.Union(ENGINE_KINDS.map((k) => T.Literal(k)) as [TLiteral<EngineKind>, ...TLiteral<EngineKind>[]], {
+        description: `the engine at that address (${ENGINE_KINDS.join(', ')}; default ${DEFAULT_ENGINE_KIND})`,
+      }),
+    ),
   },
   { additionalProperties: false },
 )
@@ -79,7 +85,7 @@ export const RouterConfig = T.Object(
     }),
     models: T.Array(ModelEndpoint, {
       default: [],
-      description: "engines that speak vLLM's API, by model name",
+      description: 'engines reached directly by model name (their engine_kind says which engine each is)',
     }),
     from_gateway: T.Boolean({
       default: true,
@@ -116,7 +122,8 @@ function sameSocket(a: string, b: string): boolean {
 
 /**
  * routerProblems is the router plugin's `validate`: a model name routes to one endpoint, so a name
- * given twice is refused; and the router's listener cannot share the main listener's port.
+ * given twice is refused; auto-sleep's level must be one every configured engine can sleep at; and
+ * the router's listener cannot share the main listener's port.
  */
 export function routerProblems(cfg: RouterConfig, { root }: ValidateContext): string[] {
   const problems: string[] = []
@@ -124,6 +131,13 @@ export function routerProblems(cfg: RouterConfig, { root }: ValidateContext): st
   cfg.models.forEach((m, i) => {
     if (seen.has(m.name)) problems.push(`plugins.router.models[${i}].name: duplicate model name '${m.name}'`)
     seen.add(m.name)
+    const driver = engineDriver(m.endpoint.engine_kind ?? DEFAULT_ENGINE_KIND)
+    const levels = driver.capabilities.sleepLevels
+    if (cfg.auto_sleep.enabled && !levels.includes(cfg.auto_sleep.level as 1 | 2))
+      problems.push(
+        `plugins.router.models[${i}].endpoint.engine_kind: ${driver.label} sleeps at level ${levels.join(' or ')} ` +
+          `only, not plugins.router.auto_sleep.level ${cfg.auto_sleep.level}`,
+      )
   })
   if (cfg.port !== 0 && cfg.port === root.server.port && sameSocket(cfg.host, root.server.host))
     problems.push(

@@ -1,4 +1,4 @@
-import { EngineCallError } from '../../src/engine/vllm-client.ts'
+import { EngineCallError } from '../../src/engine/engine-client.ts'
 import type { PluginContext } from '../../src/host/plugin.ts'
 import type { GatewayApi } from '../gateway/api.ts'
 import { GatewayKeyGate } from './access.ts'

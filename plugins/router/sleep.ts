@@ -1,5 +1,5 @@
 import type { ModelDirectory } from '../../src/directory/directory.ts'
-import { EngineCallError, waitHealthy } from '../../src/engine/vllm-client.ts'
+import { EngineCallError, waitHealthy } from '../../src/engine/engine-client.ts'
 import { abortable } from '../../src/host/abortable.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { AppError } from '../../src/http/errors.ts'

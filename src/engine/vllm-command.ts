@@ -1,8 +1,10 @@
+import { cudaEnv, hasFlag } from './argv.ts'
+
 /**
- * vllm-command builds the argv and environment of a `vllm serve` launch, and reads flags back out of
- * operator-supplied extra args. It exists so the launch rules of ENGINE-NOTES live in one place:
- * integer CUDA_VISIBLE_DEVICES in PCI order, sleep mode needing both a flag and an env var, and a
- * shared-cache engine getting its own kvcached segment name and no `--gpu-memory-utilization`.
+ * vllm-command builds the argv and environment of a `vllm serve` launch (the vLLM driver's). It
+ * exists so the launch rules of ENGINE-NOTES live in one place: integer CUDA_VISIBLE_DEVICES in PCI
+ * order (argv.ts cudaEnv), sleep mode needing both a flag and an env var, and a shared-cache engine
+ * getting its own kvcached segment name and no `--gpu-memory-utilization`.
  */
 
 export interface VllmArgsOptions {
@@ -58,10 +60,7 @@ export interface EngineEnvOptions {
 
 /** buildEngineEnv returns the variables to add to the engine's environment. */
 export function buildEngineEnv(opts: EngineEnvOptions): Record<string, string> {
-  const env: Record<string, string> = {
-    CUDA_VISIBLE_DEVICES: opts.gpuIds.map((id) => String(Math.trunc(id))).join(','),
-    CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
-  }
+  const env = cudaEnv(opts.gpuIds)
   if (opts.enableSleepMode) env.VLLM_SERVER_DEV_MODE = '1'
   if (opts.sharedCache) {
     env.ENABLE_KVCACHED = 'true'
@@ -90,80 +89,4 @@ export function parseHumanInt(value: string): number | null {
     return Number(number) * (BINARY_SUFFIX[suffix] ?? 1)
   }
   return /^[+-]?\d+$/.test(s) ? Number(s) : null
-}
-
-const SHELL_SAFE = /^[\w@%+=:,./-]+$/
-
-/** quoteCommand renders argv as one POSIX-shell-safe line, for the launch_command field and logs. */
-export function quoteCommand(argv: readonly string[]): string {
-  return argv.map((arg) => (SHELL_SAFE.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`)).join(' ')
-}
-
-/** normalizeFlag spells `--max_model_len` as `--max-model-len`, as vLLM's parser does. */
-function normalizeFlag(flag: string): string {
-  return flag.startsWith('--') ? `--${flag.slice(2).replaceAll('_', '-')}` : flag
-}
-
-/** FlagOptions: `aliases` adds short forms such as `-tp`; `takesValue: false` marks a boolean flag. */
-export interface FlagOptions {
-  aliases?: readonly string[]
-  takesValue?: boolean
-}
-
-interface FlagHit {
-  /** index of the flag in args */
-  index: number
-  /** how many args the occurrence spans (1 for `--x=v` or a bare flag, 2 for `--x v`) */
-  span: number
-  value: string | null
-}
-
-function findFlagHits(args: readonly string[], flag: string, opts: FlagOptions): FlagHit[] {
-  const wanted = new Set([flag, ...(opts.aliases ?? [])].map(normalizeFlag))
-  const hits: FlagHit[] = []
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i] ?? ''
-    if (arg === '--') break
-    const eq = arg.indexOf('=')
-    const name = normalizeFlag(eq > 0 ? arg.slice(0, eq) : arg)
-    if (!wanted.has(name)) continue
-    if (eq > 0) {
-      hits.push({ index: i, span: 1, value: arg.slice(eq + 1) })
-      continue
-    }
-    const next = args[i + 1]
-    const isValue = next !== undefined && (!next.startsWith('-') || /^-\d/.test(next))
-    const takesNext = opts.takesValue !== false && isValue
-    hits.push({ index: i, span: takesNext ? 2 : 1, value: takesNext ? (next ?? null) : null })
-    if (takesNext) i++
-  }
-  return hits
-}
-
-/**
- * findFlagValue returns the value of a flag in extra args (`--x=v` or `--x v`; underscores or
- * dashes; the last occurrence wins, as with argparse), '' for a bare flag, undefined when absent.
- */
-export function findFlagValue(
-  args: readonly string[],
-  flag: string,
-  opts: FlagOptions = {},
-): string | undefined {
-  const last = findFlagHits(args, flag, opts).at(-1)
-  if (!last) return undefined
-  return last.value ?? ''
-}
-
-/** hasFlag says whether a flag occurs in args in any form. */
-export function hasFlag(args: readonly string[], flag: string, opts: FlagOptions = {}): boolean {
-  return findFlagHits(args, flag, opts).length > 0
-}
-
-/** removeFlag drops every occurrence of a flag and its value, so the gateway can merge its own. */
-export function removeFlag(args: readonly string[], flag: string, opts: FlagOptions = {}): string[] {
-  const drop = new Set<number>()
-  for (const hit of findFlagHits(args, flag, opts)) {
-    for (let k = 0; k < hit.span; k++) drop.add(hit.index + k)
-  }
-  return args.filter((_, i) => !drop.has(i))
 }

@@ -5,42 +5,24 @@
  * (V0 and V1 engines, v0.8.5 → 2026 builds) is recognised, and kvcached's own memory line, which
  * replaces vLLM's for shared-cache engines; anything else yields null. The table of
  * real lines per release is test/fixtures/vllm/ (one file per vLLM version, checked by
- * test/engine/vllm-log.test.ts).
+ * test/engine/vllm-log.test.ts). The vocabulary it reports in (phases, memory figures) is every
+ * engine's (engine-logs.ts).
  */
 import { stripAnsi } from './ansi.ts'
+import {
+  type EngineLogs,
+  ErrorLines,
+  type LoadPhase,
+  laterPhase,
+  type MemoryHints,
+  type MemoryMetrics,
+  maxOf,
+  minOf,
+  PHASE_PROGRESS,
+  round4,
+} from './engine-logs.ts'
 
 export { stripAnsi }
-
-/** LoadPhase is how far an engine's start-up has got, in the order vLLM goes through it. */
-export type LoadPhase =
-  | 'starting'
-  | 'loading_weights'
-  | 'profiling'
-  | 'kv_cache'
-  | 'cuda_graphs'
-  | 'api_server'
-  | 'ready'
-
-export const LOAD_PHASES: readonly LoadPhase[] = [
-  'starting',
-  'loading_weights',
-  'profiling',
-  'kv_cache',
-  'cuda_graphs',
-  'api_server',
-  'ready',
-]
-
-/** PHASE_PROGRESS is the monotone 0–100 estimate reported while an engine is in a phase. */
-export const PHASE_PROGRESS: Readonly<Record<LoadPhase, number>> = {
-  starting: 5,
-  loading_weights: 30,
-  profiling: 55,
-  kv_cache: 70,
-  cuda_graphs: 85,
-  api_server: 95,
-  ready: 100,
-}
 
 /** VllmLogLine is one output line split into its process tag, log level and message. */
 export interface VllmLogLine {
@@ -123,7 +105,6 @@ const EXCEPTION_LINE = /^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::.
 
 const num = (s: string | undefined): number => Number((s ?? '').replace(/,/g, ''))
 const re = (source: string): RegExp => new RegExp(source)
-const round4 = (n: number): number => Math.round(n * 10_000) / 10_000
 
 type Rule = [RegExp, (m: RegExpMatchArray, message: string) => FactBody]
 
@@ -278,23 +259,6 @@ export function parseVllmLine(line: string): VllmLogFact | null {
   return null
 }
 
-/** MemoryMetrics is an instance's memory_metrics record; every figure is per GPU (one TP rank). */
-export interface MemoryMetrics {
-  total_gpu_memory_gib: number
-  weights_memory_gib: number
-  cuda_graph_memory_gib: number
-  overhead_memory_gib: number
-  kv_cache_available_gib: number
-  kv_cache_per_request_mib: number
-  max_model_len: number
-}
-
-/** MemoryHints are launch facts the logs of V1 engines lack: the budget is utilization × device. */
-export interface MemoryHints {
-  gpuMemoryUtilization?: number
-  deviceTotalGib?: number
-}
-
 /** WorkerMemory is what one engine process (TP rank) reported, for callers that want sums. */
 export interface WorkerMemory {
   worker: string
@@ -327,7 +291,6 @@ export interface SleepFigures {
   seconds: number | null
 }
 
-const MAX_ERROR_LINES = 50
 /** GENERIC_FAILURES are wrapper messages that point elsewhere; a root-cause line is preferred. */
 const GENERIC_FAILURES =
   /^Traceback|Engine core initialization failed|EngineCore failed to start|See (?:the )?(?:root cause|stack trace)|Engine process failed to start/
@@ -349,9 +312,6 @@ const FACT_PHASE: Partial<Record<VllmLogFact['kind'], LoadPhase>> = {
   app_startup_complete: 'ready',
 }
 
-const maxOf = (m: Map<string, number>): number | null => (m.size ? Math.max(...m.values()) : null)
-const minOf = (m: Map<string, number>): number | null => (m.size ? Math.min(...m.values()) : null)
-
 /**
  * VllmLogAccumulator follows one engine's output and answers: what phase is start-up in, what does
  * the engine's memory split into, and why did it fail. Figures are per GPU: with tensor parallelism
@@ -367,7 +327,7 @@ const minOf = (m: Map<string, number>): number | null => (m.size ? Math.min(...m
  * concurrency (separate or merged line) or from the tokens and the context length. When the parts exceed the budget
  * (V1 engines capture CUDA graphs outside it), the total is raised to their sum and overhead is 0.
  */
-export class VllmLogAccumulator {
+export class VllmLogAccumulator implements EngineLogs {
   private readonly weights = new Map<string, number>()
   private readonly kvAvailable = new Map<string, number>()
   private readonly graphs = new Map<string, number>()
@@ -384,7 +344,7 @@ export class VllmLogAccumulator {
   private concurrencyTokens: number | null = null
   private maxLen: number | null = null
   private currentPhase: LoadPhase = 'starting'
-  private readonly errors: string[] = []
+  private readonly errors = new ErrorLines(GENERIC_FAILURES)
   private freeMemoryError: FreeMemoryFailure | null = null
   private sleepFigures: SleepFigures | null = null
   private wakeSeconds: number | null = null
@@ -397,6 +357,14 @@ export class VllmLogAccumulator {
     const fact = parseVllmLine(line)
     if (fact) this.apply(fact)
     return fact
+  }
+
+  /**
+   * observe: feed, and whether the line is uvicorn's `Application startup complete.`, vLLM's hint
+   * that the server is about to answer (the port refuses connections until then).
+   */
+  observe(line: string): boolean {
+    return this.feed(line)?.kind === 'app_startup_complete'
   }
 
   private apply(fact: VllmLogFact): void {
@@ -465,24 +433,18 @@ export class VllmLogAccumulator {
           desiredGib,
           message,
         }
-        this.pushError(message)
+        this.errors.push(message)
         break
       }
       case 'server_started':
         this.pid = fact.pid
         break
       case 'error':
-        this.pushError(fact.message)
+        this.errors.push(fact.message)
         break
     }
     const phase = fact.kind === 'phase' ? fact.phase : FACT_PHASE[fact.kind]
-    if (phase && LOAD_PHASES.indexOf(phase) > LOAD_PHASES.indexOf(this.currentPhase))
-      this.currentPhase = phase
-  }
-
-  private pushError(message: string): void {
-    this.errors.push(message)
-    if (this.errors.length > MAX_ERROR_LINES) this.errors.shift()
+    this.currentPhase = laterPhase(this.currentPhase, phase)
   }
 
   /** phase is the furthest start-up phase the logs have shown; it never goes back. */
@@ -568,7 +530,7 @@ export class VllmLogAccumulator {
 
   /** lastErrorLines returns up to n of the most recent error-ish messages, oldest first. */
   lastErrorLines(n: number): string[] {
-    return n > 0 ? this.errors.slice(-n) : []
+    return this.errors.last(n)
   }
 
   /**
@@ -577,7 +539,7 @@ export class VllmLogAccumulator {
    */
   startupFailure(): string | null {
     if (this.freeMemoryError !== null) return this.freeMemoryError.message
-    return this.errors.findLast((e) => !GENERIC_FAILURES.test(e)) ?? this.errors.at(-1) ?? null
+    return this.errors.cause()
   }
 
   /** lastSleep is what the latest sleep freed and how long it took. */

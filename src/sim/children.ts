@@ -18,10 +18,19 @@ export interface EngineChild {
 
 export function spawnEngineChildren(tp: number): EngineChild[] {
   const roles = ['EngineCore_DP0', ...(tp > 1 ? Array.from({ length: tp }, (_, i) => `Worker_TP${i}`) : [])]
+  return spawnChildren(
+    roles.map((role) => ({
+      role,
+      processName: role.startsWith('Worker') ? `VLLM::${role}` : 'VLLM::EngineCore',
+    })),
+  )
+}
+
+/** spawnChildren starts one helper per role, named as the engine names its processes. */
+export function spawnChildren(roles: { role: string; processName: string }[]): EngineChild[] {
   const children: EngineChild[] = []
-  for (const role of roles) {
+  for (const { role, processName } of roles) {
     try {
-      const processName = role.startsWith('Worker') ? `VLLM::${role}` : 'VLLM::EngineCore'
       const proc = Bun.spawn(['sleep', '86400'], {
         argv0: processName,
         stdio: ['ignore', 'ignore', 'ignore'],

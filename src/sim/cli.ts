@@ -4,17 +4,19 @@ import { resolveSimDir } from './state.ts'
 
 /**
  * runSim is `modelgate sim …`: `sim engine MODEL [vllm serve flags]` runs a simulated vLLM server until
- * signalled, `sim smi [nvidia-smi flags]` answers one nvidia-smi query. Both share the simulated GPUs
- * (`--sim-gpus` / MODELGATE_SIM_GPUS) and state directory (`--sim-dir` / MODELGATE_SIM_DIR). The
- * returned number is the process exit code.
+ * signalled, `sim sglang [python -m sglang.launch_server flags]` a simulated SGLang server, `sim smi
+ * [nvidia-smi flags]` answers one nvidia-smi query. All share the simulated GPUs (`--sim-gpus` /
+ * MODELGATE_SIM_GPUS) and state directory (`--sim-dir` / MODELGATE_SIM_DIR). The returned number is
+ * the process exit code.
  */
 const USAGE = `usage: modelgate sim engine MODEL [vllm serve flags] [--sim-dir DIR] [--sim-gpus SPEC]
+       modelgate sim sglang --model-path MODEL [sglang.launch_server flags] [--sim-dir DIR] [--sim-gpus SPEC]
        modelgate sim smi [nvidia-smi flags] [--sim-dir DIR] [--sim-gpus SPEC]
 `
 
 export async function runSim(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const [command, ...rest] = argv
-  if (command !== 'engine' && command !== 'smi') {
+  if (command !== 'engine' && command !== 'smi' && command !== 'sglang') {
     process.stderr.write(USAGE)
     return 2
   }
@@ -34,6 +36,25 @@ export async function runSim(argv: string[], env: NodeJS.ProcessEnv = process.en
     const result = runSmi(flags.rest, env, simDir, gpus)
     process.stdout.write(result.stdout)
     return result.code
+  }
+
+  if (command === 'sglang') {
+    const { parseSglangArgs, SglangArgumentError } = await import('./sglang-args.ts')
+    let sglang: import('./sglang-args.ts').SglangArgs
+    try {
+      sglang = parseSglangArgs(flags.rest)
+    } catch (err) {
+      if (!(err instanceof SglangArgumentError)) throw err
+      process.stderr.write(
+        `usage: launch_server.py [-h] --model-path MODEL_PATH [...]\nlaunch_server.py: error: ${err.message}\n`,
+      )
+      return 2
+    }
+    const [{ SglangEngine }, { bootSglang }] = await Promise.all([
+      import('./sglang-engine.ts'),
+      import('./sglang-boot.ts'),
+    ])
+    return new SglangEngine(sglang, env, simDir, gpus).run(bootSglang)
   }
 
   const { ArgumentError, parseVllmArgs } = await import('./vllm-args.ts')

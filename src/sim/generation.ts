@@ -1,4 +1,4 @@
-import type { EngineRuntime, LiveRequest } from './runtime.ts'
+import type { InferenceRuntime, LiveRequest } from './runtime.ts'
 import type { Sequence } from './scheduler.ts'
 import { OutputWords } from './tokenizer.ts'
 
@@ -52,7 +52,7 @@ export class Generation implements LiveRequest {
   private unregister: () => void = () => {}
 
   constructor(
-    private readonly rt: EngineRuntime,
+    private readonly rt: InferenceRuntime,
     private readonly req: GenerationRequest,
     private readonly sink: GenerationSink,
   ) {

@@ -1,20 +1,28 @@
 /**
  * EngineMetrics keeps the counters and histograms vLLM exposes on `/metrics` and renders them in
- * Prometheus text format with vLLM's names and labels (`model_name`, `engine`).
+ * Prometheus text format with vLLM's names and labels (`model_name`, `engine`). Histogram and the
+ * number format are shared with the other engine kinds' metrics.
  */
-const TTFT_BUCKETS = [
+/** InferenceMetrics: what a generation records, whatever names the engine exports them under. */
+export interface InferenceMetrics {
+  generationTokens: number
+  firstToken(seconds: number, promptTokens: number): void
+  finish(reason: 'stop' | 'length' | 'abort', seconds: number): void
+}
+
+export const TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640,
   2560,
 ]
-const E2E_BUCKETS = [
+export const E2E_BUCKETS = [
   0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680,
 ]
 
-function num(x: number): string {
+export function num(x: number): string {
   return Number.isInteger(x) ? x.toFixed(1) : String(x)
 }
 
-class Histogram {
+export class Histogram {
   private readonly counts: number[]
   private sum = 0
   private count = 0
@@ -47,7 +55,7 @@ export interface LiveFigures {
   kvUsage: number
 }
 
-export class EngineMetrics {
+export class EngineMetrics implements InferenceMetrics {
   promptTokens = 0
   generationTokens = 0
   readonly finished: Record<string, number> = { stop: 0, length: 0, abort: 0 }

@@ -1,6 +1,6 @@
 import { simError } from './errors.ts'
 import type { GenerationRequest } from './generation.ts'
-import type { EngineRuntime } from './runtime.ts'
+import type { InferenceRuntime } from './runtime.ts'
 import { type ChatMessage, fnv1a, renderChat } from './tokenizer.ts'
 
 /**
@@ -28,7 +28,10 @@ export function requestHex(): string {
 }
 
 /** readJson parses a request body or returns vLLM's 400. */
-export async function readJson(rt: EngineRuntime, req: Request): Promise<Record<string, unknown> | Response> {
+export async function readJson(
+  rt: InferenceRuntime,
+  req: Request,
+): Promise<Record<string, unknown> | Response> {
   let body: unknown
   try {
     body = await req.json()
@@ -46,7 +49,7 @@ export async function readJson(rt: EngineRuntime, req: Request): Promise<Record<
 }
 
 /** checkModel returns the model name to echo, or vLLM's 404 for an unknown one. */
-export function checkModel(rt: EngineRuntime, body: Record<string, unknown>): string | Response {
+export function checkModel(rt: InferenceRuntime, body: Record<string, unknown>): string | Response {
   const model = body['model']
   if (model === undefined || model === null || model === '')
     return rt.args.servedModelNames[0] ?? rt.args.model
@@ -70,7 +73,7 @@ export function promptOf(kind: InferenceKind, body: Record<string, unknown>): st
 }
 
 export function planInference(
-  rt: EngineRuntime,
+  rt: InferenceRuntime,
   kind: InferenceKind,
   body: Record<string, unknown>,
 ): InferencePlan | Response {

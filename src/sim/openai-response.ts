@@ -2,7 +2,7 @@ import type { Server } from 'bun'
 import { simError, streamErrorFrame } from './errors.ts'
 import { type FinishReason, Generation } from './generation.ts'
 import type { InferencePlan } from './openai-request.ts'
-import type { EngineRuntime } from './runtime.ts'
+import type { InferenceRuntime } from './runtime.ts'
 
 /**
  * respondInference runs a planned request through a Generation and renders vLLM's OpenAI responses:
@@ -53,7 +53,7 @@ function frame(value: unknown): string {
 }
 
 export function respondInference(
-  rt: EngineRuntime,
+  rt: InferenceRuntime,
   req: Request,
   server: Server<unknown>,
   plan: InferencePlan,
@@ -65,7 +65,7 @@ export function respondInference(
   return plan.stream ? streamResponse(rt, req, plan) : collectResponse(rt, req, plan)
 }
 
-function streamResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): Response {
+function streamResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan): Response {
   let gen: Generation | undefined
   let open = true
   const stream = new ReadableStream<Uint8Array>({
@@ -131,7 +131,7 @@ function streamResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): R
   })
 }
 
-function collectResponse(rt: EngineRuntime, req: Request, plan: InferencePlan): Promise<Response> {
+function collectResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan): Promise<Response> {
   return new Promise<Response>((resolve) => {
     let text = ''
     let reason: FinishReason = 'length'

@@ -1,5 +1,5 @@
 import { checkModel, readJson, requestHex } from './openai-request.ts'
-import type { EngineRuntime } from './runtime.ts'
+import type { InferenceRuntime } from './runtime.ts'
 import { fnv1a } from './tokenizer.ts'
 
 /**
@@ -23,7 +23,11 @@ function vector(text: string, dims = 8): number[] {
   return Array.from({ length: dims }, (_, i) => Number((unit(text, i + 1) * 2 - 1).toFixed(6)))
 }
 
-export async function handlePooling(rt: EngineRuntime, req: Request, route: PoolingRoute): Promise<Response> {
+export async function handlePooling(
+  rt: InferenceRuntime,
+  req: Request,
+  route: PoolingRoute,
+): Promise<Response> {
   const body = await readJson(rt, req)
   if (body instanceof Response) return body
   const model = checkModel(rt, body)

@@ -8,6 +8,20 @@ import { writeSync } from 'node:fs'
  */
 export type LogLevel = 'DEBUG' | 'INFO' | 'WARNING' | 'ERROR'
 
+/**
+ * SimLog is how a simulated engine prints: each engine kind in its own format (vLLM's
+ * `LEVEL date [file:line] message`, SGLang's `[date TP0] message`), `tag` being the process tag
+ * and `where` the source location for formats that show one.
+ */
+export interface SimLog {
+  write(level: LogLevel, tag: string, where: string, message: string): void
+  info(tag: string, where: string, message: string): void
+  warning(tag: string, where: string, message: string): void
+  error(tag: string, where: string, message: string): void
+  stderr(...lines: string[]): void
+  stdout(...lines: string[]): void
+}
+
 const COLOURS: Record<LogLevel, string> = { DEBUG: '36', INFO: '32', WARNING: '33', ERROR: '31' }
 
 export interface LogSink {
@@ -33,7 +47,7 @@ export function logTimestamp(date = new Date()): string {
   return `${two(date.getMonth() + 1)}-${two(date.getDate())} ${two(date.getHours())}:${two(date.getMinutes())}:${two(date.getSeconds())}`
 }
 
-export class VllmLog {
+export class VllmLog implements SimLog {
   constructor(
     private readonly ansi: boolean,
     private readonly sink: LogSink = processSink,

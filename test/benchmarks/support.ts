@@ -23,6 +23,7 @@ export function instance(id: string, port: number, extra: Partial<InstanceRecord
     model_path: model,
     model_name: model.split('/').pop() ?? model,
     served_model_name: model,
+    engine_kind: 'vllm',
     status: 'active',
     port,
     process_id: null,

@@ -1,12 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { Server } from 'bun'
-import {
-  EngineCallError,
-  engineOrigin,
-  VllmClient,
-  WakeError,
-  waitHealthy,
-} from '../../src/engine/vllm-client.ts'
+import { EngineCallError, engineOrigin, WakeError, waitHealthy } from '../../src/engine/engine-client.ts'
+import { VllmClient } from '../../src/engine/vllm-client.ts'
 import { freePort } from '../sim/helpers.ts'
 
 /**

@@ -1,13 +1,6 @@
 import { describe, expect, it } from 'bun:test'
-import {
-  buildEngineEnv,
-  buildVllmArgs,
-  findFlagValue,
-  hasFlag,
-  parseHumanInt,
-  quoteCommand,
-  removeFlag,
-} from '../../src/engine/vllm-command.ts'
+import { findFlagValue, hasFlag, quoteCommand, removeFlag } from '../../src/engine/argv.ts'
+import { buildEngineEnv, buildVllmArgs, parseHumanInt } from '../../src/engine/vllm-command.ts'
 
 describe('buildVllmArgs', () => {
   it('puts the model first and every option in a fixed order', () => {

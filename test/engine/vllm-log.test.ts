@@ -1,13 +1,8 @@
 import { describe, expect, it } from 'bun:test'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import {
-  type LoadPhase,
-  parseVllmLine,
-  splitVllmLine,
-  stripAnsi,
-  VllmLogAccumulator,
-} from '../../src/engine/vllm-log.ts'
+import type { LoadPhase } from '../../src/engine/engine-logs.ts'
+import { parseVllmLine, splitVllmLine, stripAnsi, VllmLogAccumulator } from '../../src/engine/vllm-log.ts'
 
 const ESC = '\u001b'
 const V1 = '(EngineCore_DP0 pid=441) INFO 10-08 12:34:56 [gpu_model_runner.py:2602] '

@@ -146,7 +146,7 @@ describe('restart safety', () => {
       `INSERT INTO gateway_instances SELECT 'ghost', model_path, model_name, served_model_name, 'active', 18159, ?, ?,
        '1', max_tokens, requested_max_tokens, gpu_memory_utilization, gpu_ids, tensor_parallel_size, sharedcache_enabled,
        enable_sleep_mode, NULL, NULL, extra_args, launch_argv, launch_command, log_dir, loaded_at, ready_at, NULL,
-       memory_metrics, memory_baseline_by_gpu, updated_at, evictable FROM gateway_instances WHERE id = ?`,
+       memory_metrics, memory_baseline_by_gpu, updated_at, evictable, engine_kind FROM gateway_instances WHERE id = ?`,
     ).run(bystander.pid, bystander.pid, keep)
     db.close()
 

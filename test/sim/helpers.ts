@@ -32,7 +32,11 @@ export function baseEnv(): Record<string, string> {
   const env: Record<string, string> = {}
   for (const [k, v] of Object.entries(process.env)) {
     if (v === undefined) continue
-    if (/^(SIM_|MODELGATE_SIM|MODELGATE_SHM|VLLM_|KVCACHED_|ENABLE_KVCACHED|CUDA_VISIBLE_DEVICES)/.test(k))
+    if (
+      /^(SIM_|MODELGATE_SIM|MODELGATE_SHM|VLLM_|SGLANG_|KVCACHED_|ENABLE_KVCACHED|CUDA_VISIBLE_DEVICES)/.test(
+        k,
+      )
+    )
       continue
     env[k] = v
   }
@@ -72,7 +76,21 @@ export async function spawnEngine(
   port?: number,
 ): Promise<EngineProc> {
   const p = port ?? (await freePort())
-  const proc = Bun.spawn([BUN, ENTRY, 'engine', model, '--port', String(p), ...args], {
+  return spawnSim(['engine', model, '--port', String(p), ...args], env, p)
+}
+
+/** spawnSglang starts `sim sglang --model-path MODEL --port P …`, the simulated SGLang server. */
+export async function spawnSglang(
+  model: string,
+  args: string[],
+  env: Record<string, string>,
+): Promise<EngineProc> {
+  const p = await freePort()
+  return spawnSim(['sglang', '--model-path', model, '--port', String(p), ...args], env, p)
+}
+
+async function spawnSim(argv: string[], env: Record<string, string>, p: number): Promise<EngineProc> {
+  const proc = Bun.spawn([BUN, ENTRY, ...argv], {
     env: { ...baseEnv(), SIM_LOAD_DELAY_MS: '200', ...env },
     stdin: 'ignore',
     stdout: 'pipe',

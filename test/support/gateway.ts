@@ -8,7 +8,8 @@ import { waitFor } from './wait.ts'
 
 /**
  * startGateway boots a real Host with the gateway plugin driving real simulator processes
- * (`modelgate sim engine` / `sim smi` from source) on simulated GPUs in a temp state dir.
+ * (`modelgate sim engine` for vLLM, `sim sglang` for loads with `engine_kind: sglang`, `sim smi`, from
+ * source) on simulated GPUs in a temp state dir.
  */
 export interface GatewayOptions {
   ports: [number, number]
@@ -58,6 +59,7 @@ plugins:
   gateway:
     engine:
       command: [${self}, sim, engine, --sim-dir, '${simDir}', --sim-gpus, '${gpus}']
+      commands: { sglang: [${self}, sim, sglang, --sim-dir, '${simDir}', --sim-gpus, '${gpus}'] }
       env: ${JSON.stringify(env)}
       port_range: { start: ${o.ports[0]}, end: ${o.ports[1]} }
       startup_timeout_seconds: 30

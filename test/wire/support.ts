@@ -25,6 +25,7 @@ export function instance(id: string, port: number, over: Partial<InstanceRecord>
     model_path: `org/${id}`,
     model_name: id,
     served_model_name: `${id}-served`,
+    engine_kind: 'vllm',
     status: 'active',
     port,
     process_id: null,

@@ -1,4 +1,4 @@
-import { removeFlag } from '../../../src/engine/vllm-command.ts'
+import { removeFlag } from '../../../src/engine/argv.ts'
 import { WaitError } from '../../../src/host/abortable.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import { ReplayHub } from '../../../src/host/hub.ts'
@@ -149,6 +149,8 @@ export class CrossPodMove {
     const req: LoadRequest = {
       model_path: r.model_path,
       served_model_name: r.served_model_name,
+      // The target runs the engine the source runs (a record from an older pod names none: its default).
+      ...(r.engine_kind ? { engine_kind: r.engine_kind } : {}),
       ...(r.max_tokens ? { max_tokens: r.max_tokens } : {}),
       gpu_ids: rec.target_gpu_ids,
       tensor_parallel_size: r.tensor_parallel_size,

@@ -1,3 +1,4 @@
+import type { EngineDriver } from '../../../src/engine/driver.ts'
 import { AppError } from '../../../src/http/errors.ts'
 import type { LoadRequest } from '../api.ts'
 import { checkArgs } from '../launch.ts'
@@ -75,10 +76,12 @@ export function catalogLoadRequest(name: string, f: Fields): LoadRequest {
  * fieldsProblem: why a load of these fields would be refused whatever the GPUs, by the load's own
  * check (launch.ts checkArgs: gpu_ids against tensor_parallel_size, flags the load sets itself in
  * extra_args, a bad --port), or null. Found when the entry is saved, not when a request needs it.
+ * `driver` is the engine the entry's load runs: the configured default kind's (a catalogue load
+ * names no engine_kind).
  */
-export function fieldsProblem(name: string, f: Fields): string | null {
+export function fieldsProblem(name: string, f: Fields, driver: EngineDriver): string | null {
   try {
-    checkArgs(catalogLoadRequest(name, f))
+    checkArgs(catalogLoadRequest(name, f), driver)
     return null
   } catch (err) {
     if (err instanceof AppError) return err.message
@@ -100,7 +103,11 @@ export function entry(
  * catalogProblems: the YAML catalogue's problems, each with its dotted path: a name that is a path,
  * a name given twice, fields a load would refuse. Run by the plugin's `validate` (check-config).
  */
-export function catalogProblems(entries: readonly CatalogConfigEntry[], at: string): string[] {
+export function catalogProblems(
+  entries: readonly CatalogConfigEntry[],
+  at: string,
+  driver: EngineDriver,
+): string[] {
   const problems: string[] = []
   const first = new Map<string, number>()
   entries.forEach((e, i) => {
@@ -111,7 +118,7 @@ export function catalogProblems(entries: readonly CatalogConfigEntry[], at: stri
     if (seen !== undefined) problems.push(`${where}.name: '${e.name}' is already the name of ${at}[${seen}]`)
     else first.set(e.name, i)
     const { name: _name, ...fields } = e
-    const refused = fieldsProblem(e.name, withDefaults(fields))
+    const refused = fieldsProblem(e.name, withDefaults(fields), driver)
     if (refused) problems.push(`${where}: ${refused}`)
   })
   return problems

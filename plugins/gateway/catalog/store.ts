@@ -1,5 +1,6 @@
 import { eq } from 'drizzle-orm'
 import type { BunSQLiteDatabase } from 'drizzle-orm/bun-sqlite'
+import { DEFAULT_ENGINE_KIND, type EngineKind, engineDriver } from '../../../src/engine/kinds.ts'
 import type { GpuSnapshot } from '../../../src/gpu/smi.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
@@ -45,6 +46,8 @@ export interface CatalogDeps {
   log: Logger
   snapshot: () => Promise<GpuSnapshot>
   estimate: GatewayProfiles['estimate']
+  /** engineKind: the engine a catalogue load runs (plugins.gateway.engine.kind; default vllm). */
+  engineKind?: EngineKind
 }
 
 const byName = (a: CatalogEntry, b: CatalogEntry) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
@@ -105,7 +108,7 @@ export class CatalogStore {
     requireName(name)
     this.refuseConfigured(name)
     const fields = withDefaults(body)
-    const refused = fieldsProblem(name, fields)
+    const refused = fieldsProblem(name, fields, engineDriver(this.deps.engineKind ?? DEFAULT_ENGINE_KIND))
     if (refused) throw badRequest(refused)
     const verdict = catalogFit(name, fields, await this.deps.snapshot(), this.deps.estimate)
     if (verdict.fits === false) throw new AppError(400, 'CATALOG_ENTRY_TOO_LARGE', verdict.message)

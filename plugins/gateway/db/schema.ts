@@ -1,10 +1,12 @@
 import { index, integer, real, sqliteTable, text } from 'drizzle-orm/sqlite-core'
+import type { EngineKind } from '../../../src/engine/kinds.ts'
 import type { InstanceStatus, MemoryMetrics, SleepLevel } from '../api.ts'
 
 /**
  * gatewayInstances records every engine the gateway launched, with what is needed to find it again
- * after a restart (pid, process group, start time, port, GPUs, launch command). It mirrors
- * db/migrations/0001_instances.sql and 0003_catalog.sql (test/store/migrations.test.ts fails when they differ); the API's
+ * after a restart (pid, process group, start time, port, GPUs, launch command) and which engine it
+ * runs (`engine_kind`, 0004: rows older than it ran vLLM). It mirrors db/migrations/0001_instances.sql,
+ * 0003_catalog.sql and 0004_engine_kind.sql (test/store/migrations.test.ts fails when they differ); the API's
  * instance record (schemas.ts) is a view of it: `pid` as `process_id`, without the recovery columns.
  */
 export const gatewayInstances = sqliteTable(
@@ -40,6 +42,7 @@ export const gatewayInstances = sqliteTable(
     updated_at: text('updated_at').notNull(),
     /** evictable: the load asked that the residency manager may unload or sleep it for another model (0003). */
     evictable: integer('evictable', { mode: 'boolean' }).notNull().default(false),
+    engine_kind: text('engine_kind').$type<EngineKind>().notNull().default('vllm'),
   },
   (t) => [index('gateway_instances_status').on(t.status)],
 )

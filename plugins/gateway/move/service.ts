@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { removeFlag } from '../../../src/engine/vllm-command.ts'
+import { removeFlag } from '../../../src/engine/argv.ts'
 import type { GpuSnapshot } from '../../../src/gpu/smi.ts'
 import { WaitError } from '../../../src/host/abortable.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
@@ -303,6 +303,8 @@ export class MoveManager {
       {
         model_path: r.model_path,
         served_model_name: r.served_model_name,
+        // The target runs the engine the source runs.
+        engine_kind: r.engine_kind,
         ...(r.requested_max_tokens ? { max_tokens: r.requested_max_tokens } : {}),
         gpu_ids: move.record.target_gpu_ids,
         tensor_parallel_size: r.tensor_parallel_size,

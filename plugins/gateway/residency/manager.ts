@@ -510,6 +510,7 @@ export class ResidencyManager implements ResidencyHooks {
           (r.sharedcache_enabled ? Math.max(0, holdsMib - weightsMib) : DEFAULT_AFTER_SLEEP_MIB),
         parkedMib: weightsMib * r.gpu_ids.length,
         sleepable: r.enable_sleep_mode,
+        sleepLevels: inst.driver.capabilities.sleepLevels,
         evictable: this.whyNotEvictable(inst) === null,
         lastUsed: this.rate(r.served_model_name).last,
         ratePerSecond: this.rate(r.served_model_name).perSecond(

@@ -35,6 +35,8 @@ export interface Resident {
   /** Host RAM a level-1 sleep parks (its weights on every GPU, MiB). */
   parkedMib: number
   sleepable: boolean
+  /** The sleep levels its engine has (its driver's capabilities); absent: both. */
+  sleepLevels?: readonly (1 | 2)[]
   evictable: boolean
   /** Epoch ms of its last request (null: never asked for). */
   lastUsed: number | null
@@ -161,8 +163,11 @@ function options(r: Resident, input: PlanInput): Option[] {
   const cost = (a: EvictAction) => p * secondsAfter(a, r.bringBack)
   if (r.state === 'active' && r.sleepable) {
     const freed = Math.max(0, r.holdsMib - r.afterSleepMib)
-    out.push({ r, action: 'sleep1', freedMib: freed, cost: cost('sleep1'), parked: r.parkedMib })
-    out.push({ r, action: 'sleep2', freedMib: freed, cost: cost('sleep2'), parked: 0 })
+    const levels = r.sleepLevels ?? [1, 2]
+    if (levels.includes(1))
+      out.push({ r, action: 'sleep1', freedMib: freed, cost: cost('sleep1'), parked: r.parkedMib })
+    if (levels.includes(2))
+      out.push({ r, action: 'sleep2', freedMib: freed, cost: cost('sleep2'), parked: 0 })
   }
   out.push({ r, action: 'unload', freedMib: r.holdsMib, cost: cost('unload'), parked: 0 })
   return out.filter((o) => o.freedMib > 0)

@@ -151,18 +151,10 @@ export class TimeSeriesSampler {
           values[key] = (values[key] ?? 0) + Object.values(gib).reduce((a, b) => a + b, 0)
         }
         if (inst.status !== 'active') return
-        const read = await inst.client
-          .metrics(
-            [
-              ['vllm:generation_tokens_total'],
-              ['vllm:prompt_tokens_total'],
-              ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
-            ],
-            { timeoutMs: ENGINE_TIMEOUT_MS },
-          )
-          .catch(() => null)
+        // The engine's counters under its own metric names (its driver's client knows them).
+        const read = await inst.client.usage({ timeoutMs: ENGINE_TIMEOUT_MS }).catch(() => null)
         if (!read) return
-        const [generation, prompt, usage] = read
+        const { generationTokens: generation, promptTokens: prompt, kvCacheUsage: usage } = read
         if (usage !== null && usage !== undefined) kv.set(model, [...(kv.get(model) ?? []), usage])
         if (generation === null || generation === undefined) return
         const before = this.counters.get(inst.id)

@@ -1,0 +1,1 @@
+ALTER TABLE gateway_instances ADD COLUMN engine_kind TEXT NOT NULL DEFAULT 'vllm';

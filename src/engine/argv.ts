@@ -1,0 +1,93 @@
+/**
+ * argv holds what every engine's command line shares: reading flags back out of operator-supplied
+ * extra args (`--x v`, `--x=v`, underscores or dashes, as Python's argparse reads them), dropping
+ * them, quoting a command for display, and the CUDA device choice every engine on a GPU gets.
+ */
+
+/**
+ * cudaEnv: the GPUs an engine may use. Integer indices in PCI bus order, so they match nvidia-smi's
+ * (UUIDs crash vLLM; CUDA's default order is fastest-first, not nvidia-smi's); tensor-parallel ranks
+ * take the first N visible.
+ */
+export function cudaEnv(gpuIds: readonly number[]): Record<string, string> {
+  return {
+    CUDA_VISIBLE_DEVICES: gpuIds.map((id) => String(Math.trunc(id))).join(','),
+    CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
+  }
+}
+
+const SHELL_SAFE = /^[\w@%+=:,./-]+$/
+
+/** quoteCommand renders argv as one POSIX-shell-safe line, for the launch_command field and logs. */
+export function quoteCommand(argv: readonly string[]): string {
+  return argv.map((arg) => (SHELL_SAFE.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`)).join(' ')
+}
+
+/** normalizeFlag spells `--max_model_len` as `--max-model-len`, as argparse-based engines (vLLM, SGLang) accept both. */
+function normalizeFlag(flag: string): string {
+  return flag.startsWith('--') ? `--${flag.slice(2).replaceAll('_', '-')}` : flag
+}
+
+/** FlagOptions: `aliases` adds short forms such as `-tp`; `takesValue: false` marks a boolean flag. */
+export interface FlagOptions {
+  aliases?: readonly string[]
+  takesValue?: boolean
+}
+
+interface FlagHit {
+  /** index of the flag in args */
+  index: number
+  /** how many args the occurrence spans (1 for `--x=v` or a bare flag, 2 for `--x v`) */
+  span: number
+  value: string | null
+}
+
+function findFlagHits(args: readonly string[], flag: string, opts: FlagOptions): FlagHit[] {
+  const wanted = new Set([flag, ...(opts.aliases ?? [])].map(normalizeFlag))
+  const hits: FlagHit[] = []
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] ?? ''
+    if (arg === '--') break
+    const eq = arg.indexOf('=')
+    const name = normalizeFlag(eq > 0 ? arg.slice(0, eq) : arg)
+    if (!wanted.has(name)) continue
+    if (eq > 0) {
+      hits.push({ index: i, span: 1, value: arg.slice(eq + 1) })
+      continue
+    }
+    const next = args[i + 1]
+    const isValue = next !== undefined && (!next.startsWith('-') || /^-\d/.test(next))
+    const takesNext = opts.takesValue !== false && isValue
+    hits.push({ index: i, span: takesNext ? 2 : 1, value: takesNext ? (next ?? null) : null })
+    if (takesNext) i++
+  }
+  return hits
+}
+
+/**
+ * findFlagValue returns the value of a flag in extra args (`--x=v` or `--x v`; underscores or
+ * dashes; the last occurrence wins, as with argparse), '' for a bare flag, undefined when absent.
+ */
+export function findFlagValue(
+  args: readonly string[],
+  flag: string,
+  opts: FlagOptions = {},
+): string | undefined {
+  const last = findFlagHits(args, flag, opts).at(-1)
+  if (!last) return undefined
+  return last.value ?? ''
+}
+
+/** hasFlag says whether a flag occurs in args in any form. */
+export function hasFlag(args: readonly string[], flag: string, opts: FlagOptions = {}): boolean {
+  return findFlagHits(args, flag, opts).length > 0
+}
+
+/** removeFlag drops every occurrence of a flag and its value, so the gateway can merge its own. */
+export function removeFlag(args: readonly string[], flag: string, opts: FlagOptions = {}): string[] {
+  const drop = new Set<number>()
+  for (const hit of findFlagHits(args, flag, opts)) {
+    for (let k = 0; k < hit.span; k++) drop.add(hit.index + k)
+  }
+  return args.filter((_, i) => !drop.has(i))
+}

@@ -1,0 +1,34 @@
+import type { EngineDriver } from './driver.ts'
+import { SGLANG_WAKE_PHASES, SglangClient } from './sglang-client.ts'
+import { buildSglangArgs, buildSglangEnv, SGLANG_MANAGED_FLAGS } from './sglang-command.ts'
+import { SglangLogAccumulator } from './sglang-log.ts'
+
+/**
+ * sglangDriver is `python -m sglang.launch_server` behind the EngineDriver seam: its flags
+ * (sglang-command.ts), its log lines (sglang-log.ts, test/fixtures/sglang/), its control client
+ * (sglang-client.ts: /health, release_memory_occupation as sleep, resume_memory_occupation as wake,
+ * its /metrics names). Each file names the SGLang source it follows.
+ *
+ * Capabilities: one sleep level. With sleep mode the engine is launched with
+ * `--enable-weights-cpu-backup`, so a release keeps the weights in CPU memory and frees the KV cache
+ * and the CUDA graphs: vLLM's level 1. SGLang chooses between keeping and discarding the weights at
+ * launch, not per sleep, so there is no level 2. A wake resumes everything at once (partial resumes
+ * of a tag not released kill the engine); there is no shared KV cache (kvcached) support here.
+ */
+export const sglangDriver: EngineDriver = {
+  kind: 'sglang',
+  label: 'SGLang',
+  defaultCommand: ['python3', '-m', 'sglang.launch_server'],
+  managedFlags: SGLANG_MANAGED_FLAGS,
+  capabilities: { sleepLevels: [1], partialWake: false, sharedCache: false },
+  /** A release frees the weights, the KV cache and the CUDA graphs; the CUDA context stays. */
+  sleepShare: { 1: 0.9 },
+  wakePhases: () => SGLANG_WAKE_PHASES,
+  allWakePhases: SGLANG_WAKE_PHASES,
+  wakePhasesDoc: '`resume` (POST /resume_memory_occupation: every part at once)',
+  args: buildSglangArgs,
+  env: buildSglangEnv,
+  /** The launch hints are not needed: SGLang's logs carry the figures its flags would only estimate. */
+  logs: () => new SglangLogAccumulator(),
+  client: (baseUrl, timeoutMs, opts) => new SglangClient(baseUrl, timeoutMs, opts),
+}

@@ -1,0 +1,59 @@
+import type { EngineDriver, LaunchSpec } from './driver.ts'
+import { VLLM_WAKE_PHASES, VllmClient } from './vllm-client.ts'
+import { buildEngineEnv, buildVllmArgs } from './vllm-command.ts'
+import { VllmLogAccumulator } from './vllm-log.ts'
+
+/**
+ * vllmDriver is `vllm serve` behind the EngineDriver seam: its command line and environment
+ * (vllm-command.ts), its log lines (vllm-log.ts, checked against test/fixtures/vllm/), and its
+ * control client (vllm-client.ts). The facts behind each are in ENGINE-NOTES (vLLM v0.8.5 → 2026).
+ */
+export const vllmDriver: EngineDriver = {
+  kind: 'vllm',
+  label: 'vLLM',
+  defaultCommand: ['vllm', 'serve'],
+  managedFlags: [
+    '--host',
+    '--tensor-parallel-size',
+    '-tp',
+    '--max-model-len',
+    '--served-model-name',
+    '--gpu-memory-utilization',
+    '--enable-sleep-mode',
+  ],
+  capabilities: { sleepLevels: [1, 2], partialWake: true, sharedCache: true },
+  /**
+   * vLLM's own figures: level 1 offloads the weights and drops the KV cache ("about 90 %"), level 2
+   * drops both ("about 95 %").
+   */
+  sleepShare: { 1: 0.9, 2: 0.95 },
+  wakePhases: (level) =>
+    level === 2 ? ['weights', 'reload_weights', 'kv_cache', 'reset_prefix_cache'] : ['wake_up'],
+  allWakePhases: VLLM_WAKE_PHASES,
+  wakePhasesDoc:
+    'after level 1: `wake_up` (every part at once) or the tag woken; after level 2, in order: `weights`, ' +
+    '`reload_weights` (POST /collective_rpc), `kv_cache`, then `reset_prefix_cache` once fully awake',
+  args: (s: LaunchSpec) =>
+    buildVllmArgs({
+      modelPath: s.modelPath,
+      port: s.port,
+      host: s.host,
+      servedModelName: s.servedModelName,
+      ...(s.maxModelLen ? { maxModelLen: s.maxModelLen } : {}),
+      gpuMemoryUtilization: s.gpuMemoryUtilization,
+      tensorParallelSize: s.tensorParallelSize,
+      enableSleepMode: s.enableSleepMode,
+      sharedCache: s.sharedCache,
+      otlpTracesEndpoint: s.otlpTracesEndpoint ?? null,
+      extraArgs: s.extraArgs,
+    }),
+  env: (s: LaunchSpec) =>
+    buildEngineEnv({
+      gpuIds: s.gpuIds,
+      enableSleepMode: s.enableSleepMode,
+      sharedCache: s.sharedCache,
+      ...(s.sharedCacheName ? { sharedCacheName: s.sharedCacheName } : {}),
+    }),
+  logs: (hints) => new VllmLogAccumulator(hints),
+  client: (baseUrl, timeoutMs, opts) => new VllmClient(baseUrl, timeoutMs, opts),
+}

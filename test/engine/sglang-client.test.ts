@@ -1,0 +1,226 @@
+import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import type { Server } from 'bun'
+import { EngineCallError, WakeError } from '../../src/engine/engine-client.ts'
+import { engineDriver } from '../../src/engine/kinds.ts'
+import { buildSglangArgs, buildSglangEnv } from '../../src/engine/sglang-command.ts'
+
+/**
+ * The SGLang driver's command line and control client against a stub engine that records what it
+ * was asked: sleep is one `POST /release_memory_occupation {}`, refused while /metrics shows work
+ * (SGLang's release kills a busy engine); wake is one resume, never sent to an engine the client
+ * knows is awake (a second resume kills it); a sleeping engine is probed on /get_model_info (its
+ * /health would run a generation on released memory); the KV-cache usage is `sglang:token_usage`.
+ */
+let running = 0
+let resumeStatus = 200
+const seen: { line: string; body: string; type: string | null }[] = []
+let engine: Server<undefined>
+let url = ''
+
+beforeAll(() => {
+  engine = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    async fetch(req) {
+      const u = new URL(req.url)
+      seen.push({
+        line: `${req.method} ${u.pathname}`,
+        body: await req.text(),
+        type: req.headers.get('content-type'),
+      })
+      switch (u.pathname) {
+        case '/health':
+        case '/get_model_info':
+          return new Response(null, { status: 200 })
+        case '/metrics':
+          return new Response(
+            `sglang:num_running_reqs{model_name="m",tp_rank="0"} ${running}\n` +
+              'sglang:num_queue_reqs{model_name="m",tp_rank="0"} 0\n' +
+              'sglang:token_usage{model_name="m",tp_rank="0"} 0.375\n' +
+              'sglang:prompt_tokens_total{model_name="m"} 120\n' +
+              'sglang:generation_tokens_total{model_name="m"} 45\n',
+          )
+        case '/release_memory_occupation':
+          return Response.json(null)
+        case '/resume_memory_occupation':
+          return resumeStatus === 200
+            ? Response.json(null)
+            : Response.json({ error: { message: 'boom' } }, { status: resumeStatus })
+      }
+      return Response.json({ detail: 'Not Found' }, { status: 404 })
+    },
+  })
+  url = `http://127.0.0.1:${engine.port}`
+})
+
+afterAll(() => {
+  engine.stop(true)
+})
+
+const client = () => engineDriver('sglang').client(url)
+const calls = () => seen.map((s) => s.line).filter((l) => !l.endsWith('/metrics'))
+
+describe('SGLang command line', () => {
+  const spec = {
+    modelPath: 'Qwen/Qwen2.5-7B-Instruct',
+    port: 8140,
+    host: '127.0.0.1',
+    servedModelName: 'qwen',
+    maxModelLen: 8192,
+    gpuMemoryUtilization: 0.5,
+    tensorParallelSize: 2,
+    gpuIds: [2, 3],
+    enableSleepMode: true,
+    sharedCache: false,
+    extraArgs: ['--chunked-prefill-size', '4096'],
+  }
+
+  it('names everything with its own flags, sleep mode as the memory saver with a CPU copy of the weights', () => {
+    expect(buildSglangArgs(spec)).toEqual([
+      '--model-path',
+      'Qwen/Qwen2.5-7B-Instruct',
+      '--port',
+      '8140',
+      '--host',
+      '127.0.0.1',
+      '--served-model-name',
+      'qwen',
+      '--context-length',
+      '8192',
+      '--mem-fraction-static',
+      '0.5',
+      '--tp-size',
+      '2',
+      '--enable-memory-saver',
+      '--enable-weights-cpu-backup',
+      '--enable-metrics',
+      '--chunked-prefill-size',
+      '4096',
+    ])
+    expect(buildSglangEnv(spec)).toEqual({
+      CUDA_VISIBLE_DEVICES: '2,3',
+      CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
+      SGLANG_MEMORY_SAVER_CUDA_GRAPH: 'true',
+    })
+    const plain = { ...spec, tensorParallelSize: 1, enableSleepMode: false, extraArgs: [] }
+    delete (plain as { maxModelLen?: number }).maxModelLen
+    expect(buildSglangArgs(plain)).not.toContain('--enable-memory-saver')
+    expect(buildSglangArgs(plain)).not.toContain('--tp-size')
+    expect(buildSglangArgs(plain)).not.toContain('--context-length')
+    expect(buildSglangEnv(plain)).toEqual({ CUDA_VISIBLE_DEVICES: '2,3', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' })
+  })
+
+  it('says which flags the load body owns, aliases included', () => {
+    const d = engineDriver('sglang')
+    for (const f of [
+      '--model-path',
+      '--model',
+      '--tp',
+      '--tp-size',
+      '--tensor-parallel-size',
+      '--mem-fraction-static',
+    ])
+      expect(d.managedFlags).toContain(f)
+    expect(d.capabilities).toEqual({ sleepLevels: [1], partialWake: false, sharedCache: false })
+    expect(d.wakePhases(1)).toEqual(['resume'])
+  })
+})
+
+describe('SglangClient', () => {
+  it('sleeps with one release carrying a JSON body, and wakes with one resume', async () => {
+    seen.length = 0
+    running = 0
+    const c = client()
+    expect(c.sleepMode).toBeNull()
+    expect(await c.sleep(1, { mode: 'wait' })).toBeNull()
+    expect(c.sleepMode).toBe(true)
+    expect(await c.isSleeping()).toBe(true)
+    expect(await c.sleepLevel()).toBe(1)
+    const phases: string[] = []
+    expect(await c.wakeUp(1, [], { onPhase: (p) => phases.push(p) })).toEqual({
+      phases: ['resume'],
+      sleeping: false,
+    })
+    expect(phases).toEqual(['resume'])
+    expect(await c.isSleeping()).toBe(false)
+    expect(calls()).toEqual(['POST /release_memory_occupation', 'POST /resume_memory_occupation'])
+    expect(seen.filter((s) => s.line.startsWith('POST')).map((s) => [s.body, s.type])).toEqual([
+      ['{}', 'application/json'],
+      ['{}', 'application/json'],
+    ])
+  })
+
+  it('does not release an engine its /metrics shows busy, nor at level 2', async () => {
+    seen.length = 0
+    running = 2
+    const err = await client()
+      .sleep(1)
+      .catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(EngineCallError)
+    expect((err as Error).message).toContain('2 request(s) running or queued')
+    running = 0
+    expect(
+      (
+        (await client()
+          .sleep(2)
+          .catch((e: unknown) => e)) as Error
+      ).message,
+    ).toContain('level 1 only')
+    expect(calls()).toEqual([])
+  })
+
+  it('never resumes an engine it knows is awake, nor after a wake that already resumed it', async () => {
+    seen.length = 0
+    const c = client()
+    await c.sleep(1)
+    await c.wakeUp(1)
+    expect(await c.wakeUp(1)).toEqual({ phases: [], sleeping: false })
+    expect(await client().wakeUp(1, [], { done: ['resume'] })).toEqual({ phases: [], sleeping: false })
+    expect(calls()).toEqual(['POST /release_memory_occupation', 'POST /resume_memory_occupation'])
+  })
+
+  it('names the failing phase when the resume fails, and refuses tags', async () => {
+    resumeStatus = 400
+    const c = client()
+    const err = (await c.wakeUp(1).catch((e: unknown) => e)) as WakeError
+    resumeStatus = 200
+    expect(err).toBeInstanceOf(WakeError)
+    expect(err.phase).toBe('resume')
+    expect(err.status).toBe(400)
+    expect(err.message).toContain('boom')
+    expect(((await c.wakeUp(1, ['weights']).catch((e: unknown) => e)) as Error).message).toContain(
+      'wakes whole',
+    )
+  })
+
+  it('probes /health awake and /get_model_info asleep, as it knows or as the caller says', async () => {
+    seen.length = 0
+    const c = client()
+    expect((await c.probe()).ok).toBe(true)
+    expect((await c.probe({ asleep: true })).ok).toBe(true)
+    await c.sleep(1)
+    expect(await c.health(1000)).toBe(true)
+    expect(calls()).toEqual([
+      'GET /health',
+      'GET /get_model_info',
+      'POST /release_memory_occupation',
+      'GET /get_model_info',
+    ])
+  })
+
+  it('cannot tell whether an engine it did not put to sleep sleeps', async () => {
+    expect(await client().sleepLevel()).toBeNull()
+    expect(
+      (
+        (await client()
+          .isSleeping()
+          .catch((e: unknown) => e)) as Error
+      ).message,
+    ).toContain('no endpoint')
+  })
+
+  it('reads the KV-cache usage and the token counters under their sglang: names', async () => {
+    expect(await client().kvCacheUsage()).toBe(0.375)
+    expect(await client().usage()).toEqual({ generationTokens: 45, promptTokens: 120, kvCacheUsage: 0.375 })
+  })
+})
