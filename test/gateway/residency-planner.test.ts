@@ -147,6 +147,17 @@ describe('residency planner', () => {
     expect(full.victims).toEqual([expect.objectContaining({ instanceId: 'old', action: 'unload' })])
   })
 
+  it('turns a sleep that would leave too much into an unload, with every policy', () => {
+    // The GPU holds one 40 GiB engine; the load needs all but 0.5 GiB of it: its sleep's 1 GiB is too much.
+    const only = resident('only', 0, { ratePerSecond: 0.001 })
+    const tight = { model: 'new', gpuChoices: [[0]], needMib: 39.5 * GiB }
+    for (const policy of ['cost', 'lru-sleep'] as const) {
+      const p = plan(input({ policy, residents: [only], need: tight }))
+      if (!p.fits) throw new Error(p.reason)
+      expect(p.victims).toEqual([expect.objectContaining({ instanceId: 'only', action: 'unload' })])
+    }
+  })
+
   it('a wake makes room on its own GPUs only', () => {
     const other = resident('other', 0, { ratePerSecond: 0 })
     const there = resident('there', 1, { ratePerSecond: 0.01 })

@@ -15,8 +15,9 @@ import { DEFAULT_TRACE, generateTrace, type TraceEvent } from './residency-trace
  * else it is unloaded) and `static` (the first three loaded at start, the others refused).
  *
  * The host: a real gateway (in this process) with simulated engines (processes) on 2 × 80 GB
- * simulated GPUs; the six catalogued models claim 40 or 56 GiB each (gpu_memory_utilization 0.5 or
- * 0.7), so two to four fit at once. Time is scaled by SCALE (--scale, default 0.05): the simulator's
+ * simulated GPUs; the six catalogued models claim 36 or 56 GiB each (gpu_memory_utilization 0.45
+ * or 0.7 of 79.6 GiB): a GPU holds two small ones or one large one, so two to four fit at once, three
+ * on average. Time is scaled by SCALE (--scale, default 0.05): the simulator's
  * loads and wakes take vLLM's published time for the model's size times SCALE (SIM_TIME_SCALE), the
  * trace is replayed SCALE times as fast, and the residency settings that are times are scaled too;
  * every figure printed is converted back to simulated seconds (wall / SCALE).
@@ -32,12 +33,12 @@ const MINUTES = numberArg('--minutes', DEFAULT_TRACE.minutes)
 const SEED = numberArg('--seed', DEFAULT_TRACE.seed)
 
 const MODELS = [
-  { name: 'alpha-8b', util: 0.5 },
-  { name: 'bravo-7b', util: 0.5 },
+  { name: 'alpha-8b', util: 0.45 },
+  { name: 'bravo-7b', util: 0.45 },
   { name: 'charlie-14b', util: 0.7 },
-  { name: 'delta-3b', util: 0.5 },
-  { name: 'echo-32b', util: 0.7 },
-  { name: 'foxtrot-1.5b', util: 0.7 },
+  { name: 'delta-3b', util: 0.45 },
+  { name: 'echo-13b', util: 0.7 },
+  { name: 'foxtrot-1.5b', util: 0.45 },
 ]
 
 type PolicyName = 'cost' | 'lru' | 'lru-sleep' | 'static'
@@ -207,7 +208,7 @@ const trace = generateTrace({
 })
 console.log(
   `bench:residency: ${trace.length} requests over ${MINUTES} simulated minutes (seed ${SEED}), time × ${SCALE}; ` +
-    `6 models on 2 × 80 GB (40 or 56 GiB each)`,
+    `6 models on 2 × 80 GB (36 or 56 GiB each)`,
 )
 const results: Outcome[] = []
 for (const policy of ['cost', 'lru', 'lru-sleep', 'static'] as const) {

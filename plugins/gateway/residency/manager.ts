@@ -232,6 +232,9 @@ export class ResidencyManager implements ResidencyHooks {
       }
       const entry = this.catalogued(name)
       if (!entry) throw new Error(`${name} is not in the catalogue`)
+      // A failed instance of it holds nothing: it goes, and the model loads again.
+      for (const f of insts.filter((x) => x.status === 'failed'))
+        await this.d.service.unload(f.id).catch(() => {})
       await this.load(entry, signal)
     }
   }
@@ -626,9 +629,15 @@ export class ResidencyManager implements ResidencyHooks {
 
   // ---- views ----
 
-  /** hasInstance: an instance serves `name` here, in any state (cheap: no records are built). */
+  /**
+   * hasInstance: an instance of `name` here that serves, sleeps or loads (cheap: no records are
+   * built). A failed or stopping one does not count: a request may load the model again.
+   */
   hasInstance(name: string): boolean {
-    for (const inst of this.d.service.instances.values()) if (inst.row.served_model_name === name) return true
+    for (const inst of this.d.service.instances.values()) {
+      const s = inst.row.status
+      if (inst.row.served_model_name === name && s !== 'failed' && s !== 'stopping') return true
+    }
     return false
   }
 

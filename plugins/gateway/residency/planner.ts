@@ -189,38 +189,52 @@ function apply(o: Option, deficit: Map<number, number>, sign = 1): void {
 
 const covered = (deficit: Map<number, number>) => [...deficit.values()].every((d) => d <= 0)
 
+/**
+ * byCost: greedy on the cost of each MiB that helps: each step takes the cheapest of adding a
+ * victim with one of its actions, or turning a chosen victim's action into one that frees more (a
+ * level-1 sleep that leaves too much into an unload). Victims the others make unneeded are dropped.
+ */
 function byCost(here: Resident[], start: Map<number, number>, input: PlanInput): Option[] | null {
   const deficit = new Map(start)
   let host = input.hostBudgetMib - input.hostUsedMib
-  const chosen: Option[] = []
-  const left = new Set(here)
+  const chosen = new Map<Resident, Option>()
+  const all = new Map(here.map((r) => [r, options(r, input)]))
   while (!covered(deficit)) {
-    let best: Option | null = null
+    let best: { o: Option; was: Option | null } | null = null
     let bestScore = Infinity
-    for (const r of left)
-      for (const o of options(r, input)) {
-        if (o.parked > host) continue
-        const u = useful(o, deficit)
-        if (u <= 0) continue
-        const score = o.cost / u
-        if (score < bestScore || (score === bestScore && best && o.cost < best.cost)) {
-          best = o
+    for (const [r, opts] of all) {
+      const was = chosen.get(r) ?? null
+      if (was) apply(was, deficit, -1)
+      for (const o of opts) {
+        if (was && o.freedMib <= was.freedMib) continue
+        if (o.parked - (was?.parked ?? 0) > host) continue
+        const gain = useful(o, deficit) - (was ? useful(was, deficit) : 0)
+        if (gain <= 0) continue
+        const score = (o.cost - (was?.cost ?? 0)) / gain
+        if (score < bestScore || (score === bestScore && best && o.cost < best.o.cost)) {
+          best = { o, was }
           bestScore = score
         }
       }
+      if (was) apply(was, deficit)
+    }
     if (!best) return null
-    chosen.push(best)
-    left.delete(best.r)
-    host -= best.parked
-    apply(best, deficit)
+    if (best.was) {
+      apply(best.was, deficit, -1)
+      host += best.was.parked
+    }
+    chosen.set(best.o.r, best.o)
+    host -= best.o.parked
+    apply(best.o, deficit)
   }
+  const list = [...chosen.values()]
   // Drop any victim the others cover without it (the dearest first).
-  for (const o of [...chosen].sort((a, b) => b.cost - a.cost)) {
+  for (const o of [...list].sort((a, b) => b.cost - a.cost)) {
     apply(o, deficit, -1)
-    if (covered(deficit)) chosen.splice(chosen.indexOf(o), 1)
+    if (covered(deficit)) list.splice(list.indexOf(o), 1)
     else apply(o, deficit)
   }
-  return chosen
+  return list
 }
 
 function byRecency(
@@ -244,6 +258,15 @@ function byRecency(
     chosen.push(o)
     host -= o.parked
     apply(o, deficit)
+  }
+  // Sleeps that left too much become unloads, least recently used first.
+  for (let k = 0; k < chosen.length && !covered(deficit); k++) {
+    const o = chosen[k]!
+    const unload = options(o.r, input).find((x) => x.action === 'unload')
+    if (!unload || unload.freedMib <= o.freedMib) continue
+    apply(o, deficit, -1)
+    apply(unload, deficit)
+    chosen[k] = unload
   }
   return covered(deficit) ? chosen : null
 }
