@@ -1,5 +1,5 @@
 import type { Static } from 'elysia'
-import type { Backend } from '../../src/directory/backend.ts'
+import type { Backend, SleepReason } from '../../src/directory/backend.ts'
 import type { MemoryMetrics } from '../../src/engine/engine-logs.ts'
 import type { GpuSnapshot } from '../../src/gpu/smi.ts'
 import type { SpanBase } from '../../src/host/telemetry/spans.ts'
@@ -66,11 +66,14 @@ export type SleepCheck = Static<typeof SleepCheckSchema>
 /**
  * SleepOptions: how long the sleep may wait for in-flight requests (default
  * plugins.gateway.sleep.drain_timeout_ms), and a signal that cancels it while it still waits (409
- * SLEEP_CANCELLED; once the engine is asked to sleep the sleep runs to its end).
+ * SLEEP_CANCELLED; once the engine is asked to sleep the sleep runs to its end). `why: 'idle'`:
+ * the router's auto-sleep, a rule of the residency manager (it refuses a pinned model and records
+ * the sleep as one of its decisions).
  */
 export interface SleepOptions {
   drainTimeoutMs?: number
   signal?: AbortSignal
+  why?: SleepReason
 }
 
 /** LogRecord: an instance's recent log (recent engine lines, each prefixed with its stream in brackets). */

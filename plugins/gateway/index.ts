@@ -228,8 +228,11 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         await service.recover()
         timeseries.start()
         await catalog.reviewConfig()
+        // Preloads run behind the start: the host answers (health, the dashboard) while they load.
+        void residency.start()
       },
       stop: async (deadline) => {
+        residency.stop()
         timeseries.stop()
         await presets.stop()
         await service.stop(deadline)

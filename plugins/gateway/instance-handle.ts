@@ -1,4 +1,4 @@
-import type { Readiness, SleepState } from '../../src/directory/backend.ts'
+import type { Readiness, SleepReason, SleepState } from '../../src/directory/backend.ts'
 import type { SleepOptions, WakeResult } from './api.ts'
 import type { ManagedInstance } from './instance.ts'
 import type { InstanceHandle } from './proxy/instance-backend.ts'
@@ -12,6 +12,8 @@ export interface InstanceControl {
   queue(inst: ManagedInstance): { max: number; timeoutMs: number } | null
   /** abandoned: every request waiting for the instance left. */
   abandoned(inst: ManagedInstance): void
+  /** pinned: the host keeps the instance's model resident (a pinned catalogue entry). */
+  pinned(inst: ManagedInstance): boolean
 }
 
 /**
@@ -131,8 +133,12 @@ export class ManagedHandle implements InstanceHandle {
     return this.inst.row.enable_sleep_mode
   }
 
-  async sleep(level: 1 | 2, cancel: AbortSignal): Promise<void> {
-    await this.control.sleep(this.inst, level, { signal: cancel })
+  async sleep(level: 1 | 2, cancel: AbortSignal, why?: SleepReason): Promise<void> {
+    await this.control.sleep(this.inst, level, { signal: cancel, ...(why ? { why } : {}) })
+  }
+
+  pinned(): boolean {
+    return this.control.pinned(this.inst)
   }
 
   health(timeoutMs: number, signal: AbortSignal) {

@@ -308,10 +308,11 @@ export class GatewayService implements GatewayApi {
 
   /** control: an instance's sleep and (joinable) wake, and its queue, as its backend asks for them. */
   private readonly control: InstanceControl = {
-    sleep: (inst, level, opts) => this.sleepWake.sleep(inst, level, opts),
+    sleep: (inst, level, opts) => this.sleep(inst.id, level, opts),
     wake: (inst) => this.wakeWithRoom(inst),
     queue: (inst) => this.residency?.queue(inst.row.served_model_name) ?? null,
     abandoned: (inst) => this.residency?.abandoned(inst.row.served_model_name),
+    pinned: (inst) => this.residency?.pinned(inst.row.served_model_name) ?? false,
   }
 
   /** residency: the manager of what is resident (set in setup when the gateway has one). */
@@ -567,8 +568,16 @@ export class GatewayService implements GatewayApi {
 
   // ---- sleep and wake ----
 
+  /** sleep: drain, sleep, check; an idle sleep (`why: 'idle'`) is the residency manager's rule. */
   sleep(id: string, level: 1 | 2, opts: SleepOptions = {}): Promise<SleepResult> {
-    return this.sleepWake.sleep(this.require(id), level, opts)
+    const inst = this.require(id)
+    if (opts.why === 'idle' && this.residency) return this.residency.sleepIdle(inst, level, opts)
+    return this.sleepWake.sleep(inst, level, opts)
+  }
+
+  /** sleepEngine: the gateway's own sleep of an instance (what the residency manager's idle rule runs). */
+  sleepEngine(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions): Promise<SleepResult> {
+    return this.sleepWake.sleep(inst, level, opts)
   }
 
   wake(id: string, tags: string[] = [], trace: SpanBase | null = null): Promise<WakeResult> {

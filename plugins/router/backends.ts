@@ -117,12 +117,12 @@ export class EndpointBackend implements Backend {
   }
 
   /**
-   * sleep drains the requests the router forwards here, then asks the engine to sleep (`mode=wait`
+   * sleepEngine drains the requests the router forwards here, then asks the engine to sleep (`mode=wait`
    * also spares a request that reached it another way; an engine older than the parameter ignores
    * it). The drain ends at control_timeout (ActionRefused: the model keeps serving), when `cancel`
    * fires (a request arrived: the model is in use) or when the router stops (`lifetime`).
    */
-  async sleep(level: 1 | 2, cancel: AbortSignal, lifetime?: AbortSignal): Promise<void> {
+  async sleepEngine(level: 1 | 2, cancel: AbortSignal, lifetime?: AbortSignal): Promise<void> {
     const stop = lifetime ?? cancel
     if (this.open > 0) {
       try {

@@ -89,6 +89,11 @@ export class ModelEntry {
     return this.backends().some((b) => b.sleepable?.() === true)
   }
 
+  /** pinned: the host keeps it resident (a pinned catalogue entry): never an auto-sleep candidate. */
+  pinned(): boolean {
+    return !this.endpoint && this.backends().some((b) => b.pinned?.() === true)
+  }
+
   /** idleMs: 0 while requests run; else time since the last activity, or since `sinceMs`. */
   idleMs(now: number, sinceMs: number): number {
     if (this.busy() > 0) return 0

@@ -1,3 +1,4 @@
+import type { SleepReason } from '../../src/directory/backend.ts'
 import type { ModelDirectory } from '../../src/directory/directory.ts'
 import { EngineCallError, waitHealthy } from '../../src/engine/engine-client.ts'
 import { abortable } from '../../src/host/abortable.ts'
@@ -16,7 +17,9 @@ import type { ModelEntry, ModelTable } from './model-table.ts'
  *
  * - Auto-sleep (every check_interval): a model idle past idle_threshold, active, with nothing in
  *   flight or held and no operation under way is put to sleep. A model never used counts as idle
- *   since the router started.
+ *   since the router started. For a gateway model the sleep is the host's residency manager's idle
+ *   rule (one owner of what is resident): a pinned catalogue model is never a candidate, and each
+ *   sleep is one of the manager's decisions (GET /api/residency, reason `idle`).
  * - Manual actions are refused (ActionRefused → 409) when the state does not allow them; the
  *   minimum sleep duration only limits the manual wakeup, a request may always wake a model.
  * - A sleep never cuts a request: it drains the model first, and a request arriving while it
@@ -88,7 +91,7 @@ export class SleepController {
           idle_seconds: Math.round(e.idleMs(now, startedAt) / 1000),
         })
         try {
-          this.sleep(e, cfg.auto_sleep.level as 1 | 2).catch((err: Error) =>
+          this.sleep(e, cfg.auto_sleep.level as 1 | 2, 'idle').catch((err: Error) =>
             log.warn('auto-sleep failed', { model: e.name, error: err.message }),
           )
         } catch (err) {
@@ -106,6 +109,7 @@ export class SleepController {
       s.operation === null &&
       (e.endpoint?.wakePromise ?? null) === null &&
       e.sleepable() !== false &&
+      !e.pinned() &&
       e.busy() === 0 &&
       e.idleMs(now, this.deps.startedAt) >= thresholdMs
     )
@@ -138,7 +142,7 @@ export class SleepController {
    * class comment). Refusals throw ActionRefused at once; the returned promise rejects with
    * ActionRefused (drain deadline passed, cancelled) or EngineCallError (no answer).
    */
-  sleep(e: ModelEntry, level: 1 | 2): Promise<void> {
+  sleep(e: ModelEntry, level: 1 | 2, why: SleepReason = 'operator'): Promise<void> {
     const s = e.sleep
     if (s.status === 'sleeping') throw new ActionRefused('Model is already sleeping')
     if (s.operation === 'sleep') throw new ActionRefused('Model is already going to sleep')
@@ -158,13 +162,13 @@ export class SleepController {
         forget()
         throw new ActionRefused('Model does not support sleep mode')
       }
-      return this.track(settleAll(targets.map((b) => b.sleep!(level, cancel.signal))).finally(forget))
+      return this.track(settleAll(targets.map((b) => b.sleep!(level, cancel.signal, why))).finally(forget))
     }
     ep.op = 'sleep'
     ep.generation++
     const p = (async () => {
       try {
-        await ep.sleep(level, cancel.signal, this.deps.lifetime)
+        await ep.sleepEngine(level, cancel.signal, this.deps.lifetime)
         ep.state = 'sleeping'
         ep.sleepTime = this.deps.now()
         ep.sleepLevel = level

@@ -26,6 +26,9 @@ export type Readiness = 'ready' | 'asleep' | 'waking' | 'starting' | 'absent' | 
  * SleepState: how a backend sleeps, as the router's views and its idle rule read it: `active` also
  * while a sleep still drains (it serves until it sleeps), `waking` while its wake runs.
  */
+/** SleepReason: why a backend is put to sleep. */
+export type SleepReason = 'operator' | 'idle'
+
 export interface SleepState {
   status: 'active' | 'sleeping' | 'waking'
   /** Epoch ms it fell asleep (null while active or not known). */
@@ -80,9 +83,13 @@ export interface Backend {
   sleepable?(): boolean | null
   /**
    * sleep puts it to sleep without cutting a request (it drains first); `cancel` ends a sleep that
-   * still drains (a request wants it), ignored once the engine was asked to sleep.
+   * still drains (a request wants it), ignored once the engine was asked to sleep. `why`: an
+   * operator asked, or it was idle too long (the router's auto-sleep: a rule of the host's
+   * residency manager where it has one, which records it as one of its decisions).
    */
-  sleep?(level: 1 | 2, cancel: AbortSignal): Promise<void>
+  sleep?(level: 1 | 2, cancel: AbortSignal, why?: SleepReason): Promise<void>
+  /** pinned: the host keeps it resident (a pinned catalogue entry): never slept for idleness. */
+  pinned?(): boolean
   /** health probes its engine (the router's health routes). */
   health?(
     timeoutMs: number,

@@ -112,9 +112,11 @@ export async function startRouterWithGateway(
   ports: [number, number],
   section: string,
   hostEnv: Record<string, string> = {},
+  /** gatewayExtra: more of the gateway plugin's section (4-space indented lines: a catalogue). */
+  gatewayExtra = '',
 ): Promise<TestRouter & { simDir: string }> {
   const simDir = mkdtempSync(join(tmpdir(), 'modelgate-router-gw-'))
-  const yaml = gatewayYaml({ ports, extraYaml: routerYaml(section) }, simDir).replace(
+  const yaml = gatewayYaml({ ports, extraYaml: gatewayExtra + routerYaml(section) }, simDir).replace(
     'log: { level: debug }',
     'log: { level: warn }',
   )

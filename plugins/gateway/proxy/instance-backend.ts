@@ -4,6 +4,7 @@ import type {
   BackendRequest,
   LeaseHandle,
   Readiness,
+  SleepReason,
   SleepState,
 } from '../../../src/directory/backend.ts'
 import { replaceModel } from '../../../src/wire/model-field.ts'
@@ -30,7 +31,8 @@ export interface InstanceHandle {
   abandoned?(): void
   phase?(): string | null
   sleepable(): boolean
-  sleep(level: 1 | 2, cancel: AbortSignal): Promise<void>
+  sleep(level: 1 | 2, cancel: AbortSignal, why?: SleepReason): Promise<void>
+  pinned?(): boolean
   health(
     timeoutMs: number,
     signal: AbortSignal,
@@ -113,8 +115,12 @@ export class InstanceBackend implements Backend {
     return this.h.sleepable()
   }
 
-  sleep(level: 1 | 2, cancel: AbortSignal): Promise<void> {
-    return this.h.sleep(level, cancel)
+  sleep(level: 1 | 2, cancel: AbortSignal, why?: SleepReason): Promise<void> {
+    return this.h.sleep(level, cancel, why)
+  }
+
+  pinned(): boolean {
+    return this.h.pinned?.() ?? false
   }
 
   health(timeoutMs: number, signal: AbortSignal) {

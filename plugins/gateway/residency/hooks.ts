@@ -1,10 +1,10 @@
-import type { WakeResult } from '../api.ts'
+import type { SleepOptions, SleepResult, WakeResult } from '../api.ts'
 import type { ManagedInstance } from '../instance.ts'
 
 /**
  * ResidencyHooks: what the gateway's service asks of the residency manager (manager.ts), so that
- * the service does not depend on the manager itself: a wake with room made first, and how requests
- * for a catalogued model wait for it.
+ * the service does not depend on the manager itself: a wake with room made first, how requests
+ * for a catalogued model wait for it, and the idle rule (the router's auto-sleep).
  */
 export interface ResidencyHooks {
   /** active: the manager runs (the catalogue has entries). */
@@ -12,4 +12,8 @@ export interface ResidencyHooks {
   wake(inst: ManagedInstance): Promise<WakeResult>
   queue(name: string): { max: number; timeoutMs: number } | null
   abandoned(name: string): void
+  /** sleepIdle: an idle instance's sleep, refused for a pinned model, recorded as a decision. */
+  sleepIdle(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions): Promise<SleepResult>
+  /** pinned: a pinned catalogue entry's model (never slept for idleness, never evicted). */
+  pinned(name: string): boolean
 }

@@ -3,7 +3,7 @@ import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import { conflict } from '../../../src/http/errors.ts'
-import type { CatalogEntry, InstanceRecord, WakeResult } from '../api.ts'
+import type { CatalogEntry, InstanceRecord, SleepOptions, SleepResult, WakeResult } from '../api.ts'
 import { catalogLoadRequest } from '../catalog/rules.ts'
 import type { ManagedInstance } from '../instance.ts'
 import type { GatewayService } from '../service.ts'
@@ -53,7 +53,8 @@ export interface ResidencyDeps {
 
 export interface ResidencyDecision {
   at: string
-  trigger: { model: string; need_gib: number; gpu_ids: number[]; kind: 'load' | 'wake' }
+  /** kind `idle`: the idle rule (the router's auto-sleep), which frees nothing for anyone in particular. */
+  trigger: { model: string; need_gib: number; gpu_ids: number[]; kind: 'load' | 'wake' | 'idle' }
   victims: {
     model: string
     instance_id: string
@@ -158,13 +159,18 @@ export class ResidencyManager implements ResidencyHooks {
     return { max: this.d.config.max_queue, timeoutMs: this.d.config.queue_timeout_seconds * 1000 }
   }
 
-  /** start loads the entries marked `preload` (in catalogue order). */
+  /**
+   * start loads the entries marked `preload`, one after the other in catalogue order (each with room
+   * made as a request's would be); a failure is logged and the next goes on. Never rejects.
+   */
   async start(): Promise<void> {
     for (const e of this.d.catalog.entries()) {
+      if (this.stopped) return
       if (!e.preload || this.instancesOf(e.name).length > 0) continue
       try {
         await this.bringUp(e.name, AbortSignal.timeout(this.d.config.queue_timeout_seconds * 1000), false)
       } catch (err) {
+        if (this.stopped) return
         this.d.log.warn('preload failed', { model: e.name, error: (err as Error).message })
       }
     }
@@ -312,6 +318,62 @@ export class ResidencyManager implements ResidencyHooks {
       sleep_level: null,
       phases: [],
     }
+  }
+
+  // ---- the idle rule ----
+
+  /**
+   * sleepIdle: the router's auto-sleep of an idle instance, as a rule of this manager: a pinned
+   * model is refused (409 PINNED), an instance already chosen as a victim is left to that decision
+   * (409), and the sleep (the gateway's: drain, sleep, check) is recorded as a decision with reason
+   * `idle`, counted in modelgate_residency_actions_total{reason="idle"}. Unlike an eviction it is
+   * not escalated to an unload when it frees too little: nobody waits for that memory, and the
+   * gateway's own sleep.verify_fallback applies.
+   */
+  async sleepIdle(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions): Promise<SleepResult> {
+    const r = inst.row
+    if (this.pinned(r.served_model_name))
+      throw conflict(`${r.served_model_name} is pinned: the residency manager keeps it resident`, 'PINNED')
+    if (this.evicting.has(r.id)) throw conflict(`${r.served_model_name} is already being evicted`, 'BUSY')
+    const action: EvictAction = level === 1 ? 'sleep1' : 'sleep2'
+    const idleSince = this.lastRequestAt(r.served_model_name) ?? this.residentSince.get(r.id) ?? null
+    const weightsGib = inst.record().memory_metrics?.weights_memory_gib ?? null
+    this.evicting.add(r.id)
+    try {
+      const result = await this.d.service.sleepEngine(inst, level, opts)
+      const freed = Object.values(result.memory_check.gpus).reduce(
+        (n, g) => n + Math.max(0, g.awake_gib - g.asleep_gib),
+        0,
+      )
+      const costs = this.costs(r.served_model_name, weightsGib)
+      this.metrics.action(r.served_model_name, action, 'idle')
+      this.record({
+        at: new Date(this.now()).toISOString(),
+        trigger: { model: r.served_model_name, need_gib: 0, gpu_ids: r.gpu_ids, kind: 'idle' },
+        victims: [
+          {
+            model: r.served_model_name,
+            instance_id: r.id,
+            action,
+            freed_gib: Math.round(freed * 100) / 100,
+            expected_cost_s: level === 1 ? costs.wake_l1_s : costs.wake_l2_s,
+          },
+        ],
+        rejected: [],
+        reason:
+          idleSince === null
+            ? 'idle since it was loaded'
+            : `idle for ${Math.round((this.now() - idleSince) / 1000)} s`,
+      })
+      return result
+    } finally {
+      this.evicting.delete(r.id)
+    }
+  }
+
+  /** pinned: whether `name` is a pinned catalogue entry. */
+  pinned(name: string): boolean {
+    return this.catalogued(name)?.pin === true
   }
 
   // ---- making room ----
@@ -529,7 +591,7 @@ export class ResidencyManager implements ResidencyHooks {
   /** whyNotEvictable: null when the instance may be a victim now, else why not. */
   whyNotEvictable(inst: ManagedInstance): string | null {
     const r = inst.row
-    if (this.catalogued(r.served_model_name)?.pin) return 'pinned'
+    if (this.pinned(r.served_model_name)) return 'pinned'
     if (!r.evictable) return 'loaded by hand (not evictable)'
     if (this.evicting.has(r.id)) return 'already being evicted'
     if (inst.lifecycle.operation) return `${inst.lifecycle.operation} in progress`

@@ -5,7 +5,7 @@ import { METRIC_PREFIX } from '../../../src/host/metrics.ts'
 /**
  * ResidencyMetrics: what the residency manager does, for Prometheus:
  * `modelgate_residency_actions_total{model,action,reason}` (sleep1, sleep2, unload, cancel; why:
- * memory, sleep_unverified, abandoned), `modelgate_cold_starts_total{model}` (loads from the
+ * memory, sleep_unverified, abandoned, idle: the router's auto-sleep), `modelgate_cold_starts_total{model}` (loads from the
  * catalogue), and `modelgate_queue_wait_seconds{model}` (how long requests waited for their model:
  * every hold the model directory announces, by served name).
  */

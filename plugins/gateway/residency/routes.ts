@@ -46,7 +46,9 @@ export const ResidencyDecisionSchema = t.Object({
     model: t.String(),
     need_gib: t.Number(),
     gpu_ids: t.Array(t.Integer()),
-    kind: t.Union([t.Literal('load'), t.Literal('wake')]),
+    kind: t.Union([t.Literal('load'), t.Literal('wake'), t.Literal('idle')], {
+      description: 'what asked: a load or a wake that needed room, or the idle rule (the router auto-sleep)',
+    }),
   }),
   victims: t.Array(
     t.Object({

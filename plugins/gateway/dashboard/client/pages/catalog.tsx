@@ -139,8 +139,8 @@ function Decision({ d }: { d: ResidencyDecision }) {
       <strong>
         {t.kind} {t.model}
       </strong>{' '}
-      needed {gib(t.need_gib)} on GPU {t.gpu_ids.join(', ') || '—'}{' '}
-      <span class="muted small">{since(d.at)}</span>
+      {t.kind === 'idle' ? 'slept by the idle rule' : `needed ${gib(t.need_gib)}`} on GPU{' '}
+      {t.gpu_ids.join(', ') || '—'} <span class="muted small">{since(d.at)}</span>
       <div>{d.reason}</div>
       {d.victims.map((v) => (
         <div key={v.instance_id} class="small" data-victim={v.model}>
