@@ -1,10 +1,10 @@
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { plugins } from '../../plugins/index.ts'
 import { gatewayYaml } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
-import { numberArg } from './args.ts'
+import { numberArg, stringArg } from './args.ts'
 import { DEFAULT_TRACE, generateTrace, type TraceEvent } from './residency-trace.ts'
 
 /**
@@ -13,6 +13,13 @@ import { DEFAULT_TRACE, generateTrace, type TraceEvent } from './residency-trace
  * each policy, in one run: `cost` (the default), `lru` (unload the least recently used, what
  * llama-swap and Ollama do), `lru-sleep` (the LRU victim sleeps at level 1 while host RAM allows,
  * else it is unloaded) and `static` (the first three loaded at start, the others refused).
+ *
+ * Every policy starts from the same warm host: the three models the trace starts with as most
+ * popular (the first three) preloaded, as an operator would, and the trace begins once they serve.
+ * A cold host would make every policy wait for the same cold loads of models that all fit nowhere
+ * yet (measured: the first ~250 simulated seconds, the same for every policy), which says nothing
+ * about the policies and fills the p99 of a 30-minute run; the other three models' first requests
+ * are still cold loads under every policy.
  *
  * The host: a real gateway (in this process) with simulated engines (processes) on 2 × 80 GB
  * simulated GPUs; the six catalogued models claim 36 or 56 GiB each (gpu_memory_utilization 0.45
@@ -26,11 +33,15 @@ import { DEFAULT_TRACE, generateTrace, type TraceEvent } from './residency-trace
  * wakes, evictions and GPU-memory-hours. Goal (issue 30): cost's p99 at most half of lru's and at
  * most 0.8× lru-sleep's, with no failed request.
  *
- *   npx bun test/perf/residency.ts [--scale 0.05] [--minutes 30] [--seed N]
+ *   npx bun test/perf/residency.ts [--scale 0.05] [--minutes 30] [--seed N] [--policies cost,lru]
+ *     [--dump DIR]   (DIR/<policy>.json: every request's time, model, TTFT or failure, and the
+ *                     residency manager's decisions, to see why a request waited)
  */
 const SCALE = numberArg('--scale', 0.05)
 const MINUTES = numberArg('--minutes', DEFAULT_TRACE.minutes)
 const SEED = numberArg('--seed', DEFAULT_TRACE.seed)
+const POLICIES = stringArg('--policies', 'cost,lru,lru-sleep,static').split(',') as PolicyName[]
+const DUMP = stringArg('--dump', '')
 
 const MODELS = [
   { name: 'alpha-8b', util: 0.45 },
@@ -53,6 +64,7 @@ interface Outcome {
   evictions: number
   gpuMemoryHours: number
   failures: Map<string, number>
+  requests: { at: number; model: string; ttft_s?: number; error?: string }[]
 }
 
 function yaml(policy: PolicyName): string {
@@ -60,7 +72,7 @@ function yaml(policy: PolicyName): string {
   const entries = (policy === 'static' ? MODELS.slice(0, 3) : MODELS)
     .map(
       (m) =>
-        `      - { name: ${m.name}, model_path: org/${m.name}, gpu_memory_utilization: ${m.util}, enable_sleep_mode: true${policy === 'static' ? ', preload: true' : ''} }`,
+        `      - { name: ${m.name}, model_path: org/${m.name}, gpu_memory_utilization: ${m.util}, enable_sleep_mode: true${MODELS.indexOf(m) < 3 ? ', preload: true' : ''} }`,
     )
     .join('\n')
   const residency = {
@@ -108,8 +120,12 @@ async function ttftOf(url: string, model: string): Promise<{ ms: number } | { er
     return { error: `fetch: ${(err as Error).message}` }
   }
   if (res.status !== 200) {
-    await res.body?.cancel()
-    return { error: String(res.status) }
+    const text = await res.text().catch(() => '')
+    let message = ''
+    try {
+      message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? ''
+    } catch {}
+    return { error: `${res.status} ${message.slice(0, 80)}`.trim() }
   }
   const reader = res.body!.getReader()
   let first: number | null = null
@@ -142,11 +158,20 @@ async function run(policy: PolicyName, trace: TraceEvent[]): Promise<Outcome> {
     evictions: 0,
     gpuMemoryHours: 0,
     failures: new Map(),
+    requests: [],
   }
   try {
-    if (policy === 'static') {
-      // The first three load at start: wait until they serve before the trace begins.
-      for (const m of MODELS.slice(0, 3)) await ttftOf(th.url, m.name)
+    // The first three are preloaded: the trace begins once they serve.
+    const warm = async () => {
+      const r = (await (await fetch(`${th.url}/api/residency`)).json()) as {
+        models: { name: string; state: string }[]
+      }
+      return MODELS.slice(0, 3).every((m) => r.models.find((x) => x.name === m.name)?.state === 'active')
+    }
+    const deadline = performance.now() + 600_000
+    while (!(await warm())) {
+      if (performance.now() > deadline) throw new Error('the preloads did not finish in 10 minutes')
+      await Bun.sleep(100)
     }
     const wakesBefore = await metric(th.url, 'modelgate_model_wake_duration_seconds_count')
     // GPU memory in use, integrated over the run (sampled every simulated 10 s).
@@ -163,6 +188,20 @@ async function run(policy: PolicyName, trace: TraceEvent[]): Promise<Outcome> {
       memSamples++
     }, 10_000 * SCALE)
     const t0 = performance.now()
+    const events: unknown[] = []
+    if (DUMP)
+      th.host.bus.on('gateway.instance.lifecycle', (e) => {
+        const c = e.change
+        events.push({
+          at: Math.round(((e.at - t0) / 1000 / SCALE) * 10) / 10,
+          model: e.served_model_name,
+          ...(c.kind === 'state'
+            ? { state: `${c.previous}→${c.current}` }
+            : c.kind === 'operation'
+              ? { operation: c.operation, running: c.running }
+              : { routing: c.routing }),
+        })
+      })
     const pending: Promise<void>[] = []
     for (const e of trace) {
       const due = t0 + e.at * 1000 * SCALE
@@ -170,6 +209,11 @@ async function run(policy: PolicyName, trace: TraceEvent[]): Promise<Outcome> {
       if (wait > 0) await Bun.sleep(wait)
       pending.push(
         ttftOf(th.url, e.model).then((r) => {
+          out.requests.push({
+            at: e.at,
+            model: e.model,
+            ...('ms' in r ? { ttft_s: r.ms / 1000 / SCALE } : { error: r.error }),
+          })
           if ('ms' in r) {
             out.served++
             out.ttft.push(r.ms / 1000 / SCALE)
@@ -187,6 +231,14 @@ async function run(policy: PolicyName, trace: TraceEvent[]): Promise<Outcome> {
     out.coldLoads = await metric(th.url, 'modelgate_cold_starts_total')
     out.wakes = (await metric(th.url, 'modelgate_model_wake_duration_seconds_count')) - wakesBefore
     out.evictions = await metric(th.url, 'modelgate_residency_actions_total')
+    if (DUMP) {
+      const decisions = await (await fetch(`${th.url}/api/residency`)).json()
+      out.requests.sort((a, b) => a.at - b.at)
+      writeFileSync(
+        join(DUMP, `${policy}.json`),
+        JSON.stringify({ requests: out.requests, events, residency: decisions }, null, 1),
+      )
+    }
   } finally {
     await th.stop()
     rmSync(simDir, { recursive: true, force: true })
@@ -211,7 +263,7 @@ console.log(
     `6 models on 2 × 80 GB (36 or 56 GiB each)`,
 )
 const results: Outcome[] = []
-for (const policy of ['cost', 'lru', 'lru-sleep', 'static'] as const) {
+for (const policy of POLICIES) {
   const r = await run(policy, trace)
   results.push(r)
   console.log(`  ${policy}: done (${r.served} served, ${r.failed} failed)`)
@@ -227,11 +279,13 @@ for (const r of results)
   )
 for (const r of results)
   if (r.failures.size) console.log(`  ${r.policy} failures: ${JSON.stringify([...r.failures])}`)
-const p99 = (name: PolicyName) => pct(results.find((r) => r.policy === name)!.ttft, 0.99)
-const cost = results.find((r) => r.policy === 'cost')!
-const goal1 = p99('cost') <= 0.5 * p99('lru')
-const goal2 = p99('cost') <= 0.8 * p99('lru-sleep')
-console.log(
-  `\ngoal: cost p99 ≤ 0.5 × lru (${f(p99('cost'))} vs ${f(p99('lru'))}): ${goal1 ? 'ok' : 'MISSED'}; ` +
-    `≤ 0.8 × lru-sleep (${f(p99('lru-sleep'))}): ${goal2 ? 'ok' : 'MISSED'}; failed requests: ${cost.failed} ${cost.failed === 0 ? 'ok' : 'MISSED'}`,
-)
+const p99 = (name: PolicyName) => pct(results.find((r) => r.policy === name)?.ttft ?? [], 0.99)
+const cost = results.find((r) => r.policy === 'cost')
+if (cost && results.length === 4) {
+  const goal1 = p99('cost') <= 0.5 * p99('lru')
+  const goal2 = p99('cost') <= 0.8 * p99('lru-sleep')
+  console.log(
+    `\ngoal: cost p99 ≤ 0.5 × lru (${f(p99('cost'))} vs ${f(p99('lru'))}): ${goal1 ? 'ok' : 'MISSED'}; ` +
+      `≤ 0.8 × lru-sleep (${f(p99('lru-sleep'))}): ${goal2 ? 'ok' : 'MISSED'}; failed requests: ${cost.failed} ${cost.failed === 0 ? 'ok' : 'MISSED'}`,
+  )
+}
