@@ -239,7 +239,7 @@ export class RouterService {
    */
   private requireForAction(name: string, authorization: string | null): ModelEntry {
     const e = this.table.get(name)
-    const denied = this.gate.check(e, authorization)
+    const denied = this.gate.check(e, null, authorization)
     if (denied) throw denied
     if (!e) throw modelNotFound(name)
     return e

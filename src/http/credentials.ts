@@ -1,0 +1,19 @@
+import { createHash, timingSafeEqual } from 'node:crypto'
+
+/** credentials.ts: reading and comparing the secrets requests present (admin tokens, inference keys). */
+
+function sha256(s: string): Buffer {
+  return createHash('sha256').update(s).digest()
+}
+
+/** safeEqual compares secrets in constant time (hashing first so lengths do not leak). */
+export function safeEqual(a: string, b: string): boolean {
+  return timingSafeEqual(sha256(a), sha256(b))
+}
+
+/** bearerOf: the credential of an `Authorization: Bearer <credential>` value, or null. */
+export function bearerOf(h: string | null): string | null {
+  if (!h) return null
+  const m = /^Bearer\s+(.+)$/i.exec(h.trim())
+  return m ? m[1]!.trim() : null
+}
