@@ -9,7 +9,10 @@ import type { ModelEntry } from './model-table.ts'
  * the gateway, a request that does not name a standalone endpoint model (`plugins.router.models`)
  * needs one, judged by the gateway's own AuthService (the same 401s, and a key's limits: 429s with
  * their headers, the model allowlist, usage): the inference routes and the actions that change a
- * model's state. Standalone models keep the no-auth default, and a key's limits do not apply to them.
+ * model's state. Standalone models keep the no-auth default, and a key's limits do not apply to
+ * them: a key refused from the head (unknown, or at its limits) is judged again once the body names
+ * a gateway model. (A valid key's request per minute is taken at the head, before the model is
+ * known, even when it turns out to be for a standalone model, which then counts no usage.)
  *
  * Unknown names need the key too, so that the answer to a caller without it (401) does not depend
  * on which gateway models exist at that moment: only a key holder tells a gateway model (served)
@@ -31,29 +34,29 @@ export class GatewayKeyGate {
 
   /**
    * admit decides from the head, before the body is read: a request with a key goes on with its
-   * grant; without one, it is refused at once (401) unless standalone models exist, which need no
-   * key and can only be told from the model in the body: then it is `anonymous`, and its body gets
-   * the small limit of a request nobody vouched for. check() decides again once the model is known.
-   * A key at its limits is refused here whatever the model (429).
+   * grant; without one (or with a key refused), it is refused at once unless standalone models
+   * exist, which need no key and can only be told from the model in the body: then it is
+   * `anonymous`, and its body gets the small limit of a request nobody vouched for. check()
+   * decides again once the model is known.
    */
   admit(authorization: string | null): Admission {
     if (!this.guarded) return null
     const verdict = this.auth.admitInference(authorization)
     if (!(verdict instanceof AppError)) return verdict
-    return this.standalone && verdict.status === 401 ? 'anonymous' : verdict
+    return this.standalone ? 'anonymous' : verdict
   }
 
   /**
-   * check returns the 401 for a request naming `entry` (undefined: a name the router does not
-   * know) that came without a grant (admit's), or null when it may go on.
+   * check judges a request naming `entry` (undefined: a name the router does not know) once its body
+   * is read: the refusal, or the grant it goes with (admit's, or judged now for a request admit left
+   * anonymous), or null (no key needed: a standalone model, or inference is open).
    */
   check(
     entry: ModelEntry | undefined,
     grant: InferenceGrant | null,
     authorization: string | null,
-  ): AppError | null {
-    if (!this.guarded || (entry !== undefined && entry.endpoint !== null) || grant !== null) return null
-    const verdict = this.auth.admitInference(authorization)
-    return verdict instanceof AppError ? verdict : null
+  ): AppError | InferenceGrant | null {
+    if (!this.guarded || (entry !== undefined && entry.endpoint !== null)) return null
+    return grant ?? this.auth.admitInference(authorization)
   }
 }

@@ -93,8 +93,8 @@ export class RouterInference {
     const fields = readInferenceBody(req.json())
     if (fields instanceof AppError) return { error: fields }
     const entry = this.deps.table.get(fields.model)
-    const denied = this.deps.gate.check(entry, req.grant, req.header('authorization'))
-    if (denied) return { error: denied }
+    const grant = this.deps.gate.check(entry, req.grant, req.header('authorization'))
+    if (grant instanceof AppError) return { error: grant }
     if (!entry) return { error: modelNotFound(fields.model) }
     entry.touch(this.deps.now())
     if (fields.invalid) return { error: this.refusal(entry, fields.invalid, req.startedAt) }
@@ -111,7 +111,7 @@ export class RouterInference {
         firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
         connectTimeoutMs: cfg.proxy.connect_timeout_ms,
         // A key governs the gateway's models; a standalone endpoint model needs none and counts none.
-        grant: entry.endpoint === null ? req.grant : null,
+        grant,
       },
       {
         ...this.plan,

@@ -133,8 +133,8 @@ export interface KeysHost {
 export interface KeysHostOptions {
   env?: Record<string, string>
   engine?: { gapMs?: number; hold?: () => Promise<void> }
-  dataDir?: string
   logSink?: (line: string) => void
+  logLevel?: 'debug' | 'info' | 'warn' | 'error'
 }
 
 /** startKeysHost boots the host and the stub engine, and logs in as admin. */
@@ -147,6 +147,7 @@ export async function startKeysHost(o: KeysHostOptions = {}): Promise<KeysHost> 
   const px = await startProxyHost(api, {
     env: { ...AUTH_ENV, ...o.env },
     ...(o.logSink ? { logSink: o.logSink } : {}),
+    ...(o.logLevel ? { logLevel: o.logLevel } : {}),
   })
   const login = await fetch(`${px.url}/api/auth/login`, {
     method: 'POST',
