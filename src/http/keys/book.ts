@@ -48,6 +48,11 @@ export class KeyBook {
     return this.byId.get(id)
   }
 
+  /** live: every live key in memory. */
+  live(): IterableIterator<InferenceKey> {
+    return this.byId.values()
+  }
+
   /** record: the stored record of a key (live or revoked), or undefined. */
   record(id: string): KeyRecord | undefined {
     const row = this.db().select().from(inferenceKeys).where(eq(inferenceKeys.id, id)).get()
@@ -59,8 +64,8 @@ export class KeyBook {
     return this.db().select().from(inferenceKeys).all() as KeyRecord[]
   }
 
-  /** live: the live records in creation order, `offset` and `limit` applied (GET /api/keys). */
-  live(offset: number, limit: number): KeyRecord[] {
+  /** page: the live records in creation order, `offset` and `limit` applied (GET /api/keys). */
+  page(offset: number, limit: number): KeyRecord[] {
     return this.db()
       .select()
       .from(inferenceKeys)

@@ -70,8 +70,12 @@ export class InferenceKey {
   periodStart = 0
   periodEnd = 0
   periodTokens = 0
-  /** Tokens other pods reported for this period (cluster), added to periodTokens for the budget. */
+  /** Tokens other pods reported spending in this period (cluster), by pod; null: none reported. */
+  private peers: Map<string, number> | null = null
+  /** Their sum, counted against the budget with periodTokens. */
   peerTokens = 0
+  /** This pod's periodTokens changed since it was last reported to the other pods. */
+  unreported = false
 
   constructor(readonly id: string) {}
 
@@ -160,7 +164,18 @@ export class InferenceKey {
     this.periodStart = start
     this.periodEnd = end
     this.periodTokens = spent
+    this.peers = null
     this.peerTokens = 0
+    this.unreported = spent > 0
+  }
+
+  /** peerSpent: `pod` reports it spent `tokens` of the current period (replacing what it said before). */
+  peerSpent(pod: string, tokens: number): void {
+    this.peers ??= new Map()
+    this.peers.set(pod, tokens)
+    let sum = 0
+    for (const n of this.peers.values()) sum += n
+    this.peerTokens = sum
   }
 
   /** budgetSpent: the budget is set and used up in the current period (call after inPeriod/rollPeriod). */
@@ -175,7 +190,10 @@ export class InferenceKey {
       this.tokensLeft(now)
       this.tokens -= tokens
     }
-    if (this.budgetTokens !== null && this.inPeriod(now)) this.periodTokens += tokens
+    if (this.budgetTokens !== null && this.inPeriod(now)) {
+      this.periodTokens += tokens
+      this.unreported = true
+    }
   }
 }
 

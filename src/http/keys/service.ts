@@ -74,6 +74,13 @@ export interface KeyState {
   budget_period_end: string | null
 }
 
+/** KeySpend: what one pod spent of a key's budget period (Unix ms of its start), for the others. */
+export interface KeySpend {
+  id: string
+  period_start: number
+  tokens: number
+}
+
 /** Where key changes come from: this pod's admin API, or another pod (cluster plugin). */
 export type KeyOrigin = 'local' | 'peer'
 
@@ -179,7 +186,7 @@ export class InferenceKeys implements KeyEnds {
   }
 
   list(offset: number, limit: number): { keys: KeyView[]; total: number } {
-    return { keys: this.book.live(offset, limit).map(viewOf), total: this.book.size }
+    return { keys: this.book.page(offset, limit).map(viewOf), total: this.book.size }
   }
 
   /** detail: a live key with this pod's windows; 404 for an unknown or revoked one. */
@@ -238,12 +245,33 @@ export class InferenceKeys implements KeyEnds {
     return changed.length
   }
 
-  /** peerSpend: tokens other pods report a key spent in its current budget period (cluster). */
-  peerSpend(id: string, periodStart: number, tokens: number): void {
-    const key = this.book.get(id)
-    if (!key || key.budgetTokens === null) return
-    if (!key.inPeriod(Date.now())) key.rollPeriod(Date.now(), this.usage.tokensSince(id, key.periodStart))
-    if (key.periodStart === periodStart) key.peerTokens = tokens
+  /**
+   * spends: what this pod spent of each budgeted key's current period, for the other pods (a
+   * cluster's budget holds across its pods): the keys that changed since the last call, or all
+   * (`all`: for a pod that joined, and now and then for one that missed a report).
+   */
+  spends(all: boolean, now = Date.now()): KeySpend[] {
+    const out: KeySpend[] = []
+    for (const key of this.book.live()) {
+      if (key.budgetTokens === null || !key.inPeriod(now)) continue
+      if (!(all ? key.periodTokens > 0 : key.unreported)) continue
+      key.unreported = false
+      out.push({ id: key.id, period_start: key.periodStart, tokens: key.periodTokens })
+    }
+    return out
+  }
+
+  /** peerSpent: another pod's spends (see spends); one of another period than this pod's is ignored. */
+  peerSpent(pod: string, spends: readonly KeySpend[], now = Date.now()): void {
+    for (const s of spends) {
+      const key = this.book.get(s.id)
+      if (!key || key.budgetTokens === null) continue
+      if (!key.inPeriod(now)) {
+        const [start] = periodOf(key.budgetPeriod ?? 'month', now)
+        key.rollPeriod(now, this.usage.tokensSince(key.id, start))
+      }
+      if (key.periodStart === s.period_start) key.peerSpent(pod, s.tokens)
+    }
   }
 
   private announce(origin: KeyOrigin, changes: { record: KeyRecord; change: KeyChange }[]): void {
