@@ -15,10 +15,10 @@ import type { PeerCalls, PeerTarget } from './peer-client.ts'
  *
  * - told: a change on this pod (`keys.changed`, origin local) is sent at once to every other pod,
  *   `POST /internal/keys/sync` with the changed records (the secret's digest, never the secret);
- * - the leader's sync: when the cluster changes (a pod joins, a leader is elected: `cluster.routing`)
- *   the leader sends every record it has to every other pod, as it does presets; and a pod that
- *   starts asks the others for theirs (`GET /internal/keys`), so one that was down learns what it
- *   missed;
+ * - the leader's sync: when a pod (re)joins, the leader sends it every record it has, as it does
+ *   presets; the other pods ask it for its records; and a pod that starts asks the others for theirs
+ *   (`GET /internal/keys`), so one that was down learns what it missed, and what it alone knew
+ *   reaches the others;
  * - every pod keeps the newer version of a record, and a revocation (a tombstone) is never undone
  *   (KeyBook.merge), so the order in which pods hear of changes does not matter;
  * - budgets: every second each pod tells the others what it spent of each budgeted key's current
@@ -61,10 +61,8 @@ export class KeySync {
       this.d.bus.on('keys.changed', (e) => {
         if (e.origin === 'local') this.tell(this.d.keys.records(e.keys.map((k) => k.id)), this.d.others())
       }),
-      this.d.bus.on('cluster.routing', () => {
-        if (this.d.isLeader()) this.tell(this.d.keys.records(), this.d.others())
-      }),
       this.d.bus.on('cluster.pod.joined', (pod) => {
+        if (this.d.isLeader()) this.tell(this.d.keys.records(), [pod])
         this.track(this.learnFrom(pod))
         this.sendSpends([pod], true)
       }),

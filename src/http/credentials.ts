@@ -11,9 +11,16 @@ export function safeEqual(a: string, b: string): boolean {
   return timingSafeEqual(sha256(a), sha256(b))
 }
 
-/** bearerOf: the credential of an `Authorization: Bearer <credential>` value, or null. */
+const BEARER = /^Bearer\s+(.+)$/i
+
+/**
+ * bearerOf: the credential of an `Authorization: Bearer <credential>` value, or null. The common
+ * spelling (`Bearer ` then the credential, nothing around) is read without a regular expression:
+ * every inference request asks.
+ */
 export function bearerOf(h: string | null): string | null {
   if (!h) return null
-  const m = /^Bearer\s+(.+)$/i.exec(h.trim())
+  if (h.startsWith('Bearer ') && h.charCodeAt(7) > 32 && h.charCodeAt(h.length - 1) > 32) return h.slice(7)
+  const m = BEARER.exec(h.trim())
   return m ? m[1]!.trim() : null
 }

@@ -41,27 +41,6 @@ function skipSpace(buf: Uint8Array, i: number, end: number): number {
   return i
 }
 
-/** objectEnd: the index just past the JSON object opening at i (strings respected), or -1 before end. */
-function objectEnd(buf: Uint8Array, i: number, end: number): number {
-  let depth = 0
-  let inString = false
-  for (let k = i; k < end; k++) {
-    const c = buf[k]!
-    if (inString) {
-      if (c === BACKSLASH) k++
-      else if (c === QUOTE) inString = false
-    } else if (c === QUOTE) inString = true
-    else if (c === OPEN) depth++
-    else if (c === CLOSE && --depth === 0) return k + 1
-  }
-  return -1
-}
-
-/** count: a non-negative integer count, or null. */
-function count(v: unknown): number | null {
-  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : null
-}
-
 /**
  * usageAt: the usage object whose `"usage"` key starts at i (within [i, end)), or null when the key
  * is not followed by an object with a prompt_tokens count (e.g. `"usage": null` in a chunk).
@@ -71,18 +50,76 @@ function usageAt(buf: Buffer, i: number, end: number): TokenUsage | null {
   if (buf[k] !== COLON) return null
   k = skipSpace(buf, k + 1, end)
   if (buf[k] !== OPEN) return null
-  const close = objectEnd(buf, k, Math.min(end, k + MAX_USAGE_BYTES))
-  if (close < 0) return null
-  let value: unknown
-  try {
-    value = JSON.parse(buf.toString('utf8', k, close))
-  } catch {
-    return null
+  return countsOf(buf, k, Math.min(end, k + MAX_USAGE_BYTES))
+}
+
+const PROMPT = 'prompt_tokens'
+const COMPLETION = 'completion_tokens'
+
+/**
+ * countsOf: the counts of the usage object opening at buf[a] (within [a, b)), read in place in one
+ * pass (the request path parses no JSON for it): its own `prompt_tokens` and `completion_tokens`
+ * when they are non-negative integers (nested objects, such as the details, are skipped); null
+ * when the object does not close, or has no prompt_tokens count.
+ */
+function countsOf(buf: Buffer, a: number, b: number): TokenUsage | null {
+  let prompt = -1
+  let completion = -1
+  let depth = 0
+  let k = a
+  while (k < b) {
+    const c = buf[k]!
+    if (c === QUOTE) {
+      const close = stringClose(buf, k, b)
+      if (close < 0) return null
+      if (depth === 1) {
+        const which = keyIs(buf, k + 1, close, PROMPT) ? 1 : keyIs(buf, k + 1, close, COMPLETION) ? 2 : 0
+        let v = skipSpace(buf, close + 1, b)
+        if (which !== 0 && buf[v] === COLON) {
+          v = skipSpace(buf, v + 1, b)
+          let n = 0
+          let digits = 0
+          while (v < b && buf[v]! >= 0x30 && buf[v]! <= 0x39 && digits < 16) {
+            n = n * 10 + (buf[v]! - 0x30)
+            digits++
+            v++
+          }
+          const after = buf[skipSpace(buf, v, b)]
+          if (digits > 0 && (after === 0x2c || after === CLOSE)) {
+            if (which === 1) prompt = n
+            else completion = n
+          }
+          k = v
+          continue
+        }
+      }
+      k = close + 1
+    } else {
+      if (c === OPEN || c === 0x5b) depth++
+      else if (c === CLOSE || c === 0x5d) {
+        if (--depth === 0) return prompt < 0 ? null : { prompt, completion: Math.max(0, completion) }
+      }
+      k++
+    }
   }
-  const u = value as Record<string, unknown>
-  const prompt = count(u['prompt_tokens'])
-  if (prompt === null) return null
-  return { prompt, completion: count(u['completion_tokens']) ?? 0 }
+  return null
+}
+
+/** stringClose: the index of the quote closing the string that opens at i, or -1 before b. */
+function stringClose(buf: Uint8Array, i: number, b: number): number {
+  for (let k = i + 1; k < b; k++) {
+    const c = buf[k]
+    if (c === BACKSLASH) k++
+    else if (c === QUOTE) return k
+  }
+  return -1
+}
+
+/** keyIs: buf[a, b) is exactly the ASCII `key`. */
+function keyIs(buf: Uint8Array, a: number, b: number, key: string): boolean {
+  if (b - a !== key.length) return false
+  for (let i = 0; i < key.length; i++) if (buf[a + i] !== key.charCodeAt(i)) return false
+  return true
 }
 
 /**

@@ -35,6 +35,13 @@ describe('readUsage', () => {
     expect(read('{"usage":null}')).toBeNull()
     expect(read('{"usage":{"prompt_tokens":-1,"completion_tokens":2}}')).toBeNull()
     expect(read('{"usage":{"prompt_tokens":"5"}}')).toBeNull()
+    // The object's own counts, not a nested object's of the same name, in whatever order.
+    expect(
+      read(
+        '{"usage":{"details":{"prompt_tokens":99,"completion_tokens":98},"completion_tokens":2,"prompt_tokens":5}}',
+      ),
+    ).toEqual({ prompt: 5, completion: 2 })
+    expect(read('{"usage":{"prompt_tokens":5,"completion_tokens":2')).toBeNull()
     // An embeddings reply: prompt tokens only.
     expect(read('{"data":[],"usage":{"prompt_tokens":7,"total_tokens":7}}')).toEqual({
       prompt: 7,

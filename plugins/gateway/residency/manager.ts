@@ -668,7 +668,10 @@ export class ResidencyManager implements ResidencyHooks {
     return {
       policy: this.d.config.policy,
       active: this.active,
-      host_memory: { budget_gib: this.d.config.host_memory_budget_gib, used_gib: round(this.hostMemoryUsedGib()) },
+      host_memory: {
+        budget_gib: this.d.config.host_memory_budget_gib,
+        used_gib: round(this.hostMemoryUsedGib()),
+      },
       models,
       decisions: [...this.decisions],
     }

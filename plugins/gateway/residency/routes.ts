@@ -76,7 +76,8 @@ export function residencyRoutes(manager: ResidencyManager) {
     response: { 200: ResidencySchema, 401: ControllerError },
     detail: {
       tags: ['gateway'],
-      summary: 'What is resident in GPU memory, what each catalogued model costs to bring back, and recent decisions',
+      summary:
+        'What is resident in GPU memory, what each catalogued model costs to bring back, and recent decisions',
       description:
         'Each catalogued model: its state here, instance, pin, last request and request rate, requests queued ' +
         'for it, footprint, the measured (or, before any measurement, published) time to bring it back after a ' +

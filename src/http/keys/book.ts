@@ -7,15 +7,18 @@ import { digestOf, KeyIndex, newSecret } from './secret.ts'
 
 /**
  * KeyBook: the inference keys of this pod: the `inference_keys` table of the data dir's SQLite
- * (what survives a restart and what pods exchange) and, in memory, the live keys by id and by the
- * keyed hash of their secret (KeyIndex), which is all a request's lookup touches. A revoked key
+ * (what survives a restart and what pods exchange) and, in memory, the live keys by the keyed hash
+ * of their secret (KeyIndex), which is all a request's lookup touches; nothing else is kept per key
+ * (a host may hold 100,000): a lookup by id reads the table for the digest. A revoked key
  * leaves memory at once and stays in the table as a tombstone, so a late copy of it from another
  * pod can never bring it back (merge: the newer version wins, and a tombstone is never undone).
  */
 export type KeyChange = 'created' | 'updated' | 'revoked'
 
+/** LiveRow: what memory keeps of a live key, as the table stores it. */
+type LiveRow = Omit<KeySettings, 'models'> & { id: string; digest: string; models: string | null }
+
 export class KeyBook {
-  private readonly byId = new Map<string, InferenceKey>()
   private readonly index = new KeyIndex<InferenceKey>()
   /** Whether any key was ever created here or learnt (a tombstone counts): inference then needs a key. */
   private ever = false
@@ -26,8 +29,13 @@ export class KeyBook {
     this.store = store
     const db = store.db
     this.ever = db.select({ id: inferenceKeys.id }).from(inferenceKeys).limit(1).all().length > 0
-    for (const row of db.select().from(inferenceKeys).where(isNull(inferenceKeys.revoked_at)).all())
-      this.remember(row as KeyRecord)
+    // Streamed row by row (no table-sized array at boot: a host may hold 100,000 keys).
+    const live = store.sqlite.query<LiveRow, []>(
+      'SELECT id, name, digest, models, rpm, tpm, max_concurrent, budget_tokens, budget_period, priority, ' +
+        'expires_at FROM inference_keys WHERE revoked_at IS NULL',
+    )
+    for (const row of live.iterate())
+      this.remember({ ...row, models: row.models === null ? null : (JSON.parse(row.models) as string[]) })
   }
 
   /** everCreated: some key exists or existed (see InferenceKeys.required). */
@@ -36,7 +44,7 @@ export class KeyBook {
   }
 
   get size(): number {
-    return this.byId.size
+    return this.index.size
   }
 
   /** find: the live key of a presented secret. */
@@ -44,13 +52,15 @@ export class KeyBook {
     return this.index.find(secret)
   }
 
+  /** get: the live key of this id (its digest read from the table). */
   get(id: string): InferenceKey | undefined {
-    return this.byId.get(id)
+    const r = this.record(id)
+    return r && r.revoked_at === null ? this.index.get(r.digest) : undefined
   }
 
   /** live: every live key in memory. */
   live(): IterableIterator<InferenceKey> {
-    return this.byId.values()
+    return this.index.values()
   }
 
   /** record: the stored record of a key (live or revoked), or undefined. */
@@ -144,21 +154,14 @@ export class KeyBook {
   }
 
   /** remember: a live record in memory (a key already there keeps its windows: its settings change). */
-  private remember(r: KeyRecord): void {
+  private remember(r: KeySettings & { id: string; digest: string }): void {
     this.ever = true
-    let key = this.byId.get(r.id)
-    if (!key) {
-      key = new InferenceKey(r.id)
-      this.byId.set(r.id, key)
-    }
-    key.configure(r)
-    this.index.set(r.digest, key)
+    this.index.ensure(r.digest, () => new InferenceKey(r.id)).configure(r)
   }
 
   /** forget: a revoked key leaves memory (requests it holds keep their own reference until they end). */
   private forget(r: KeyRecord): void {
     this.index.delete(r.digest)
-    this.byId.delete(r.id)
   }
 
   private db() {

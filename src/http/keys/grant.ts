@@ -42,7 +42,7 @@ export class KeyGrant implements InferenceGrant {
         this.ends.refused(key, 'concurrency')
         return tooManyConcurrent(key, {})
       }
-      key.inFlight++
+      key.enter()
     }
     this.model = model
     return null
@@ -52,7 +52,7 @@ export class KeyGrant implements InferenceGrant {
     const model = this.model
     if (model === null) return
     this.model = null
-    if (this.key) this.key.inFlight--
+    this.key?.leave()
     this.ends.ended(this.key, model, status, usage)
   }
 }
@@ -153,7 +153,7 @@ export function quotaSpent(key: InferenceKey, headers: Record<string, string>): 
     'insufficient_quota',
     'insufficient_quota',
     `Key '${key.name}' has used its budget of ${key.budgetTokens} tokens for this ${key.budgetPeriod} (UTC); ` +
-      `it renews at ${new Date(key.periodEnd).toISOString()}.`,
+      `it renews at ${new Date(key.windows.periodEnd).toISOString()}.`,
     undefined,
     { ...headers, 'x-should-retry': 'false' },
   )

@@ -48,50 +48,139 @@ export interface KeyRecord extends KeySettings {
 const MINUTE_MS = 60_000
 const DAY_MS = 86_400_000
 
-export class InferenceKey {
-  name = ''
-  models: ReadonlySet<string> | null = null
-  rpm: number | null = null
-  tpm: number | null = null
-  maxConcurrent: number | null = null
-  budgetTokens: number | null = null
-  budgetPeriod: BudgetPeriod | null = null
-  priority: Priority = 'normal'
-  expiresAt: number | null = null
-
-  // The windows of this pod.
+/**
+ * KeyWindows: what the requests entering this pod used of one key (see the file comment). Made on
+ * a key's first request, so a host holding many keys that are seldom used pays only for their settings.
+ */
+export class KeyWindows {
   /** GCRA's theoretical arrival time (Unix ms): when the request bucket is full again. */
   tat = 0
   /** Tokens left in the per-minute bucket, as of tokensAt (NaN: full, never used). */
   tokens = Number.NaN
   tokensAt = 0
   inFlight = 0
-  /** The budget's current period [periodStart, periodEnd) and the tokens spent in it. */
+  /** The budget's current period [periodStart, periodEnd) and the tokens spent in it here. */
   periodStart = 0
   periodEnd = 0
   periodTokens = 0
   /** Tokens other pods reported spending in this period (cluster), by pod; null: none reported. */
-  private peers: Map<string, number> | null = null
+  peers: Map<string, number> | null = null
   /** Their sum, counted against the budget with periodTokens. */
   peerTokens = 0
   /** This pod's periodTokens changed since it was last reported to the other pods. */
   unreported = false
+}
+
+/**
+ * KeyLimits: a key's limits, immutable and shared by every key that has the same (keys come in
+ * tiers: a host with 100,000 keys holds a handful of these, not 100,000). Name and expiry, which
+ * differ from key to key, stay on the key.
+ */
+export interface KeyLimits {
+  readonly models: ReadonlySet<string> | null
+  readonly rpm: number | null
+  readonly tpm: number | null
+  readonly maxConcurrent: number | null
+  readonly budgetTokens: number | null
+  readonly budgetPeriod: BudgetPeriod | null
+  readonly priority: Priority
+}
+
+/** The limits in use, by their settings (one object per distinct set). */
+const interned = new Map<string, KeyLimits>()
+
+function limitsOf(s: KeySettings): KeyLimits {
+  const budgetPeriod = s.budget_tokens === null ? null : (s.budget_period ?? 'month')
+  const id = JSON.stringify([
+    s.models,
+    s.rpm,
+    s.tpm,
+    s.max_concurrent,
+    s.budget_tokens,
+    budgetPeriod,
+    s.priority,
+  ])
+  let l = interned.get(id)
+  if (!l) {
+    l = Object.freeze({
+      models: s.models ? new Set(s.models) : null,
+      rpm: s.rpm,
+      tpm: s.tpm,
+      maxConcurrent: s.max_concurrent,
+      budgetTokens: s.budget_tokens,
+      budgetPeriod,
+      priority: s.priority,
+    })
+    interned.set(id, l)
+  }
+  return l
+}
+
+const NO_LIMITS = limitsOf({
+  name: '',
+  models: null,
+  rpm: null,
+  tpm: null,
+  max_concurrent: null,
+  budget_tokens: null,
+  budget_period: null,
+  priority: 'normal',
+  expires_at: null,
+})
+
+export class InferenceKey {
+  name = ''
+  /** Unix ms; null: never expires. */
+  expiresAt: number | null = null
+  limits: KeyLimits = NO_LIMITS
+  /** The second half of this key's index tag (KeyIndex). */
+  tag = 0
+  private w: KeyWindows | null = null
 
   constructor(readonly id: string) {}
 
+  get models(): ReadonlySet<string> | null {
+    return this.limits.models
+  }
+  get rpm(): number | null {
+    return this.limits.rpm
+  }
+  get tpm(): number | null {
+    return this.limits.tpm
+  }
+  get maxConcurrent(): number | null {
+    return this.limits.maxConcurrent
+  }
+  get budgetTokens(): number | null {
+    return this.limits.budgetTokens
+  }
+  get budgetPeriod(): BudgetPeriod | null {
+    return this.limits.budgetPeriod
+  }
+  get priority(): Priority {
+    return this.limits.priority
+  }
+
+  /** windows: this pod's windows of the key (made on first use). */
+  get windows(): KeyWindows {
+    this.w ??= new KeyWindows()
+    return this.w
+  }
+
+  /** inFlight: requests of this key running on this pod. */
+  get inFlight(): number {
+    return this.w?.inFlight ?? 0
+  }
+
   /** configure applies settings (a PATCH keeps the windows; a lower limit takes effect at once). */
   configure(s: KeySettings): void {
+    const next = limitsOf(s)
+    const w = this.w
+    if (w && this.limits.tpm !== next.tpm) w.tokens = Number.NaN
+    if (w && this.limits.budgetPeriod !== next.budgetPeriod) w.periodEnd = 0
     this.name = s.name
-    this.models = s.models ? new Set(s.models) : null
-    this.rpm = s.rpm
-    if (this.tpm !== s.tpm) this.tokens = Number.NaN
-    this.tpm = s.tpm
-    this.maxConcurrent = s.max_concurrent
-    if (this.budgetPeriod !== (s.budget_tokens === null ? null : s.budget_period)) this.periodEnd = 0
-    this.budgetTokens = s.budget_tokens
-    this.budgetPeriod = s.budget_tokens === null ? null : (s.budget_period ?? 'month')
-    this.priority = s.priority
     this.expiresAt = s.expires_at
+    this.limits = next
   }
 
   // ---- requests per minute (GCRA) ----
@@ -100,25 +189,27 @@ export class InferenceKey {
   requestWait(now: number): number {
     const rpm = this.rpm
     if (rpm === null) return 0
-    const next = Math.max(this.tat, now) + MINUTE_MS / rpm
+    const next = Math.max(this.windows.tat, now) + MINUTE_MS / rpm
     return Math.max(0, next - now - MINUTE_MS)
   }
 
   /** takeRequest: a request goes now (call after requestWait said 0). */
   takeRequest(now: number): void {
-    if (this.rpm !== null) this.tat = Math.max(this.tat, now) + MINUTE_MS / this.rpm
+    if (this.rpm === null) return
+    const w = this.windows
+    w.tat = Math.max(w.tat, now) + MINUTE_MS / this.rpm
   }
 
   /** requestsLeft: requests that could go at once now. */
   requestsLeft(now: number): number {
     const rpm = this.rpm
     if (rpm === null) return 0
-    return Math.max(0, Math.floor((MINUTE_MS - Math.max(0, this.tat - now)) / (MINUTE_MS / rpm)))
+    return Math.max(0, Math.floor((MINUTE_MS - Math.max(0, this.windows.tat - now)) / (MINUTE_MS / rpm)))
   }
 
   /** requestsReset: ms until the request bucket is full again. */
   requestsReset(now: number): number {
-    return Math.max(0, this.tat - now)
+    return Math.max(0, this.windows.tat - now)
   }
 
   // ---- tokens per minute ----
@@ -127,20 +218,22 @@ export class InferenceKey {
   tokensLeft(now: number): number {
     const tpm = this.tpm
     if (tpm === null) return Number.POSITIVE_INFINITY
-    if (Number.isNaN(this.tokens)) {
-      this.tokens = tpm
-      this.tokensAt = now
-    } else if (now > this.tokensAt) {
-      this.tokens = Math.min(tpm, this.tokens + ((now - this.tokensAt) * tpm) / MINUTE_MS)
-      this.tokensAt = now
+    const w = this.windows
+    if (Number.isNaN(w.tokens)) {
+      w.tokens = tpm
+      w.tokensAt = now
+    } else if (now > w.tokensAt) {
+      w.tokens = Math.min(tpm, w.tokens + ((now - w.tokensAt) * tpm) / MINUTE_MS)
+      w.tokensAt = now
     }
-    return this.tokens
+    return w.tokens
   }
 
   /** tokensWait: ms until the token bucket holds a token again (0: it does). */
   tokensWait(now: number): number {
+    if (this.tpm === null) return 0
     const left = this.tokensLeft(now)
-    if (left > 0 || this.tpm === null) return 0
+    if (left > 0) return 0
     return Math.ceil(((1 - left) * MINUTE_MS) / this.tpm)
   }
 
@@ -155,32 +248,45 @@ export class InferenceKey {
 
   /** inPeriod: whether the budget's period is the current one (else it must be rolled over: rollPeriod). */
   inPeriod(now: number): boolean {
-    return now >= this.periodStart && now < this.periodEnd
+    const w = this.w
+    return w !== null && now >= w.periodStart && now < w.periodEnd
   }
 
   /** rollPeriod: the period containing `now` begins, with `spent` tokens already used in it. */
   rollPeriod(now: number, spent: number): void {
+    const w = this.windows
     const [start, end] = periodOf(this.budgetPeriod ?? 'month', now)
-    this.periodStart = start
-    this.periodEnd = end
-    this.periodTokens = spent
-    this.peers = null
-    this.peerTokens = 0
-    this.unreported = spent > 0
+    w.periodStart = start
+    w.periodEnd = end
+    w.periodTokens = spent
+    w.peers = null
+    w.peerTokens = 0
+    w.unreported = spent > 0
   }
 
   /** peerSpent: `pod` reports it spent `tokens` of the current period (replacing what it said before). */
   peerSpent(pod: string, tokens: number): void {
-    this.peers ??= new Map()
-    this.peers.set(pod, tokens)
+    const w = this.windows
+    w.peers ??= new Map()
+    w.peers.set(pod, tokens)
     let sum = 0
-    for (const n of this.peers.values()) sum += n
-    this.peerTokens = sum
+    for (const n of w.peers.values()) sum += n
+    w.peerTokens = sum
   }
 
   /** budgetSpent: the budget is set and used up in the current period (call after inPeriod/rollPeriod). */
   budgetSpent(): boolean {
-    return this.budgetTokens !== null && this.periodTokens + this.peerTokens >= this.budgetTokens
+    const w = this.windows
+    return this.budgetTokens !== null && w.periodTokens + w.peerTokens >= this.budgetTokens
+  }
+
+  /** enter / leave: a request of this key begins or ends on this pod (its concurrency). */
+  enter(): void {
+    this.windows.inFlight++
+  }
+
+  leave(): void {
+    this.windows.inFlight--
   }
 
   /** spend: a request that ended used `tokens`: the minute's bucket and the period's budget. */
@@ -188,11 +294,12 @@ export class InferenceKey {
     if (tokens <= 0) return
     if (this.tpm !== null) {
       this.tokensLeft(now)
-      this.tokens -= tokens
+      this.windows.tokens -= tokens
     }
     if (this.budgetTokens !== null && this.inPeriod(now)) {
-      this.periodTokens += tokens
-      this.unreported = true
+      const w = this.windows
+      w.periodTokens += tokens
+      w.unreported = true
     }
   }
 }

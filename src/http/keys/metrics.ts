@@ -13,44 +13,62 @@ import type { RefusalReason } from './grant.ts'
  *   model, and invalid_key for a key nobody has;
  * - `modelgate_inference_keys`: live keys on this pod.
  *
- * Label children are made once per name and kept (no label hashing per request).
+ * A request moves plain numbers; the metrics read them when scraped (no label hashing per request).
  */
 export const MAX_NAMED = 100
 const OTHER = 'other'
 
+/** Series: one label's tallies, plain numbers moved per request (metric values only at scrape). */
 interface Series {
   label: string
-  ok: Counter.Internal
-  error: Counter.Internal
-  prompt: Counter.Internal
-  completion: Counter.Internal
-  refusals: Map<string, Counter.Internal>
+  ok: number
+  error: number
+  prompt: number
+  completion: number
+  refusals: Map<string, number>
 }
 
 export class KeyMetrics {
-  private readonly requests: Counter<'key' | 'outcome'>
-  private readonly tokens: Counter<'key' | 'type'>
-  private readonly refusals: Counter<'key' | 'reason'>
   private readonly series = new Map<string, Series>()
 
   constructor(registry: Registry, liveKeys: () => number) {
-    this.requests = new Counter({
+    const series = this.series
+    new Counter({
       name: `${METRIC_PREFIX}key_requests_total`,
       help: `Inference requests by key name (the first ${MAX_NAMED} names; later ones as "other") and outcome (ok: status below 400)`,
       labelNames: ['key', 'outcome'],
       registers: [registry],
+      collect() {
+        this.reset()
+        for (const s of series.values()) {
+          if (s.ok > 0) this.inc({ key: s.label, outcome: 'ok' }, s.ok)
+          if (s.error > 0) this.inc({ key: s.label, outcome: 'error' }, s.error)
+        }
+      },
     })
-    this.tokens = new Counter({
+    new Counter({
       name: `${METRIC_PREFIX}key_tokens_total`,
       help: "Tokens by key name and type (prompt, completion), as the engine's usage counted them",
       labelNames: ['key', 'type'],
       registers: [registry],
+      collect() {
+        this.reset()
+        for (const s of series.values()) {
+          if (s.prompt > 0) this.inc({ key: s.label, type: 'prompt' }, s.prompt)
+          if (s.completion > 0) this.inc({ key: s.label, type: 'completion' }, s.completion)
+        }
+      },
     })
-    this.refusals = new Counter({
+    new Counter({
       name: `${METRIC_PREFIX}key_refusals_total`,
       help: 'Inference requests refused for their key: requests or tokens per minute, concurrency, quota, model, invalid_key',
       labelNames: ['key', 'reason'],
       registers: [registry],
+      collect() {
+        this.reset()
+        for (const s of series.values())
+          for (const [reason, n] of s.refusals) this.inc({ key: s.label, reason }, n)
+      },
     })
     new Gauge({
       name: `${METRIC_PREFIX}inference_keys`,
@@ -64,19 +82,15 @@ export class KeyMetrics {
 
   ended(name: string, error: boolean, prompt: number, completion: number): void {
     const s = this.of(name)
-    ;(error ? s.error : s.ok).inc()
-    if (prompt > 0) s.prompt.inc(prompt)
-    if (completion > 0) s.completion.inc(completion)
+    if (error) s.error++
+    else s.ok++
+    s.prompt += prompt
+    s.completion += completion
   }
 
   refused(name: string, reason: RefusalReason | 'invalid_key'): void {
     const s = this.of(name)
-    let c = s.refusals.get(reason)
-    if (!c) {
-      c = this.refusals.labels(s.label, reason)
-      s.refusals.set(reason, c)
-    }
-    c.inc()
+    s.refusals.set(reason, (s.refusals.get(reason) ?? 0) + 1)
   }
 
   private of(name: string): Series {
@@ -85,14 +99,7 @@ export class KeyMetrics {
     const label = this.series.size < MAX_NAMED || name === 'unknown' ? name : OTHER
     s = this.series.get(label)
     if (!s) {
-      s = {
-        label,
-        ok: this.requests.labels(label, 'ok'),
-        error: this.requests.labels(label, 'error'),
-        prompt: this.tokens.labels(label, 'prompt'),
-        completion: this.tokens.labels(label, 'completion'),
-        refusals: new Map(),
-      }
+      s = { label, ok: 0, error: 0, prompt: 0, completion: 0, refusals: new Map() }
       this.series.set(label, s)
     }
     return s

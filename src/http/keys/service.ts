@@ -196,12 +196,13 @@ export class InferenceKeys implements KeyEnds {
     if (!record || !key) throw keyNotFound(id)
     const budget = key.budgetTokens !== null
     const now = Date.now()
+    const w = key.windows
     return {
       ...viewOf(record),
       state: {
         in_flight: key.inFlight,
-        budget_used: budget ? (key.inPeriod(now) ? key.periodTokens + key.peerTokens : 0) : null,
-        budget_period_end: budget && key.inPeriod(now) ? new Date(key.periodEnd).toISOString() : null,
+        budget_used: budget ? (key.inPeriod(now) ? w.periodTokens + w.peerTokens : 0) : null,
+        budget_period_end: budget && key.inPeriod(now) ? new Date(w.periodEnd).toISOString() : null,
       },
     }
   }
@@ -254,9 +255,10 @@ export class InferenceKeys implements KeyEnds {
     const out: KeySpend[] = []
     for (const key of this.book.live()) {
       if (key.budgetTokens === null || !key.inPeriod(now)) continue
-      if (!(all ? key.periodTokens > 0 : key.unreported)) continue
-      key.unreported = false
-      out.push({ id: key.id, period_start: key.periodStart, tokens: key.periodTokens })
+      const w = key.windows
+      if (!(all ? w.periodTokens > 0 : w.unreported)) continue
+      w.unreported = false
+      out.push({ id: key.id, period_start: w.periodStart, tokens: w.periodTokens })
     }
     return out
   }
@@ -270,7 +272,7 @@ export class InferenceKeys implements KeyEnds {
         const [start] = periodOf(key.budgetPeriod ?? 'month', now)
         key.rollPeriod(now, this.usage.tokensSince(key.id, start))
       }
-      if (key.periodStart === s.period_start) key.peerSpent(pod, s.tokens)
+      if (key.windows.periodStart === s.period_start) key.peerSpent(pod, s.tokens)
     }
   }
 
