@@ -9,6 +9,7 @@ import { fleetRoutes } from './fleet/routes.ts'
 import { ClusterFleet } from './fleet/service.ts'
 import { ClusterHop, hopRoutes } from './hop.ts'
 import { internalRoutes } from './internal-routes.ts'
+import { clusterUsageRoutes, KeySync, keyInternalRoutes } from './keys.ts'
 import { registerClusterMetrics } from './metrics.ts'
 import { moveInternalRoutes } from './move/internal-routes.ts'
 import { clusterMoveRoutes } from './move/routes.ts'
@@ -130,6 +131,17 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       log: log.child('logouts'),
       timeoutMs: cfg.request_timeout_ms,
     })
+    const keys = new KeySync({
+      keys: ctx.auth.keys,
+      podId,
+      peers,
+      others: () => cluster.members.peers(),
+      isLeader: () => cluster.lead().isLeader,
+      bus: ctx.bus,
+      log: log.child('keys'),
+      timeoutMs: cfg.request_timeout_ms,
+    })
+    const usagePods = { podId, others: () => cluster.members.peers() }
     return {
       routes: clusterRoutes(cluster)
         .use(internalRoutes(cluster))
@@ -142,6 +154,8 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         .use(placementRoutes(placement))
         .use(presetSyncInternalRoutes((p) => gateway.presets.sync(p), cluster.fence))
         .use(revocationRoutes(ctx.auth.revocations))
+        .use(keyInternalRoutes(ctx.auth.keys))
+        .use(clusterUsageRoutes(ctx.auth.keys, usagePods, peers, cfg.request_timeout_ms))
         .use(hopRoutes()),
       rawRoutes: hop.rawRoutes,
       api: cluster,
@@ -149,11 +163,13 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         await cluster.start()
         senders.start()
         await revocations.start()
+        await keys.start()
         hop.start()
         placement.start()
       },
       stop: async (deadline) => {
         await revocations.stop(deadline)
+        await keys.stop(deadline)
         await placement.stop()
         await moves.stop(deadline)
         hop.stop()

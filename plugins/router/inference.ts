@@ -20,7 +20,8 @@ import type { TrafficCounter } from './stats.ts'
  * success. A request refused for the gateway's inference key (GatewayKeyGate, judged from the head
  * where it can be and again once the model is known) is not: it neither counts nor touches the
  * model, so a caller without the key can neither skew a gateway model's statistics nor keep it
- * from auto-sleep, and it never reaches the engine or starts a wake.
+ * from auto-sleep, and it never reaches the engine or starts a wake. A key's grant goes with a
+ * request for a gateway model to the directory (its model allowlist, concurrency, usage).
  */
 export const INFERENCE_PATHS: readonly string[] = ['/v1/chat/completions', '/v1/completions']
 
@@ -92,8 +93,8 @@ export class RouterInference {
     const fields = readInferenceBody(req.json())
     if (fields instanceof AppError) return { error: fields }
     const entry = this.deps.table.get(fields.model)
-    const denied = this.deps.gate.check(entry, req.header('authorization'))
-    if (denied) return { error: denied }
+    const grant = this.deps.gate.check(entry, req.grant, req.header('authorization'))
+    if (grant instanceof AppError) return { error: grant }
     if (!entry) return { error: modelNotFound(fields.model) }
     entry.touch(this.deps.now())
     if (fields.invalid) return { error: this.refusal(entry, fields.invalid, req.startedAt) }
@@ -109,6 +110,8 @@ export class RouterInference {
         startedAt: req.startedAt,
         firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
         connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+        // A key governs the gateway's models; a standalone endpoint model needs none and counts none.
+        grant,
       },
       {
         ...this.plan,

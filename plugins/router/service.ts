@@ -1,5 +1,6 @@
 import { EngineCallError } from '../../src/engine/engine-client.ts'
 import type { PluginContext } from '../../src/host/plugin.ts'
+import { AppError } from '../../src/http/errors.ts'
 import type { GatewayApi } from '../gateway/api.ts'
 import { GatewayKeyGate } from './access.ts'
 import type { EndpointBackend } from './backends.ts'
@@ -239,8 +240,8 @@ export class RouterService {
    */
   private requireForAction(name: string, authorization: string | null): ModelEntry {
     const e = this.table.get(name)
-    const denied = this.gate.check(e, authorization)
-    if (denied) throw denied
+    const denied = this.gate.check(e, null, authorization)
+    if (denied instanceof AppError) throw denied
     if (!e) throw modelNotFound(name)
     return e
   }

@@ -3,8 +3,10 @@ import { abortable, WaitError } from '../host/abortable.ts'
 import type { EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
 import type { AppError } from '../http/errors.ts'
-import type { ForwardEnd, WireAction } from '../wire/route.ts'
+import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
+import { askForUsage, type UsageMode } from '../wire/usage.ts'
 import type { Backend, BackendKind, BackendRequest, LeaseHandle } from './backend.ts'
+import { Displaced, HoldQueue } from './hold-queue.ts'
 import { orderBackends } from './order.ts'
 import { type HoldOutcome, registerHoldMetrics, type WakePolicy, WakeRecord } from './wake.ts'
 
@@ -24,6 +26,11 @@ import { type HoldOutcome, registerHoldMetrics, type WakePolicy, WakeRecord } fr
  *   wakes (the one estimator, WakeRecord), or hold the request until the model serves, counting it
  *   as held (`held`), which eviction and idle rules read;
  * - or refuses, saying what the refusal is, in the listener's own words (DirectoryAnswers).
+ *
+ * A request that comes with a grant (an inference key, src/http/keys/) asks it first whether the key
+ * may use the model (`begin`), is held in the key's priority order (hold-queue.ts), and tells it
+ * its end once, with the engine's token counts: the forward reads them (a stream is made to ask the
+ * engine for them, and their chunk is kept from a client that did not ask: src/wire/usage.ts).
  */
 export interface BackendSource {
   /** backends: this source's backends for a name a client uses (a served name or an alias), in its order. */
@@ -70,7 +77,16 @@ export interface ListenerPlan {
 export interface PlanRequest extends Omit<BackendRequest, 'model' | 'holdTimeoutMs'> {
   /** performance.now() when the request was complete (durations of refusals). */
   readonly startedAt: number
+  /** grant: the request's inference key (begun, held by priority, told its end); null or absent: none. */
+  readonly grant?: InferenceGrant | null
+  /** usage: set by the directory for a granted request: its forward reads the engine's token counts. */
+  readonly usage?: UsageMode
 }
+
+/** The paths whose streams carry a usage chunk when asked (stream_options.include_usage). */
+const USAGE_STREAMS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions'])
+/** A request without a key is held as a key of `normal` priority is. */
+const NORMAL_PRIORITY = 1
 
 /** A leased request's end, announced on the bus once (what every counter of requests reads). */
 export interface ProxyRequestEvent {
@@ -100,8 +116,8 @@ export class ModelDirectory {
   private readonly sources: BackendSource[] = []
   /** Per served model name: its wakes (durations, the one under way, the last failure). */
   private readonly records = new Map<string, WakeRecord>()
-  /** Per served model name: requests held for it now. */
-  private readonly holding = new Map<string, number>()
+  /** Per served model name: requests held for it now, in the order they go on. */
+  private readonly holding = new Map<string, HoldQueue>()
   /** Aborted when the host stops: held requests are answered at once. */
   private readonly lifetime = new AbortController()
   /** Aborted when the host begins to stop: requests queued for a load are answered at once. */
@@ -152,7 +168,7 @@ export class ModelDirectory {
 
   /** held: requests held for a model now (waiting for its wake). */
   held(model: string): number {
-    return this.holding.get(model) ?? 0
+    return this.holding.get(model)?.size ?? 0
   }
 
   // ---- the wakes of every backend, and what they teach ----
@@ -199,7 +215,11 @@ export class ModelDirectory {
 
   /** plan: what to do with one request for `model` (a name a client uses), as a front action. */
   plan(model: string, req: PlanRequest, p: ListenerPlan): WireAction {
-    return this.planOnce(model, req, p, false, undefined)
+    const grant = req.grant
+    if (!grant) return this.planOnce(model, req, p, false, undefined)
+    const denied = grant.begin(model)
+    if (denied) return this.refuse(p, req, denied)
+    return this.planOnce(model, withUsage(req), p, false, undefined)
   }
 
   private planOnce(
@@ -250,7 +270,8 @@ export class ModelDirectory {
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
     const queue = first.queue?.() ?? null
-    if (queue && this.held(name) >= queue.max)
+    const priority = req.grant?.priority ?? NORMAL_PRIORITY
+    if (queue && !(this.holding.get(name)?.hasRoom(priority, queue.max) ?? queue.max > 0))
       return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
     const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
     const wakes = sleepers.map((b) => this.wake(b))
@@ -278,23 +299,29 @@ export class ModelDirectory {
   ): Promise<WireAction> {
     const t0 = performance.now()
     const name = first.model
-    this.holding.set(name, this.held(name) + 1)
+    let waiting = this.holding.get(name)
+    if (!waiting) {
+      waiting = new HoldQueue()
+      this.holding.set(name, waiting)
+    }
+    const waiter = waiting.enter(req.grant?.priority ?? NORMAL_PRIORITY, wake, queue?.max ?? null)
+    if (!waiter) return this.refuse(p, req, p.answers.queueFull(name, this.retryAfterSeconds(first)))
     let outcome: HoldOutcome = 'awake'
     let reason = ''
     const timeoutMs = queue?.timeoutMs ?? p.holdTimeoutMs
     try {
       const signal = AbortSignal.any([client, queue ? this.queues.signal : this.lifetime.signal])
-      await abortable(wake, { signal, timeoutMs, what: `the wake of ${name}` })
+      await abortable(waiter.done, { signal, timeoutMs, what: `the wake of ${name}` })
     } catch (err) {
-      if (!(err instanceof WaitError)) {
+      if (err instanceof Displaced) outcome = 'displaced'
+      else if (!(err instanceof WaitError)) {
         outcome = 'wake_failed'
         reason = (err as Error).message
       } else if (err.kind === 'timeout') outcome = 'timeout'
       else outcome = client.aborted ? 'client_gone' : 'stopping'
     } finally {
-      const left = this.held(name) - 1
-      if (left > 0) this.holding.set(name, left)
-      else {
+      waiting.leave(waiter)
+      if (waiting.size === 0 && this.holding.get(name) === waiting) {
         this.holding.delete(name)
         // The last request waiting for it left: a load only requests asked for may stop.
         if (outcome === 'client_gone') first.abandoned?.()
@@ -307,7 +334,10 @@ export class ModelDirectory {
         return this.planOnce(model, req, p, true, undefined)
       case 'client_gone':
         p.books?.ended(499, performance.now() - req.startedAt)
+        req.grant?.end(499, null)
         return { error: p.answers.waking(name, 0, 'The client went away') }
+      case 'displaced':
+        return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
       case 'timeout': {
         // A model served on demand says what its load is doing (the issue's "the load's phase").
         const phase = queue ? (first.phase?.() ?? null) : null
@@ -331,6 +361,7 @@ export class ModelDirectory {
 
   private refuse(p: ListenerPlan, req: PlanRequest, err: AppError): WireAction {
     p.books?.ended(err.status, performance.now() - req.startedAt)
+    req.grant?.end(err.status, null)
     return { error: err }
   }
 
@@ -351,6 +382,7 @@ export class ModelDirectory {
         b.release()
         this.ended(b, model, req.path, info)
         p.books?.ended(info.status, info.durationMs)
+        req.grant?.end(info.status, info.usage ?? null)
       },
       next: (reason) => {
         if (over) return { error: reason as AppError }
@@ -371,12 +403,14 @@ export class ModelDirectory {
           }
           this.ended(b, model, req.path, info)
           p.books?.ended(info.status, info.durationMs)
+          req.grant?.end(info.status, null)
           return { error: err }
         }
         return this.planOnce(model, req, p, false, tried)
       },
     }
-    return b.forward({ ...req, model, holdTimeoutMs: p.holdTimeoutMs }, handle)
+    const action = b.forward({ ...req, model, holdTimeoutMs: p.holdTimeoutMs }, handle)
+    return req.usage ? readingUsage(action, req.usage) : action
   }
 
   /** ended: a leased request's response ended: announced once, for every counter that reads it. */
@@ -403,4 +437,28 @@ export class ModelDirectory {
         ms: Math.round(info.durationMs),
       })
   }
+}
+
+/**
+ * withUsage: a granted request, made to ask the engine for its usage chunk when it streams one
+ * (askForUsage: a splice of stream_options; `strip` when the client did not ask itself).
+ */
+function withUsage(req: PlanRequest): PlanRequest {
+  if (!USAGE_STREAMS.has(req.path)) return { ...req, usage: 'read' }
+  const asked = askForUsage(req.body, req.json)
+  if (asked.body === req.body) return { ...req, usage: 'read' }
+  return { ...req, body: asked.body, json: asked.json, usage: asked.strip ? 'strip' : 'read' }
+}
+
+/** readingUsage: a backend's action, with its forward (once decided) told to read usage. */
+function readingUsage(action: WireAction, mode: UsageMode): WireAction {
+  if ('forward' in action) {
+    action.forward.usage = mode
+    return action
+  }
+  if ('defer' in action) {
+    const decide = action.defer
+    return { defer: (signal) => decide(signal).then((next) => readingUsage(next, mode)) }
+  }
+  return action
 }

@@ -37,8 +37,8 @@ export const WakeOnRequestKeys = {
   }),
 }
 
-/** HoldOutcome: how a hold ended. */
-export type HoldOutcome = 'awake' | 'timeout' | 'client_gone' | 'wake_failed' | 'stopping'
+/** HoldOutcome: how a hold ended (`displaced`: a request of higher priority took its place in a full queue). */
+export type HoldOutcome = 'awake' | 'timeout' | 'client_gone' | 'wake_failed' | 'stopping' | 'displaced'
 
 /** HeldRequestEvent: one held request, announced when its hold ended. */
 export interface HeldRequestEvent {
@@ -123,7 +123,7 @@ export function registerHoldMetrics(registry: Registry, bus: EventBus): void {
     name: HOLD_METRIC,
     help:
       'Time inference requests spent held while their model woke up, by served model name and how the ' +
-      'hold ended (awake: forwarded; timeout; client_gone; wake_failed; stopping)',
+      'hold ended (awake: forwarded; timeout; client_gone; wake_failed; stopping; displaced)',
     labelNames: ['model', 'outcome'],
     buckets: HOLD_BUCKETS_SECONDS,
     registers: [registry],

@@ -11,6 +11,7 @@ import { AuthService } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
 import { docsPlugin } from '../http/docs.ts'
 import type { ErrorShape } from '../http/errors.ts'
+import { keysRoutes } from '../http/keys/routes.ts'
 import { splitUrl } from '../http/url.ts'
 import { CORE_OWNER, coreMigrations } from '../store/core/migrations.ts'
 import { applyMigrations, openStore, type Store } from '../store/db.ts'
@@ -76,6 +77,7 @@ export class Host {
     this.auth = new AuthService({ ...root.auth, logins_per_minute: root.server.login_attempts_per_minute })
     this.directory = new ModelDirectory(this.bus, this.log.child('directory'), this.metrics)
     this.auth.useLog(this.log.child('auth'))
+    this.auth.keys.useMetrics(this.metrics)
   }
 
   /** fronts: each listener's front by name (its connections and the bodies it holds: tests, metrics). */
@@ -162,6 +164,7 @@ export class Host {
       { name: 'health', description: 'Liveness and readiness (public)' },
       { name: 'auth', description: 'Login and current user (public)' },
       { name: 'metrics', description: 'Prometheus metrics' },
+      { name: 'keys', description: 'Inference keys: limits, budgets and usage' },
       ...order.map((d) => ({ name: d.id, description: d.description })),
     ]
     let app: AnyElysia = createBaseApp({ name: 'main', auth: this.auth, log: this.log })
@@ -186,6 +189,7 @@ export class Host {
           plugins: () => this.running.map((r) => r.def.id),
         }),
       )
+      .use(keysRoutes(this.auth.keys))
     for (const r of this.running) if (r.instance.routes) app = app.use(r.instance.routes)
     // The guard authorises the matched route by its own declaration (src/http/auth.ts).
     this.auth.declareRoutes(app.routes)
@@ -292,7 +296,7 @@ export class Host {
           relayBodyBytes: srv.max_admin_body_bytes,
           maxJsonDepth: srv.max_json_depth,
         },
-        ...(opts.inferenceKey ? { guard: (req) => auth.checkInferenceKey(req.header('authorization')) } : {}),
+        ...(opts.inferenceKey ? { guard: (req) => auth.admitInference(req.header('authorization')) } : {}),
         ...(opts.internal ? { internal: (req) => auth.vetInternal(req) } : {}),
         ...(opts.internal ? { internalHead: (req) => auth.internalHead(req) } : {}),
         frameworkSocket: socket,
@@ -348,6 +352,12 @@ export class Host {
       await abortable(this.telemetry.shutdown(), { signal: deadline }).catch((err) =>
         this.log.warn('traces not flushed at shutdown', { error: String(err) }),
       )
+      // The last second of the inference keys' usage, written before the store closes.
+      try {
+        this.auth.keys.stop()
+      } catch (err) {
+        this.log.error('usage of inference keys not written at shutdown', { error: String(err) })
+      }
       this.store?.close()
       this.log.info('stopped')
     })()

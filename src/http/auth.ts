@@ -1,11 +1,14 @@
-import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import { jwt } from '@elysiajs/jwt'
 import type { RootConfig } from '../config/schema.ts'
 import type { EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
 import type { Store } from '../store/db.ts'
 import { INTERNAL_HEADER } from '../wire/headers.ts'
-import { AppError, forbidden, proxyError, unauthorized } from './errors.ts'
+import type { InferenceGrant } from '../wire/route.ts'
+import { bearerOf, safeEqual } from './credentials.ts'
+import { AppError, forbidden, unauthorized } from './errors.ts'
+import { InferenceKeys } from './keys/service.ts'
 import { OAuthFlow, type OAuthUser, oauthProblems, oauthSettings } from './oauth.ts'
 import { RevocationBook } from './revocations.ts'
 
@@ -163,23 +166,10 @@ export function requiredRole(access: RouteAccess): Role {
   return access.readOnly ? 'admin-readonly' : 'admin'
 }
 
-function sha256(s: string): Buffer {
-  return createHash('sha256').update(s).digest()
-}
-
-/** safeEqual compares secrets in constant time (hashing first so lengths do not leak). */
-export function safeEqual(a: string, b: string): boolean {
-  return timingSafeEqual(sha256(a), sha256(b))
-}
+export { safeEqual }
 
 function bearer(req: Request): string | null {
   return bearerOf(req.headers.get('authorization'))
-}
-
-function bearerOf(h: string | null): string | null {
-  if (!h) return null
-  const m = /^Bearer\s+(.+)$/i.exec(h.trim())
-  return m ? m[1]!.trim() : null
 }
 
 export interface LoginResult {
@@ -214,6 +204,11 @@ export class AuthService {
    * the host attaches its store (useStore); the cluster plugin shares them with the other pods.
    */
   readonly revocations: RevocationBook
+  /**
+   * keys: the inference keys (src/http/keys/): the static INFERENCE_API_KEY as an unlimited one, and
+   * the keys created through the admin API with their limits, budgets and usage.
+   */
+  readonly keys: InferenceKeys
   /** Password logins per client address in the current minute (login throttling). */
   private readonly logins = new Map<string, { since: number; count: number }>()
   /** What each mounted route requires, by `METHOD pattern` (declareRoutes). */
@@ -233,6 +228,7 @@ export class AuthService {
     this.mode = cfg.mode
     this.log = log ?? null
     this.revocations = new RevocationBook(cfg.jwt_ttl_seconds + CLOCK_SKEW_SECONDS)
+    this.keys = new InferenceKeys(cfg.inference_api_key || null)
     this.signer = cfg.jwt_secret
       ? (jwt({ name: 'jwt', secret: cfg.jwt_secret, alg: 'HS256' }).decorator
           .jwt as unknown as AuthService['signer'])
@@ -247,9 +243,15 @@ export class AuthService {
     }
   }
 
-  /** useStore keeps revocations in the host's store and announces new ones on its bus (at boot). */
+  /**
+   * useStore keeps revocations and inference keys (with their usage) in the host's store and
+   * announces changes on its bus (at boot).
+   */
   useStore(store: Store, bus: EventBus): void {
     this.revocations.attach(store, bus)
+    this.keys.attach(store, bus, (err) =>
+      this.log?.error('usage of inference keys not written (kept for the next try)', { error: String(err) }),
+    )
   }
 
   /** useLog sets where auth events are logged (the host's logger, scoped `auth`). */
@@ -266,8 +268,9 @@ export class AuthService {
     return this.log
   }
 
+  /** inferenceKeyRequired: inference needs a key (INFERENCE_API_KEY is set, or a key was ever created). */
   get inferenceKeyRequired(): boolean {
-    return !!this.cfg.inference_api_key
+    return this.keys.required
   }
 
   /**
@@ -458,26 +461,22 @@ export class AuthService {
     return this.verifyToken(token)
   }
 
-  /** checkInference enforces INFERENCE_API_KEY (proxy error shape). The admin JWT is not accepted. */
+  /**
+   * checkInference enforces the inference key on a route the framework serves (proxy error shape):
+   * the same judgement as the front's (admitInference). The admin JWT is not accepted.
+   */
   checkInference(req: Request): AppError | null {
-    return this.checkInferenceKey(req.headers.get('authorization'))
+    const verdict = this.admitInference(req.headers.get('authorization'))
+    return verdict instanceof AppError ? verdict : null
   }
 
-  /** checkInferenceKey is checkInference for a request parsed by the wire front (its Authorization value). */
-  checkInferenceKey(authorization: string | null): AppError | null {
-    const key = this.cfg.inference_api_key
-    if (!key) return null
-    const given = bearerOf(authorization)
-    if (!given)
-      return proxyError(
-        401,
-        'authentication_error',
-        'missing_api_key',
-        'Missing API key: send Authorization: Bearer <API_KEY>',
-      )
-    if (!safeEqual(given, key))
-      return proxyError(401, 'authentication_error', 'invalid_api_key', 'Invalid API key')
-    return null
+  /**
+   * admitInference judges a request's inference key from its Authorization value, before its body is
+   * read (the fronts' head stage, src/http/keys/service.ts): a refusal, a grant with the key's
+   * limits, or null when inference is open.
+   */
+  admitInference(authorization: string | null): AppError | InferenceGrant | null {
+    return this.keys.admit(authorization)
   }
 
   /**

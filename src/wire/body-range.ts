@@ -1,4 +1,4 @@
-import { type ScanFailure, type ScannedJson, scanJson } from './json-scan.ts'
+import { type ScanFailure, type ScannedJson, scanJson, type TopKey } from './json-scan.ts'
 
 /**
  * BodyRange: a request body as the bytes [start, end) of a received Buffer, read and copied in
@@ -89,6 +89,23 @@ export class BodyRange {
     out.set(value, a - this.start)
     this.buf.copy(out, a - this.start + value.length, b, this.end)
     return new BodyRange(out, 0, out.length)
+  }
+
+  /**
+   * spliceScanned: splice, with the body's scan moved onto the copy (ScannedJson.spliced): a second
+   * splice (the served model name) can use it without scanning the body again. `added`: a top-level
+   * key the value brings, its value at [from, to) of `value`.
+   */
+  spliceScanned(
+    json: ScannedJson,
+    span: readonly [number, number],
+    value: Uint8Array,
+    added?: { key: TopKey; from: number; to: number },
+  ): { body: BodyRange; json: ScannedJson } {
+    const body = this.splice(span, value)
+    const at = span[0] - this.start
+    const key = added ? { key: added.key, at: at + added.from, end: at + added.to } : undefined
+    return { body, json: json.spliced(body.buf, this.start, span[0], span[1], value.length, key) }
   }
 
   /** bytes: the body as an array (itself when the range is all of it, else a view), for the rare paths that need one. */

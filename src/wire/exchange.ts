@@ -21,6 +21,7 @@ import {
   upstreamTimeout,
   upstreamUnavailable,
 } from './upstream-errors.ts'
+import { readUsage, type TokenUsage, type UsageMode, UsageStream } from './usage.ts'
 
 /**
  * WireExchange moves one request from a client connection of the wire front (src/wire) to an
@@ -42,7 +43,11 @@ import {
  * - The client going away destroys the upstream connection at once: the engine sees the disconnect.
  * - A streamed event stream that breaks ends with an error event in the proxy shape and [DONE]; any
  *   other broken streamed body closes the client connection (the client sees a truncated body).
- * - `onEnd` runs exactly once with the outcome (ForwardEnd, src/wire/route.ts).
+ * - `onEnd` runs exactly once with the outcome (ForwardEnd, src/wire/route.ts), with the engine's
+ *   token counts when asked (`usage`, src/wire/usage.ts: read from the held reply, or from the
+ *   stream's events as they pass; `strip` relays such a stream re-framed instead of verbatim, so
+ *   that its usage chunk can be taken out).
+ * - `responseHead`: lines the front adds to the response head (a grant's rate-limit state).
  */
 export interface WireClient {
   /** The client spoke HTTP/1.0: no chunked framing. */
@@ -84,6 +89,10 @@ export interface WireForward {
   /** Shape of the exchange's own errors (502/504). */
   errorShape: ErrorShape
   startedAt: number
+  /** Header lines (each ending CRLF) added to the response head, '' or absent for none. */
+  responseHead?: string | undefined
+  /** Read the engine's usage (and strip the usage chunk of a stream): see WireForwardAction.usage. */
+  usage?: UsageMode | undefined
   onEnd(info: ForwardEnd): void
 }
 
@@ -229,7 +238,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private ttftMs: number | null = null
   private sse = false
   private headText = ''
-  private held: Uint8Array[] | null = null
+  private held: Buffer[] | null = null
   /** The chunked body is relayed with the upstream's framing (see onData). */
   private verbatim = false
   /** A verbatim read, written once the parser has accepted it (up to the response's end, if in it). */
@@ -246,6 +255,9 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private endedAt = 0
   /** While an upstream read is handled, writes are corked: gathered and flushed as one client write. */
   private corked = false
+  /** Usage read from a held reply, or the reader of a stream's events (null: not asked, or not a stream). */
+  private usage: TokenUsage | null = null
+  private meter: UsageStream | null = null
   /**
    * The corked writes of the current read; null when none. Not kept between reads: most reads of a
    * stream write nothing corked, and an empty array kept would cost them two memory loads each.
@@ -314,7 +326,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     // the bytes are written as received, once the parser has accepted them, and only up to the end
     // of the response (end() writes that part): what an engine sends after its last chunk, or a
     // malformed chunk or trailer, never reaches the client.
-    if (this.mode === Mode.Chunked && (this.verbatim || this.parser.atChunkStart)) {
+    if (this.mode === Mode.Chunked && !this.meter?.strip && (this.verbatim || this.parser.atChunkStart)) {
       this.verbatim = true
       this.verbatimRead = data
     }
@@ -341,7 +353,9 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.status = reply.status
     this.bytes = reply.bodyBytes
     // The reply goes out first; the bookkeeping after it is off the client's wait.
-    this.client.write(data)
+    const extra = this.f.responseHead
+    this.client.write(extra ? withHeadLines(data, extra) : data)
+    if (this.f.usage) this.usage = readUsage(data, data.length - reply.bodyBytes, data.length)
     const now = performance.now()
     const conn = this.conn!
     conn.served = true
@@ -420,6 +434,9 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       text += 'transfer-encoding: chunked\r\n'
     }
     if (!this.headKeepsAlive()) text += 'connection: close\r\n'
+    if (this.f.responseHead) text += this.f.responseHead
+    if (this.f.usage && this.sse && (this.mode === Mode.Chunked || this.mode === Mode.Close))
+      this.meter = new UsageStream(this.f.usage === 'strip')
     if (this.mode === Mode.Hold) {
       this.headText = text
       this.phase = Phase.FirstByte
@@ -442,6 +459,20 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.phase = Phase.Body
       this.ttftMs = performance.now() - this.f.startedAt
     }
+    const meter = this.meter
+    if (meter !== null) {
+      const out = meter.feed(buf, start, end)
+      if (out !== null) {
+        if (out.byteLength > 0) this.writePiece(out, 0, out.byteLength)
+        return
+      }
+    }
+    this.writePiece(buf, start, end)
+  }
+
+  /** writePiece: body bytes buf[start, end) to the client, framed as the mode says (none: verbatim, already out). */
+  private writePiece(buf: Uint8Array, start: number, end: number): void {
+    const n = end - start
     this.bytes += n
     this.beforeLast = n > 1 ? buf[end - 2]! : this.last
     this.last = buf[end - 1]!
@@ -469,6 +500,11 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.bytes = body.byteLength
       this.write(latin1(`${this.headText}content-length: ${body.byteLength}\r\n\r\n`))
       this.write(body)
+      if (this.f.usage) this.usage = readUsage(body, 0, body.byteLength)
+    } else if (this.meter !== null && !this.verbatim) {
+      const rest = this.meter.rest()
+      if (rest !== null && rest.byteLength > 0) this.writePiece(rest, 0, rest.byteLength)
+      if (this.mode === Mode.Chunked) this.write(LAST_CHUNK)
     } else if (this.mode === Mode.Chunked && !this.verbatim) this.write(LAST_CHUNK)
     else if (this.verbatimRead !== null) {
       this.write(this.verbatimRead.subarray(0, this.parser.endInInput))
@@ -543,7 +579,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
         ? upstreamConnectTimeout(this.f.connectTimeoutMs)
         : upstreamUnavailable(cause))
     this.status = error.status
-    this.write(errorResponse(error, this.f.errorShape, this.headKeepsAlive()))
+    this.write(errorResponse(error, this.f.errorShape, this.headKeepsAlive(), this.f.responseHead))
     this.finish(error)
   }
 
@@ -569,6 +605,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       aborted: this.clientGone,
     }
     if (error && !this.clientGone) info.error = error.code
+    const usage = this.usage ?? this.meter?.usage ?? null
+    if (usage !== null) info.usage = usage
     try {
       this.f.onEnd(info)
     } catch (err) {
@@ -586,4 +624,14 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (reuse) this.client.exchangeDone(true, this.endedAt)
     else this.client.closeConnection()
   }
+}
+
+/** withHeadLines: a complete response as received with `lines` added after its status line (which ends CRLF). */
+function withHeadLines(data: Buffer, lines: string): Buffer {
+  const eol = data.indexOf(LF) + 1
+  const out = Buffer.allocUnsafe(data.length + lines.length)
+  data.copy(out, 0, 0, eol)
+  putLatin1(out, eol, lines)
+  data.copy(out, eol + lines.length, eol)
+  return out
 }

@@ -13,7 +13,7 @@
  */
 
 /** The top-level keys whose values a scan records. */
-const TOP_KEYS = ['model', 'max_tokens', 'stream'] as const
+const TOP_KEYS = ['model', 'max_tokens', 'stream', 'stream_options'] as const
 export type TopKey = (typeof TOP_KEYS)[number]
 
 /** Why a body was refused: not JSON, nested too deep, or JSON whose top level is not an object. */
@@ -94,6 +94,42 @@ export class ScannedJson {
     const k = TOP_KEYS.indexOf(key) * 2
     const a = this.spans[k]!
     return a < 0 ? null : [a, this.spans[k + 1]!]
+  }
+
+  /** bytesAre: the bytes of `span` (from this scan) are exactly `bytes` (e.g. a literal `true`). */
+  bytesAre(span: readonly [number, number], bytes: Uint8Array): boolean {
+    const [a, b] = span
+    if (b - a !== bytes.length) return false
+    for (let i = 0; i < bytes.length; i++) if (this.buf[a + i] !== bytes[i]) return false
+    return true
+  }
+
+  /**
+   * spliced: this scan moved onto `buf`, a copy of the body that started at `base` in this scan's
+   * buffer with bytes [a, b) replaced by `length` bytes: the spans after the splice shift, the
+   * replaced one (if recorded) covers the new bytes, and `added` (a key the new bytes bring, its value's
+   * span in `buf`) is recorded. No second scan of the body.
+   */
+  spliced(
+    buf: Buffer,
+    base: number,
+    a: number,
+    b: number,
+    length: number,
+    added?: { key: TopKey; at: number; end: number },
+  ): ScannedJson {
+    const spans = new Int32Array(this.spans.length)
+    const shift = length - (b - a)
+    for (let k = 0; k < spans.length; k += 2) {
+      const s = this.spans[k]!
+      const e = this.spans[k + 1]!
+      if (s < 0) spans.set([-1, -1], k)
+      else if (s >= b && s > a) spans.set([s - base + shift, e - base + shift], k)
+      else if (e <= a) spans.set([s - base, e - base], k)
+      else spans.set([a - base, a - base + length], k)
+    }
+    if (added) spans.set([added.at, added.end], TOP_KEYS.indexOf(added.key) * 2)
+    return new ScannedJson(buf, spans)
   }
 }
 

@@ -32,15 +32,19 @@ export function dateHeader(): string {
   return dateLine
 }
 
-/** jsonResponse: a complete response with a JSON body; `headers` are extra header lines. */
+/**
+ * jsonResponse: a complete response with a JSON body; `headers` are extra header lines, and so is
+ * `extraHead` (lines already written, each ending CRLF: a grant's rate-limit state).
+ */
 export function jsonResponse(
   status: number,
   value: unknown,
   keepAlive: boolean,
   headers: Record<string, string> = {},
+  extraHead = '',
 ): Uint8Array {
   const body = Buffer.from(JSON.stringify(value))
-  let head = `${statusLine(status)}${dateHeader()}content-type: application/json\r\n`
+  let head = `${statusLine(status)}${dateHeader()}content-type: application/json\r\n${extraHead}`
   for (const name in headers) head += `${name}: ${headers[name]}\r\n`
   head += `content-length: ${body.byteLength}\r\n${keepAlive ? '' : 'connection: close\r\n'}\r\n`
   const out = Buffer.allocUnsafe(Buffer.byteLength(head, 'latin1') + body.byteLength)
@@ -50,7 +54,12 @@ export function jsonResponse(
 }
 
 /** errorResponse: an AppError as a complete response in the given shape (Retry-After and the like kept). */
-export function errorResponse(error: AppError, shape: ErrorShape, keepAlive: boolean): Uint8Array {
+export function errorResponse(
+  error: AppError,
+  shape: ErrorShape,
+  keepAlive: boolean,
+  extraHead = '',
+): Uint8Array {
   const body = shape === 'proxy' ? error.toProxy() : error.toController()
-  return jsonResponse(error.status, body, keepAlive, error.headers)
+  return jsonResponse(error.status, body, keepAlive, error.headers, extraHead)
 }

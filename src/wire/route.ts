@@ -1,6 +1,7 @@
 import type { AppError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import type { ScanFailure, ScannedJson } from './json-scan.ts'
+import type { TokenUsage, UsageMode } from './usage.ts'
 
 /**
  * The contract between the wire front (server.ts) and a plugin's hot routes. A route that can
@@ -20,6 +21,23 @@ export interface WireHead {
   header(name: string): string | null
 }
 
+/**
+ * InferenceGrant: what a listener's guard (or a route's admission) vouched for from a request's head:
+ * an inference key with its limits (src/http/keys/). The front hands it to the route and adds its
+ * `responseHead` to every answer to the request; the model directory asks `begin` once the model is
+ * known and calls `end` once when the request has ended, whatever its end.
+ */
+export interface InferenceGrant {
+  /** Header lines (each ending CRLF), '' for none: the key's rate-limit state as the request found it. */
+  readonly responseHead: string
+  /** The key's place in every queue that holds requests (0 high, 1 normal, 2 low). */
+  readonly priority: number
+  /** begin: the request names `model`; null to go on, or the refusal (a model the key may not use, its concurrency). */
+  begin(model: string): AppError | null
+  /** end: the request that began has ended with `status`, having used `usage` (null: not known). */
+  end(status: number, usage: TokenUsage | null): void
+}
+
 export interface WireRequest extends WireHead {
   /** The complete body (read it with text(), copyTo() or bytes()). */
   readonly body: BodyRange
@@ -30,6 +48,8 @@ export interface WireRequest extends WireHead {
    * its routing fields located without parsing the rest (json-scan.ts); scanned once, when first asked.
    */
   json(): ScannedJson | ScanFailure
+  /** grant: what the guard or the route's admission vouched for from the head (null: none, inference is open). */
+  readonly grant: InferenceGrant | null
 }
 
 /**
@@ -37,9 +57,10 @@ export interface WireRequest extends WireHead {
  * read: go on (null), refuse now (an AppError: the body is never read), or `anonymous`: the route
  * cannot tell yet (it will once it sees the body, e.g. the router's models that need no key) and
  * the request has shown no credential, so its body gets the small limit of a request nobody has
- * vouched for (server.max_admin_body_bytes) instead of an inference body's.
+ * vouched for (server.max_admin_body_bytes) instead of an inference body's; or a grant, the key
+ * the route itself judged (the router's, for the gateway's models).
  */
-export type Admission = AppError | 'anonymous' | null
+export type Admission = AppError | 'anonymous' | InferenceGrant | null
 
 /** ForwardEnd: the outcome of one forwarded request, reported once when its response has fully ended. */
 export interface ForwardEnd {
@@ -59,6 +80,8 @@ export interface ForwardEnd {
   aborted: boolean
   /** Proxy error code when the upstream failed (upstream_unavailable, upstream_timeout, …). */
   error?: string
+  /** The engine's token counts, when the forward was asked to read them (WireForwardAction.usage) and saw them. */
+  usage?: TokenUsage
 }
 
 export interface WireForwardAction {
@@ -83,6 +106,13 @@ export interface WireForwardAction {
   dropHeaders?: readonly string[]
   firstByteTimeoutMs: number
   connectTimeoutMs: number
+  /** responseHead: header lines (each ending CRLF) added to the response head (the grant's); absent: none. */
+  responseHead?: string
+  /**
+   * usage: read the engine's token counts from the response into ForwardEnd.usage (src/wire/usage.ts);
+   * `strip`: and take the usage chunk the request was made to ask for out of the client's stream.
+   */
+  usage?: UsageMode
   /** Called exactly once when the response has fully ended (see ForwardEnd). */
   onEnd(info: ForwardEnd): void
 }

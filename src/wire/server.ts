@@ -16,7 +16,7 @@ import {
   RequestParser,
 } from './request-parser.ts'
 import { errorResponse, jsonResponse } from './responses.ts'
-import type { Admission, WireAction, WireHead, WireRequest } from './route.ts'
+import type { Admission, InferenceGrant, WireAction, WireHead, WireRequest } from './route.ts'
 
 /**
  * WireFront is what listens on a listener's public port: an HTTP/1.1 server on Bun's TCP sockets,
@@ -61,10 +61,11 @@ export interface FrontOptions {
   front?: Partial<FrontLimits>
   /**
    * guard checks every hot route's request from its head, before any body byte is read (the
-   * inference API key); an error is sent as is and the body is never read. Hot routes under
-   * `/internal/` answer to `internalHead` and `internal` instead.
+   * inference API key); an error is sent as is and the body is never read. A grant (the key's,
+   * with its limits) goes with the request to the route, and its `responseHead` on every answer.
+   * Hot routes under `/internal/` answer to `internalHead` and `internal` instead.
    */
-  guard?: (head: WireHead) => AppError | null
+  guard?: (head: WireHead) => AppError | InferenceGrant | null
   /**
    * internalHead refuses, from the head alone, an `/internal/` request that cannot come from a
    * peer (an unknown pod, an address that is no member's), before its body is read and hashed.
@@ -367,6 +368,7 @@ class ParsedWireRequest implements WireRequest {
   private scanned: ScannedJson | ScanFailure | undefined = undefined
   body: BodyRange = BodyRange.EMPTY
   startedAt = 0
+  grant: InferenceGrant | null = null
 
   constructor(
     private readonly head: RequestHead,
@@ -485,9 +487,12 @@ class ClientConn implements WireClient {
       const route = front.match(head.path, head.method)
       if (route) {
         const req = new ParsedWireRequest(head, limits.maxJsonDepth)
-        const denied = front.opts.guard?.(req) ?? null
-        const admission = denied ?? route.admit?.(req) ?? null
+        const guarded = front.opts.guard?.(req) ?? null
+        if (guarded instanceof AppError) throw new HeadRefusal(guarded, 'proxy')
+        req.grant = guarded
+        const admission = route.admit?.(req) ?? null
         if (admission instanceof AppError) throw new HeadRefusal(admission, 'proxy')
+        if (admission !== null && admission !== 'anonymous') req.grant = admission
         this.route = route
         this.request = req
         limit = admission === 'anonymous' ? limits.relayBodyBytes : Number.POSITIVE_INFINITY
@@ -696,10 +701,19 @@ class ClientConn implements WireClient {
     }
   }
 
-  /** answerError writes a complete error response in `shape`; the connection goes on when it may. */
-  private answerError(head: RequestHead, error: AppError, shape: ErrorShape, startedAt: number): void {
+  /**
+   * answerError writes a complete error response in `shape` (with `extraHead`, a grant's lines); the
+   * connection goes on when it may.
+   */
+  private answerError(
+    head: RequestHead,
+    error: AppError,
+    shape: ErrorShape,
+    startedAt: number,
+    extraHead = '',
+  ): void {
     const keepAlive = head.keepAlive && !this.draining
-    this.write(errorResponse(error, shape, keepAlive))
+    this.write(errorResponse(error, shape, keepAlive, extraHead))
     const now = performance.now()
     this.front.opts.onRequest(head.method, head.path, head.query, error.status, now - startedAt)
     this.answered(keepAlive, now)
@@ -795,6 +809,8 @@ class ClientConn implements WireClient {
         connectTimeoutMs: f.connectTimeoutMs,
         errorShape: 'proxy',
         startedAt: req.startedAt,
+        responseHead: req.grant?.responseHead,
+        usage: f.usage,
         onEnd: (info) => {
           opts.onRequest(head.method, head.path, head.query, info.status, info.durationMs)
           f.onEnd(info)
@@ -805,12 +821,12 @@ class ClientConn implements WireClient {
       return
     }
     if ('error' in action) {
-      this.answerError(head, action.error, 'proxy', req.startedAt)
+      this.answerError(head, action.error, 'proxy', req.startedAt, req.grant?.responseHead)
       return
     }
     const keepAlive = head.keepAlive && !this.draining
     const status = action.status ?? 200
-    this.write(jsonResponse(status, action.json, keepAlive))
+    this.write(jsonResponse(status, action.json, keepAlive, undefined, req.grant?.responseHead))
     const now = performance.now()
     opts.onRequest(head.method, head.path, head.query, status, now - req.startedAt)
     this.answered(keepAlive, now)

@@ -11,7 +11,7 @@ import type {
 import type { ListenerPlan, ModelDirectory, ProxyRequestEvent } from '../../src/directory/directory.ts'
 import { WAKE_RETRY_MS } from '../../src/directory/wake.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
-import type { WireAction } from '../../src/wire/route.ts'
+import type { InferenceGrant, WireAction } from '../../src/wire/route.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { NetRaw, parse } from '../support/raw-client.ts'
 import { waitFor } from '../support/wait.ts'
@@ -33,6 +33,10 @@ class TestBackend implements Backend {
   /** The wake under way, which the test settles (wakeDone/wakeFails). */
   private pending: PromiseWithResolvers<void> | null = null
   hint: number | null = null
+  /** A bounded queue for its requests while it wakes (null: none, the listener's policy applies). */
+  queueMax: number | null = null
+  /** The queries of the requests forwarded to it, in the order they were forwarded. */
+  readonly forwarded: string[] = []
 
   constructor(
     readonly key: string,
@@ -64,6 +68,10 @@ class TestBackend implements Backend {
     return this.hint
   }
 
+  queue(): { max: number; timeoutMs: number } | null {
+    return this.queueMax === null ? null : { max: this.queueMax, timeoutMs: 5000 }
+  }
+
   /** wake: one per backend, joined by every caller while it runs. */
   wake(): Promise<void> {
     if (!this.pending) {
@@ -87,6 +95,7 @@ class TestBackend implements Backend {
   }
 
   forward(req: BackendRequest, lease: LeaseHandle): WireAction {
+    this.forwarded.push(req.query)
     return {
       forward: {
         origin: this.stub().url,
@@ -153,6 +162,7 @@ beforeAll(async () => {
                   startedAt: req.startedAt,
                   firstByteTimeoutMs: 5000,
                   connectTimeoutMs: 1000,
+                  grant: grantOf(req.header('x-priority')),
                 },
                 plan(),
               )
@@ -172,11 +182,29 @@ afterAll(async () => {
   stub?.stop()
 })
 
+/**
+ * grantOf: a request's grant as an inference key would give it, with the priority the test names in
+ * `x-priority` (0 high, 1 normal, 2 low); none without it. Its ends are counted in `grantEnds`.
+ */
+const grantEnds: number[] = []
+function grantOf(priority: string | null): InferenceGrant | null {
+  if (priority === null) return null
+  return {
+    responseHead: '',
+    priority: Number(priority),
+    begin: () => null,
+    end: (status) => {
+      grantEnds.push(status)
+    },
+  }
+}
+
 /** send: one request for `model` on a raw socket (the reply is read on the returned connection). */
-async function send(model: string, path = '/v1/chat'): Promise<NetRaw> {
+async function send(model: string, path = '/v1/chat', priority?: number): Promise<NetRaw> {
   const body = JSON.stringify({ model })
   const c = await NetRaw.open(port)
-  c.write(`POST ${path} HTTP/1.1\r\nHost: a\r\nContent-Length: ${body.length}\r\n\r\n${body}`)
+  const extra = priority === undefined ? '' : `x-priority: ${priority}\r\n`
+  c.write(`POST ${path} HTTP/1.1\r\nHost: a\r\n${extra}Content-Length: ${body.length}\r\n\r\n${body}`)
   return c
 }
 
@@ -235,6 +263,65 @@ describe('the model directory: refusals say what they are', () => {
     // No second wake while the failure is fresh (WAKE_RETRY_MS).
     expect(b.wakes).toBe(1)
     expect(WAKE_RETRY_MS).toBeGreaterThan(1000)
+  })
+})
+
+describe('the model directory: priorities of held requests', () => {
+  it('held requests go on in priority order once their model serves, then in arrival order', async () => {
+    policy = 'hold'
+    try {
+      const b = add('p1', 'priority-model')
+      b.state = 'asleep'
+      const order = [
+        ['low-1', 2],
+        ['normal', 1],
+        ['low-2', 2],
+        ['high', 0],
+      ] as const
+      const conns: NetRaw[] = []
+      for (const [name, priority] of order) {
+        conns.push(await send('priority-model', `/v1/chat?${name}`, priority))
+        await waitFor(`${name} held`, () => directory.held('priority-model') === conns.length)
+      }
+      b.wakeDone()
+      for (const c of conns) await c.waitFor((r) => parse(r.text).length === 1, 5000, 'an answer')
+      expect(b.forwarded).toEqual(['?high', '?normal', '?low-1', '?low-2'])
+      for (const c of conns) {
+        expect(parse(c.text)[0]!.status).toBe(200)
+        c.socket.destroy()
+      }
+    } finally {
+      policy = 'reject'
+    }
+  })
+
+  it('a full queue: a higher priority takes the place of the newest lowest (429 queue_full), an equal one is refused', async () => {
+    const b = add('p2', 'queued-model')
+    b.state = 'asleep'
+    b.queueMax = 2
+    const ends = grantEnds.length
+    const low1 = await send('queued-model', '/v1/chat?low-1', 2)
+    await waitFor('low-1 queued', () => directory.held('queued-model') === 1)
+    const low2 = await send('queued-model', '/v1/chat?low-2', 2)
+    await waitFor('low-2 queued', () => directory.held('queued-model') === 2)
+    // Full: another low request is refused at once, without a place.
+    const low3 = await send('queued-model', '/v1/chat?low-3', 2)
+    await low3.waitFor((r) => parse(r.text).length === 1, 5000, 'the refusal of low-3')
+    expect(parse(low3.text)[0]!.status).toBe(429)
+    // A normal one displaces the newest low one, which is answered 429 queue_full at once.
+    const normal = await send('queued-model', '/v1/chat?normal', 1)
+    await low2.waitFor((r) => parse(r.text).length === 1, 5000, 'low-2 displaced')
+    const displaced = parse(low2.text)[0]!
+    expect(displaced.status).toBe(429)
+    expect(JSON.parse(displaced.body).error.code).toBe('queue_full')
+    expect(directory.held('queued-model')).toBe(2)
+    b.wakeDone()
+    for (const c of [normal, low1]) await c.waitFor((r) => parse(r.text).length === 1, 5000, 'an answer')
+    expect(b.forwarded).toEqual(['?normal', '?low-1'])
+    // Every grant was told its end once: two refused, two served.
+    await waitFor('every grant ended', () => grantEnds.length === ends + 4)
+    expect(grantEnds.slice(ends).sort()).toEqual([200, 200, 429, 429])
+    for (const c of [low1, low2, low3, normal]) c.socket.destroy()
   })
 })
 

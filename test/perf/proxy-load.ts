@@ -3,7 +3,7 @@
  * connections each sending the same chat-completion POST back to back for a bounded duration.
  * Prints one JSON line `{requests, errors, rps, p50_us, p99_us}`.
  *
- *   bun test/perf/proxy-load.ts --url URL --concurrency C --duration-ms D
+ *   bun test/perf/proxy-load.ts --url URL --concurrency C --duration-ms D [--header 'name: value']
  */
 const args = process.argv.slice(2)
 const arg = (name: string, fallback?: string) => {
@@ -14,6 +14,13 @@ const url = arg('--url')
 const concurrency = Number(arg('--concurrency', '1'))
 const durationMs = Number(arg('--duration-ms', '4000'))
 const body = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'hi' }] })
+/** --header 'name: value' (repeatable): sent with every request (an inference key). */
+const headers: Record<string, string> = { 'content-type': 'application/json' }
+for (let i = 0; i < args.length; i++)
+  if (args[i] === '--header') {
+    const [name, ...value] = args[++i]!.split(':')
+    headers[name!.trim().toLowerCase()] = value.join(':').trim()
+  }
 
 const latencies: number[] = []
 let errors = 0
@@ -23,7 +30,7 @@ async function worker(): Promise<void> {
   while (performance.now() < end) {
     const t = performance.now()
     try {
-      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+      const res = await fetch(url, { method: 'POST', headers, body })
       await res.arrayBuffer()
       if (res.status !== 200) errors++
       else latencies.push(performance.now() - t)

@@ -5,7 +5,7 @@
  * BUN_CONFIG_MAX_HTTP_REQUESTS, as fetch caps a process at 256 requests in flight) so the client
  * load does not share an event loop with what it measures. Prints one JSON line of results.
  *
- *   bun test/perf/proxy-stream-client.ts --url URL --streams N [--deadline-ms 30000]
+ *   bun test/perf/proxy-stream-client.ts --url URL --streams N [--deadline-ms 30000] [--header 'name: value']
  */
 const args = process.argv.slice(2)
 const arg = (name: string, fallback?: string) => {
@@ -15,6 +15,13 @@ const arg = (name: string, fallback?: string) => {
 const url = arg('--url')
 const streams = Number(arg('--streams', '256'))
 const deadlineMs = Number(arg('--deadline-ms', '30000'))
+/** --header 'name: value' (repeatable): sent with every request (an inference key). */
+const headers: Record<string, string> = { 'content-type': 'application/json' }
+for (let i = 0; i < args.length; i++)
+  if (args[i] === '--header') {
+    const [name, ...value] = args[++i]!.split(':')
+    headers[name!.trim().toLowerCase()] = value.join(':').trim()
+  }
 const body = JSON.stringify({
   model: 'bench-model',
   stream: true,
@@ -33,7 +40,7 @@ async function one(): Promise<void> {
   try {
     const res = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers,
       body,
       signal: deadline,
     })

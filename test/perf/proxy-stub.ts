@@ -1,7 +1,7 @@
 /**
  * proxy-stub is the benchmark's upstream engine: `POST /v1/chat/completions` answers a fixed chat
  * completion, or with `"stream": true` an SSE stream of 64 chunks 20 ms apart, ending with
- * `data: [DONE]`. Like an engine's batched decode steps, one ticker emits the next chunk of every
+ * `data: [DONE]` (after a usage chunk when the request asks for it, as vLLM does). Like an engine's batched decode steps, one ticker emits the next chunk of every
  * open stream at once; each chunk carries its send time `"t"` in wall-clock ms
  * (performance.timeOrigin + now(): sub-µs, consistent across processes), so a client in another
  * process can measure pass-through delay.
@@ -30,6 +30,11 @@ const REPLY = JSON.stringify({
 })
 const encoder = new TextEncoder()
 const DONE = encoder.encode('data: [DONE]\n\n')
+/** The usage chunk before [DONE], for a stream that asks (`stream_options.include_usage`), as vLLM sends it. */
+const USAGE = encoder.encode(
+  'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model",' +
+    '"choices":[],"usage":{"prompt_tokens":12,"total_tokens":76,"completion_tokens":64}}\n\n',
+)
 const PREFIX =
   'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model",' +
   '"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}],"t":'
@@ -37,6 +42,7 @@ const PREFIX =
 interface Live {
   controller: ReadableStreamDefaultController<Uint8Array>
   sent: number
+  usage: boolean
 }
 const live = new Set<Live>()
 
@@ -48,6 +54,7 @@ setInterval(() => {
     try {
       s.controller.enqueue(encoder.encode(`${PREFIX}${nowMs().toFixed(3)}}\n\n`))
       if (++s.sent === CHUNKS) {
+        if (s.usage) s.controller.enqueue(USAGE)
         s.controller.enqueue(DONE)
         s.controller.close()
         live.delete(s)
@@ -67,10 +74,11 @@ const server = Bun.serve({
     if (!body.includes('"stream":true'))
       return new Response(REPLY, { headers: { 'content-type': 'application/json' } })
     let entry: Live | null = null
+    const usage = /"include_usage"\s*:\s*true/.test(body)
     return new Response(
       new ReadableStream<Uint8Array>({
         start(controller) {
-          entry = { controller, sent: 0 }
+          entry = { controller, sent: 0, usage }
           live.add(entry)
         },
         cancel() {

@@ -2,9 +2,9 @@
  * Proxy benchmark (`npm run bench:proxy`): modelgate's inference proxy against nginx as a reverse
  * proxy, same machine, same run, same upstream stub (test/perf/proxy-stub.ts).
  *
- * Columns: the stub directly (baseline), modelgate `/v1/chat/completions`, modelgate
- * `/api/direct/:port/…`, the router, nginx (skipped with a note when not installed), and a blind Bun
- * pipe (test/perf/proxy-pipe.ts: the floor of Bun's socket layer, with no proxy logic). Each server
+ * Columns: the stub directly (baseline), modelgate `/v1/chat/completions`, the same with 1,000
+ * inference keys and a key with limits on every request, modelgate `/api/direct/:port/…`, the router,
+ * nginx (skipped with a note when not installed), and a blind Bun pipe (test/perf/proxy-pipe.ts: the floor of Bun's socket layer, with no proxy logic). Each server
  * runs in its own process, and so do the load generators (wrk when installed, else
  * test/perf/proxy-load.ts; the stream client test/perf/proxy-stream-client.ts), so client load and
  * proxy never share an event loop. Everything listens on 127.0.0.1; every loop is bounded.
@@ -16,7 +16,9 @@
  *
  * Measures: non-streaming requests/s and added latency (p50/p99 minus the stub's) at concurrency 1
  * and 32; per-chunk pass-through delay p50/p99/max at 256 and 1024 concurrent streams (64 chunks
- * 20 ms apart), streams completed, errors; modelgate's RSS idle and peak at 1024 streams.
+ * 20 ms apart), streams completed, errors; modelgate's RSS idle and peak at 1024 streams; the keys'
+ * cost (throughput and added p50 against keys off, the same run) and their memory (the proxy idle
+ * with 100,000 keys against none).
  *
  *   bun test/perf/proxy.ts [--quick] [--rounds N]
  */
@@ -42,6 +44,8 @@ interface Target {
   url: string
   /** pid whose CPU is charged to this target (the proxy process), if measured. */
   pid?: number
+  /** Headers every request sends (an inference key). */
+  headers?: Record<string, string>
 }
 
 interface NonStream {
@@ -180,13 +184,21 @@ function parseWrkTime(s: string): number {
 
 const BODY = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'hi' }] })
 
-async function nonStream(url: string, concurrency: number, seconds: number): Promise<NonStream> {
+async function nonStream(
+  url: string,
+  concurrency: number,
+  seconds: number,
+  headers: Record<string, string> = {},
+): Promise<NonStream> {
   const wrk = Bun.which('wrk')
   if (wrk) {
     const script = join(tmp, 'post.lua')
+    const extra = Object.entries(headers)
+      .map(([n, v]) => `wrk.headers["${n}"] = "${v}"\n`)
+      .join('')
     writeFileSync(
       script,
-      `wrk.method = "POST"\nwrk.body = '${BODY}'\nwrk.headers["Content-Type"] = "application/json"\n`,
+      `wrk.method = "POST"\nwrk.body = '${BODY}'\nwrk.headers["Content-Type"] = "application/json"\n${extra}`,
     )
     const p = Bun.spawn([wrk, '-t1', `-c${concurrency}`, `-d${seconds}s`, '--latency', '-s', script, url], {
       stdout: 'pipe',
@@ -213,6 +225,7 @@ async function nonStream(url: string, concurrency: number, seconds: number): Pro
       String(concurrency),
       '--duration-ms',
       String(seconds * 1000),
+      ...headerArgs(headers),
     ],
     { stdout: 'pipe', stderr: 'inherit', env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: '8192' } },
   )
@@ -220,10 +233,16 @@ async function nonStream(url: string, concurrency: number, seconds: number): Pro
   return { rps: r.rps, p50: r.p50_us, p99: r.p99_us, errors: r.errors, requests: r.requests }
 }
 
+/** headerArgs: `--header 'name: value'` for each header, for the load generators. */
+function headerArgs(headers: Record<string, string>): string[] {
+  return Object.entries(headers).flatMap(([n, v]) => ['--header', `${n}: ${v}`])
+}
+
 async function streams(
   url: string,
   n: number,
   watchPid?: number,
+  headers: Record<string, string> = {},
 ): Promise<StreamResult & { peakRss?: number }> {
   let peak = 0
   const timer = watchPid
@@ -231,11 +250,14 @@ async function streams(
         peak = Math.max(peak, rssMb(watchPid))
       }, 50)
     : undefined
-  const p = Bun.spawn([BUN, join(HERE, 'proxy-stream-client.ts'), '--url', url, '--streams', String(n)], {
-    stdout: 'pipe',
-    stderr: 'inherit',
-    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: '8192' },
-  })
+  const p = Bun.spawn(
+    [BUN, join(HERE, 'proxy-stream-client.ts'), '--url', url, '--streams', String(n), ...headerArgs(headers)],
+    {
+      stdout: 'pipe',
+      stderr: 'inherit',
+      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: '8192' },
+    },
+  )
   const r = JSON.parse(await new Response(p.stdout).text()) as StreamResult
   clearInterval(timer)
   return watchPid ? { ...r, peakRss: Math.max(peak, rssMb(watchPid)) } : r
@@ -250,6 +272,28 @@ function median(xs: number[]): number {
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0)
 
+/** The keyed proxy's column: the same proxy with 1,000 inference keys, sending a key with limits. */
+const KEYS_NAME = 'modelgate /v1 (keys)'
+
+/**
+ * keysMemory: RSS (MB) of the proxy idle after boot with 100,000 inference keys in its store (made
+ * by another process), and with none: each its own process, measured a second after it is up (it
+ * collects garbage first).
+ */
+async function keysMemory(stubPort: number): Promise<{ many: number; none: number }> {
+  const rss = async (keys: number) => {
+    const made = keys > 0 ? await spawnJson([BUN, join(HERE, 'make-keys.ts'), '--keys', String(keys)]) : null
+    const dir = made ? ['--data-dir', made.info.dataDir as string] : []
+    const s = await spawnJson([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort), ...dir])
+    await Bun.sleep(1000)
+    const mb = rssMb(s.info.pid as number)
+    s.proc.kill('SIGTERM')
+    await s.proc.exited
+    return mb
+  }
+  return { none: await rss(0), many: await rss(100_000) }
+}
+
 const fmt = (v: number, digits = 0) => (Number.isFinite(v) ? v.toFixed(digits) : '—')
 
 async function main(): Promise<void> {
@@ -259,6 +303,16 @@ async function main(): Promise<void> {
   const mg = await spawnJson([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort)])
   const mgUrl = mg.info.url as string
   const mgPid = mg.info.pid as number
+  // The same proxy with 1,000 inference keys, sending a key with limits (which it never reaches).
+  const mk = await spawnJson([
+    BUN,
+    join(HERE, 'proxy-server.ts'),
+    '--upstream',
+    String(stubPort),
+    '--keys',
+    '1000',
+  ])
+  const keyHeaders = { authorization: `Bearer ${mk.info.key as string}` }
   const rt = await spawnJson([BUN, join(HERE, 'router-server.ts'), '--upstream', String(stubPort)])
   const rtUrl = rt.info.url as string
   const rtPid = rt.info.pid as number
@@ -268,6 +322,12 @@ async function main(): Promise<void> {
   const targets: Target[] = [
     { name: 'stub (direct)', url: `http://127.0.0.1:${stubPort}${path}` },
     { name: 'modelgate /v1', url: `${mgUrl}${path}`, pid: mgPid },
+    {
+      name: KEYS_NAME,
+      url: `${mk.info.url as string}${path}`,
+      pid: mk.info.pid as number,
+      headers: keyHeaders,
+    },
     { name: 'modelgate /api/direct', url: `${mgUrl}/api/direct/${stubPort}${path}`, pid: mgPid },
     { name: 'router /v1 (stats on)', url: `${rtUrl}${path}`, pid: rtPid },
   ]
@@ -287,13 +347,13 @@ async function main(): Promise<void> {
     list.push(v)
     m.set(key, list)
   }
-  for (const t of targets) await nonStream(t.url, 32, 1) // warm-up: connections, JIT
+  for (const t of targets) await nonStream(t.url, 32, 1, t.headers) // warm-up: connections, JIT
   for (let round = 0; round < ROUNDS; round++) {
     const order = targets.map((_, i) => targets[(i + round) % targets.length]!)
     for (const c of CONCURRENCY) {
       for (const t of order) {
         const cpu0 = t.pid ? cpuMs(t.pid) : 0
-        const r = await nonStream(t.url, c, NON_STREAM_SECONDS)
+        const r = await nonStream(t.url, c, NON_STREAM_SECONDS, t.headers)
         if (t.pid && r.requests > 0) r.cpuPerReq = ((cpuMs(t.pid) - cpu0) * 1000) / r.requests
         push(nsRounds, `${t.name}|${c}`, r)
         process.stderr.write('.')
@@ -301,9 +361,9 @@ async function main(): Promise<void> {
     }
     for (const n of STREAM_LEVELS) {
       for (const t of order) {
-        const watch = t.name.startsWith('modelgate') ? mgPid : undefined
+        const watch = t.name.startsWith('modelgate') ? t.pid : undefined
         const cpu0 = t.pid ? cpuMs(t.pid) : 0
-        const r = await streams(t.url, n, watch)
+        const r = await streams(t.url, n, watch, t.headers)
         // 64 token chunks and [DONE] per stream.
         if (t.pid && r.completed > 0) r.cpuPerChunk = ((cpuMs(t.pid) - cpu0) * 1000) / (r.completed * 65)
         push(stRounds, `${t.name}|${n}`, r)
@@ -384,11 +444,7 @@ async function main(): Promise<void> {
   )
   rows.push([
     'modelgate RSS MB idle / peak @1024',
-    '',
-    `${fmt(idleRss)} / ${fmt(peak)}`,
-    '',
-    ...(ng ? [''] : []),
-    '',
+    ...names.map((n) => (n === 'modelgate /v1' ? `${fmt(idleRss)} / ${fmt(peak)}` : '')),
   ])
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)))
   const line = (r: string[]) =>
@@ -468,6 +524,24 @@ async function main(): Promise<void> {
   console.log(
     `  modelgate RSS idle ${fmt(idleRss)} MB (target ≤ 80): ${idleRss <= 80 ? 'ok' : 'MISSED'}; ` +
       `peak at 1024 streams ${fmt(peak)} MB (target ≤ 250): ${peak <= 250 ? 'ok' : 'MISSED'}`,
+  )
+  // Inference keys: the keyed proxy against the same proxy without keys, round by round.
+  const keysRps = median(perRound((i) => nsAt(KEYS_NAME, 32, i).rps / nsAt(gName, 32, i).rps))
+  const keysP50 = median(perRound((i) => nsAt(KEYS_NAME, 1, i).p50 - nsAt(gName, 1, i).p50))
+  const keysChunk = median(perRound((i) => stAt(KEYS_NAME, 1024, i).p99 - stAt(gName, 1024, i).p99))
+  const memory = await keysMemory(stubPort)
+  console.log(
+    '\ninference keys (1,000 keys, a key with limits on every request, vs keys off; median of the per-round figures):',
+  )
+  console.log(
+    `  ${'throughput c=32, keys/off'.padEnd(42)} ${fmt(keysRps, 2).padStart(6)}   target ≥ 0.95   ${keysRps >= 0.95 ? 'ok' : 'MISSED'}`,
+  )
+  console.log(
+    `  ${'added p50 latency c=1, keys − off (µs)'.padEnd(42)} ${fmt(keysP50, 0).padStart(6)}   target ≤ +50    ${keysP50 <= 50 ? 'ok' : 'MISSED'}`,
+  )
+  console.log(`  ${'chunk delay p99 @1024, keys − off (ms)'.padEnd(42)} ${fmt(keysChunk, 2).padStart(6)}`)
+  console.log(
+    `  ${'RSS MB with 100,000 keys − none'.padEnd(42)} ${fmt(memory.many - memory.none, 1).padStart(6)}   target ≤ +50    ${memory.many - memory.none <= 50 ? 'ok' : 'MISSED'}   (${fmt(memory.many)} vs ${fmt(memory.none)} MB, idle after boot)`,
   )
   console.log(`\ntook ${fmt((performance.now() - t0) / 1000, 1)} s`)
 }

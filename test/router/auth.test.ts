@@ -214,3 +214,48 @@ describe('router honours the gateway inference key', () => {
     keyed.socket.destroy()
   })
 })
+
+describe('router honours the gateway’s inference keys and their limits', () => {
+  const send = (model: string, key: string) =>
+    fetch(`${r.routerUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...bearer(key) },
+      body: JSON.stringify(chat(model)),
+    })
+  const create = async (fields: Record<string, unknown>) =>
+    (await admin<{ id: string; key: string }>('/api/keys', { method: 'POST', body: JSON.stringify(fields) }))
+      .body
+
+  it('holds a key to its rpm and model list on the router’s listener, with the same lines, and counts its usage', async () => {
+    if ((await instanceStatus()) !== 'active') await r.post(`/action/wakeup/${GW}`, {}, bearer(KEY))
+    const k = await create({ name: 'router-key', rpm: 2, models: [GW] })
+    const first = await send(GW, k.key)
+    expect(first.status).toBe(200)
+    expect(first.headers.get('x-ratelimit-limit-requests')).toBe('2')
+    expect(first.headers.get('x-ratelimit-remaining-requests')).toBe('1')
+    await first.text()
+    expect((await send(GW, k.key)).status).toBe(200)
+    const limited = await send(GW, k.key)
+    expect(limited.status).toBe(429)
+    expect(((await limited.json()) as ErrorBody).error.code).toBe('rate_limit_exceeded')
+    expect(limited.headers.get('retry-after')).toBe('30')
+    // A key for another model may not use this one; the static key still may.
+    const other = await create({ name: 'router-other', models: ['elsewhere'] })
+    const denied = await send(GW, other.key)
+    expect(denied.status).toBe(403)
+    expect(((await denied.json()) as ErrorBody).error.code).toBe('model_not_allowed')
+    expect((await send(GW, KEY)).status).toBe(200)
+    const usage = await admin<{ rows: { model: string; requests: number; completion_tokens: number }[] }>(
+      `/api/keys/${k.id}/usage`,
+    )
+    expect(usage.body.rows).toEqual([expect.objectContaining({ model: GW, requests: 2 })])
+    expect(usage.body.rows[0]!.completion_tokens).toBeGreaterThan(0)
+  })
+
+  it('leaves a standalone endpoint model to its no-auth default: no key needed, none counted', async () => {
+    const k = await create({ name: 'router-solo', rpm: 1 })
+    for (let i = 0; i < 3; i++) expect((await send(SOLO, k.key)).status).toBe(200)
+    const usage = await admin<{ rows: unknown[] }>(`/api/keys/${k.id}/usage`)
+    expect(usage.body.rows).toEqual([])
+  })
+})

@@ -337,7 +337,12 @@ describe('SQL migrations and drizzle schemas', () => {
     const withMigrations = plugins.filter((p) => (p.migrations ?? []).length > 0).map((p) => p.id)
     expect(withMigrations).toContain('gateway')
     expect(withMigrations).toContain('benchmarks')
-    expect(created.get(CORE_OWNER)).toEqual(['oauth_used_states', 'revoked_tokens'])
+    expect(created.get(CORE_OWNER)).toEqual([
+      'inference_key_usage',
+      'inference_keys',
+      'oauth_used_states',
+      'revoked_tokens',
+    ])
     for (const id of withMigrations) expect(created.get(id)?.length ?? 0).toBeGreaterThan(0)
     expect([...migrateAll(store).values()].flat()).toEqual([])
   })

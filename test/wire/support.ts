@@ -276,6 +276,8 @@ export interface ProxyHostOptions {
   logLevel?: 'debug' | 'info' | 'warn' | 'error'
   /** captureEvents: keep every proxy.request event in `events` (default true; off for benchmarks). */
   captureEvents?: boolean
+  /** dataDir: the host's data dir (default: a fresh temp dir), e.g. one holding keys made beforehand. */
+  dataDir?: string
 }
 
 export interface ProxyHost extends TestHost {
@@ -305,7 +307,7 @@ export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}):
       return { rawRoutes: inf.rawRoutes, routes: inf.routes, api }
     },
   }) as unknown as PluginDefinition
-  const th = await startHost('plugins:\n  gateway: {}\n', [plugin], o.env ?? {}, undefined, {
+  const th = await startHost('plugins:\n  gateway: {}\n', [plugin], o.env ?? {}, o.dataDir, {
     server: { idle_timeout_seconds: idle },
     logLevel: o.logLevel ?? 'warn',
     ...(o.logSink ? { logSink: o.logSink } : {}),

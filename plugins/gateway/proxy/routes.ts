@@ -6,10 +6,10 @@ import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../../src/host/plugin.ts'
 import { type AppError, proxyError } from '../../../src/http/errors.ts'
-import type { BodyRange } from '../../../src/wire/body-range.ts'
 import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
 import type { WireAction, WireRequest } from '../../../src/wire/route.ts'
+import { askForUsage, type UsageMode } from '../../../src/wire/usage.ts'
 import type { GatewayApi, GatewayInferenceApi, RemoteModel } from '../api.ts'
 import { GATEWAY_ANSWERS } from './answers.ts'
 import { ProxyMetrics } from './metrics.ts'
@@ -62,6 +62,8 @@ export const ENGINE_PATHS: Readonly<Record<string, string>> = {
 
 const enginePaths = new Map(Object.entries(ENGINE_PATHS))
 const DIRECT = '/api/direct/'
+/** The engine paths whose streams carry a usage chunk when asked (a key's direct request counts its tokens). */
+const USAGE_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions'])
 
 /**
  * DIRECT_ROUTES: what `/api/direct/{port}/…` forwards, as `METHOD /path` on the engine: its
@@ -108,7 +110,7 @@ export function createInference(deps: InferenceDeps): {
     },
     {
       match: (path) => path.startsWith(DIRECT),
-      wire: (req) => handlers.planDirect(req.method, req.path, req.query, req.body),
+      wire: (req) => handlers.planDirect(req),
     },
   ]
   return { rawRoutes, routes: openaiRoutes({ tag: 'gateway', paths: ENGINE_PATHS, direct: true }), handlers }
@@ -197,6 +199,7 @@ export class GatewayInference implements GatewayInferenceApi {
         startedAt: req.startedAt,
         firstByteTimeoutMs: config.firstByteTimeoutMs,
         connectTimeoutMs: config.connectTimeoutMs,
+        grant: req.grant,
       },
       plan,
     )
@@ -245,7 +248,14 @@ export class GatewayInference implements GatewayInferenceApi {
     return { object: 'list', data }
   }
 
-  planDirect(method: string, path: string, query: string, body: BodyRange): WireAction {
+  /**
+   * planDirect: `/api/direct/{port}/…` to one engine, bypassing model routing. A request with a key
+   * is held to it as a model route's is: the engine's served name must be a model the key may use,
+   * and it counts (concurrency, usage: a chat or completion stream is made to ask for its usage).
+   */
+  planDirect(req: WireRequest): WireAction {
+    const { method, path, query } = req
+    let body = req.body
     const rest = path.slice(DIRECT.length)
     const slash = rest.indexOf('/')
     const portText = slash < 0 ? rest : rest.slice(0, slash)
@@ -271,6 +281,22 @@ export class GatewayInference implements GatewayInferenceApi {
         ),
       }
     }
+    const grant = req.grant
+    let usage: UsageMode | undefined
+    if (grant) {
+      const denied = grant.begin(lease.servedModelName)
+      if (denied) {
+        lease.release()
+        return { error: denied }
+      }
+      usage = 'read'
+      const json = USAGE_PATHS.has(subPath) ? req.json() : null
+      if (json !== null && typeof json !== 'string') {
+        const asked = askForUsage(body, json)
+        body = asked.body
+        if (asked.strip) usage = 'strip'
+      }
+    }
     const { config } = this.deps
     return {
       forward: {
@@ -279,8 +305,10 @@ export class GatewayInference implements GatewayInferenceApi {
         body,
         firstByteTimeoutMs: config.firstByteTimeoutMs,
         connectTimeoutMs: config.connectTimeoutMs,
+        ...(usage ? { usage } : {}),
         onEnd: (info) => {
           lease.release()
+          grant?.end(info.status, info.usage ?? null)
           this.deps.bus.emit('proxy.request', {
             model: lease.servedModelName,
             instance_id: lease.instanceId,

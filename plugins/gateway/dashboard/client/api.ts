@@ -13,6 +13,9 @@ import type {
   GpuAvailable,
   InferenceKeyAnswer,
   InstanceRecord,
+  KeyCreated,
+  KeyInput,
+  KeyView,
   LoadRequest,
   LoadResponse,
   LoginResult,
@@ -30,6 +33,7 @@ import type {
   RunSummary,
   SleepLevel,
   SleepResult,
+  UsageRow,
   WakeResult,
 } from './types.ts'
 
@@ -168,6 +172,13 @@ export const api = {
   router: () => get<RouterOverview>('/api/dashboard/router'),
   routerSleep: (name: string) => post<RouterAction>(`/api/dashboard/router/models/${id(name)}/sleep`),
   routerWake: (name: string) => post<RouterAction>(`/api/dashboard/router/models/${id(name)}/wake`),
+
+  keys: () => get<{ keys: KeyView[]; total: number }>('/api/keys'),
+  createKey: (body: KeyInput) => post<KeyCreated>('/api/keys', body),
+  updateKey: (i: string, body: Partial<KeyInput>) => call<KeyView>('PATCH', `/api/keys/${id(i)}`, body),
+  revokeKey: (i: string) => call<{ id: string; revoked: true }>('DELETE', `/api/keys/${id(i)}`),
+  keyUsage: (i: string) =>
+    get<{ from: string; to: string; rows: UsageRow[] }>(`/api/keys/${id(i)}/usage?granularity=hour`),
 
   cluster: () => get<ClusterStatus>('/api/cluster'),
   clusterPods: () => get<{ pods: Pod[] }>('/api/cluster/pods'),

@@ -18,6 +18,8 @@ import type { RouterOverviewSchema } from '../../../router/dashboard.ts'
 import type { ActionResultSchema } from '../../../router/schemas.ts'
 export type RouterOverview = Static<typeof RouterOverviewSchema>
 export type RouterAction = Static<typeof ActionResultSchema>
+export type { KeyInput, KeyView } from '../../../../src/http/keys/service.ts'
+export type { UsageRow } from '../../../../src/http/keys/usage-book.ts'
 /**
  * The records the dashboard reads and sends, derived from the declarations the routes validate
  * with (TypeBox schemas, or the interfaces a route's schema is checked against): a field renamed on
@@ -47,6 +49,10 @@ export type { CheckRequest, CheckResult } from '../../profiles/check.ts'
 export type { TimeSample, TimeSeries } from '../../timeseries/ring.ts'
 export type { DashboardEventMap, DashboardEventName } from '../events.ts'
 export type { LoginResult }
+
+import type { KeyView as KeyViewRecord } from '../../../../src/http/keys/service.ts'
+/** KeyCreated: POST /api/keys: the key, and its secret (this once). */
+export type KeyCreated = KeyViewRecord & { key: string }
 
 export type GpuAvailable = Static<typeof GpuAvailableSchema>
 export type MultiGpu = Static<typeof MultiGpuSchema>

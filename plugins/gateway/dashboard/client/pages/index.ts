@@ -5,6 +5,7 @@ import { chatPage } from './chat.tsx'
 import { clusterPage } from './cluster.tsx'
 import { gpusPage } from './gpus.tsx'
 import { instancePage } from './instance.tsx'
+import { keysPage } from './keys.tsx'
 import { metricsPage } from './metrics.tsx'
 import { modelsPage } from './models.tsx'
 import { presetsPage } from './presets.tsx'
@@ -25,6 +26,7 @@ export const pages: readonly Page[] = [
   comparePage,
   benchmarkPage,
   presetsPage,
+  keysPage,
   routerPage,
   clusterPage,
 ]

@@ -1,0 +1,185 @@
+import { describe, expect, it } from 'bun:test'
+import { BodyRange } from '../../src/wire/body-range.ts'
+import type { ScannedJson } from '../../src/wire/json-scan.ts'
+import { askForUsage, readUsage, UsageStream } from '../../src/wire/usage.ts'
+
+const buf = (s: string) => Buffer.from(s)
+const read = (s: string) => readUsage(buf(s), 0, Buffer.byteLength(s))
+
+function scanned(text: string, prefix = ''): { body: BodyRange; json: ScannedJson } {
+  // The body sits inside a larger buffer (as a socket read holds it), after `prefix`.
+  const b = Buffer.from(prefix + text + 'POST /next HTTP/1.1\r\n')
+  const body = BodyRange.of(b, prefix.length, prefix.length + Buffer.byteLength(text))
+  const json = body.scanJson(64)
+  if (typeof json === 'string') throw new Error(json)
+  return { body, json }
+}
+
+describe('readUsage', () => {
+  it('reads the top-level usage of an engine reply, nested details and spaces included', () => {
+    expect(
+      read(
+        '{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":12,"total_tokens":20,"completion_tokens":8,"prompt_tokens_details":{"cached_tokens":4}}}',
+      ),
+    ).toEqual({ prompt: 12, completion: 8 })
+    expect(read('{"usage" : { "prompt_tokens" : 3 , "completion_tokens" : 1 } }')).toEqual({
+      prompt: 3,
+      completion: 1,
+    })
+  })
+
+  it('is not fooled by "usage" inside a string, a null usage, or counts that are not counts', () => {
+    expect(
+      read('{"choices":[{"message":{"content":"say \\"usage\\": {\\"prompt_tokens\\": 9}"}}]}'),
+    ).toBeNull()
+    expect(read('{"usage":null}')).toBeNull()
+    expect(read('{"usage":{"prompt_tokens":-1,"completion_tokens":2}}')).toBeNull()
+    expect(read('{"usage":{"prompt_tokens":"5"}}')).toBeNull()
+    // The object's own counts, not a nested object's of the same name, in whatever order.
+    expect(
+      read(
+        '{"usage":{"details":{"prompt_tokens":99,"completion_tokens":98},"completion_tokens":2,"prompt_tokens":5}}',
+      ),
+    ).toEqual({ prompt: 5, completion: 2 })
+    expect(read('{"usage":{"prompt_tokens":5,"completion_tokens":2')).toBeNull()
+    // An embeddings reply: prompt tokens only.
+    expect(read('{"data":[],"usage":{"prompt_tokens":7,"total_tokens":7}}')).toEqual({
+      prompt: 7,
+      completion: 0,
+    })
+  })
+
+  it('reads only within its range', () => {
+    const text = 'xx{"usage":{"prompt_tokens":2,"completion_tokens":3}}yy'
+    expect(readUsage(buf(text), 2, text.length - 2)).toEqual({ prompt: 2, completion: 3 })
+    expect(readUsage(buf(text), 2, 20)).toBeNull()
+  })
+})
+
+describe('askForUsage', () => {
+  it('leaves a request that is not streamed alone', () => {
+    const { body, json } = scanned('{"model":"m","stream":false}')
+    expect(askForUsage(body, json).body).toBe(body)
+  })
+
+  it('adds stream_options after stream, every other byte kept, and says to strip', () => {
+    const text = '{ "model" : "m", "stream":true , "messages":[] }'
+    const { body, json } = scanned(text, 'HEAD')
+    const asked = askForUsage(body, json)
+    expect(asked.strip).toBe(true)
+    expect(asked.body.text()).toBe(
+      '{ "model" : "m", "stream":true,"stream_options":{"include_usage":true} , "messages":[] }',
+    )
+    // The moved scan still finds every field in the new bytes.
+    expect(asked.json.string('model')).toBe('m')
+    expect(asked.json.value('stream_options')).toEqual({ include_usage: true })
+    expect(JSON.parse(asked.body.text())).toEqual({
+      ...JSON.parse(text),
+      stream_options: { include_usage: true },
+    })
+  })
+
+  it('sets include_usage in the client’s own stream_options, keeps its other options, and strips', () => {
+    const { body, json } = scanned(
+      '{"stream_options":{"continuous_usage_stats":true},"stream":true,"model":"m"}',
+    )
+    const asked = askForUsage(body, json)
+    expect(asked.strip).toBe(true)
+    expect(JSON.parse(asked.body.text())).toEqual({
+      stream_options: { continuous_usage_stats: true, include_usage: true },
+      stream: true,
+      model: 'm',
+    })
+    expect(asked.json.string('model')).toBe('m')
+  })
+
+  it('keeps the usage chunk for a client that asked, and leaves a stream_options that is not an object', () => {
+    const a = scanned('{"stream":true,"stream_options":{"include_usage":true},"model":"m"}')
+    expect(askForUsage(a.body, a.json)).toEqual({ ...a, strip: false })
+    const b = scanned('{"stream":true,"stream_options":"yes","model":"m"}')
+    expect(askForUsage(b.body, b.json).body).toBe(b.body)
+    const c = scanned('{"stream":true,"stream_options":null,"model":"m"}')
+    expect(JSON.parse(askForUsage(c.body, c.json).body.text()).stream_options).toEqual({
+      include_usage: true,
+    })
+  })
+})
+
+const event = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`
+const TOKEN = event({ id: 'c', choices: [{ index: 0, delta: { content: 'hi' } }] })
+const USAGE = event({
+  id: 'c',
+  choices: [],
+  usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
+})
+const DONE = 'data: [DONE]\n\n'
+
+/** through: what the client receives when `pieces` go through a UsageStream, piece by piece (null: unchanged). */
+function through(s: UsageStream, pieces: string[]): (string | null)[] {
+  return pieces.map((p) => {
+    const out = s.feed(buf(p), 0, Buffer.byteLength(p))
+    return out === null ? null : Buffer.from(out).toString()
+  })
+}
+
+describe('UsageStream', () => {
+  it('reads the usage chunk and passes every piece as it is', () => {
+    const s = new UsageStream(false)
+    expect(through(s, [TOKEN, TOKEN, USAGE, DONE])).toEqual([null, null, null, null])
+    expect(s.usage).toEqual({ prompt: 4, completion: 2 })
+  })
+
+  it('strips the usage chunk alone, piece for piece otherwise', () => {
+    const s = new UsageStream(true)
+    expect(through(s, [TOKEN, TOKEN, USAGE, DONE])).toEqual([null, null, '', null])
+    expect(s.usage).toEqual({ prompt: 4, completion: 2 })
+    const t = new UsageStream(true)
+    expect(through(t, [TOKEN + USAGE + DONE])).toEqual([TOKEN + DONE])
+    expect(t.rest()).toBeNull()
+  })
+
+  it('holds an event split across pieces until it is whole, then sends it with the next piece', () => {
+    const s = new UsageStream(true)
+    const cut = USAGE.length - 20
+    expect(through(s, [TOKEN + USAGE.slice(0, cut), USAGE.slice(cut) + DONE])).toEqual([TOKEN, DONE])
+    expect(s.usage).toEqual({ prompt: 4, completion: 2 })
+    const r = new UsageStream(false)
+    expect(through(r, [TOKEN.slice(0, 10), TOKEN.slice(10) + USAGE.slice(0, 30), USAGE.slice(30)])).toEqual([
+      null,
+      null,
+      null,
+    ])
+    expect(r.usage).toEqual({ prompt: 4, completion: 2 })
+  })
+
+  it('leaves token chunks that carry usage (continuous usage) in the stream', () => {
+    const s = new UsageStream(true)
+    const withUsage = event({
+      choices: [{ delta: { content: 'x' } }],
+      usage: { prompt_tokens: 4, completion_tokens: 1 },
+    })
+    expect(through(s, [withUsage, USAGE, DONE])).toEqual([null, '', null])
+    expect(s.usage).toEqual({ prompt: 4, completion: 2 })
+  })
+
+  it('reads CRLF-framed events too', () => {
+    const s = new UsageStream(true)
+    const crlf = USAGE.replace(/\n\n$/, '\r\n\r\n')
+    expect(through(s, [TOKEN, crlf, DONE])).toEqual([null, '', null])
+  })
+
+  it('stops stripping, sending everything, when an event grows past what it may hold', () => {
+    const s = new UsageStream(true)
+    const huge = `data: ${'x'.repeat(70 * 1024)}`
+    const out = through(s, [huge])
+    expect(out[0]).toBe(huge)
+    expect(s.strip).toBe(false)
+    expect(through(s, ['\n\n', USAGE])).toEqual([null, null])
+  })
+
+  it('gives back an unfinished last event at the end', () => {
+    const s = new UsageStream(true)
+    expect(through(s, [TOKEN, 'data: {"cut'])).toEqual([null, ''])
+    expect(Buffer.from(s.rest()!).toString()).toBe('data: {"cut')
+  })
+})
