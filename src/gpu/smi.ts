@@ -135,6 +135,8 @@ export class GpuProbe {
   private readonly cacheMs: number
   private cached: { snapshot: GpuSnapshot; at: number } | null = null
   private inflight: Promise<GpuSnapshot> | null = null
+  /** generation: bumped by invalidate, so a probe that began before it is not reused. */
+  private generation = 0
 
   constructor(
     private readonly command: string[] | null,
@@ -144,20 +146,30 @@ export class GpuProbe {
     this.cacheMs = opts.cacheMs ?? 500
   }
 
-  /** invalidate drops the cached snapshot so the next one reflects a change we just made. */
+  /**
+   * invalidate drops the cached snapshot so the next one reflects a change we just made. A probe
+   * already running started before the change: its answer is neither joined nor cached afterwards
+   * (it may read the GPU as it was: seen as a wake that "freed" memory it had just taken back).
+   */
   invalidate(): void {
     this.cached = null
+    this.inflight = null
+    this.generation++
   }
 
   async snapshot(): Promise<GpuSnapshot> {
     if (this.cached && Date.now() - this.cached.at < this.cacheMs) return this.cached.snapshot
     if (this.inflight) return this.inflight
-    this.inflight = this.probe().then((snapshot) => {
-      this.cached = { snapshot, at: Date.now() }
-      this.inflight = null
+    const generation = this.generation
+    const running = this.probe().then((snapshot) => {
+      if (this.generation === generation) {
+        this.cached = { snapshot, at: Date.now() }
+        this.inflight = null
+      }
       return snapshot
     })
-    return this.inflight
+    this.inflight = running
+    return running
   }
 
   private async probe(): Promise<GpuSnapshot> {

@@ -12,6 +12,7 @@ import {
   parseGpuCsv,
   parseSmiNumber,
 } from '../../src/gpu/smi.ts'
+import { waitFor } from '../support/wait.ts'
 
 const H100 = '0, GPU-c4dd1a2b, NVIDIA H100 80GB HBM3, 81559, 480, 81079, 12, 34'
 
@@ -188,6 +189,39 @@ describe('GpuProbe', () => {
     expect(b).toBe(c)
     expect(await probe.snapshot()).toBe(a)
     expect(callCount()).toBe(2)
+  })
+
+  it('never answers a probe that began before invalidate() after it (a change just made)', async () => {
+    // The fake reads the GPU's used memory, then waits for a gate: a probe caught mid-way.
+    const used = join(dir, 'used')
+    const gate = join(dir, 'gate')
+    const started = join(dir, 'started')
+    writeFileSync(used, '1000')
+    writeFileSync(started, '')
+    rmSync(gate, { force: true })
+    const gated = script(
+      'gated-smi',
+      `v=$(cat '${used}'); echo "$1" >> '${started}'
+while [ ! -f '${gate}' ]; do sleep 0.01; done
+case "$1" in
+  --query-gpu=*) printf '0, GPU-a, NVIDIA H100 80GB HBM3, 81559, %s, 0, 0, 30\\n' "$v" ;;
+esac`,
+    )
+    const probe = new GpuProbe([gated], { cacheMs: 60_000 })
+    const before = probe.snapshot()
+    await waitFor('the first probe read the GPU', () => readFileSync(started, 'utf8').split('\n').length > 2)
+    writeFileSync(used, '5000') // a wake took memory back
+    probe.invalidate()
+    const after = probe.snapshot()
+    writeFileSync(gate, '')
+    const [a, b] = await Promise.all([before, after])
+    if (!a.available || !b.available) throw new Error('probe unavailable')
+    expect(a.gpus[0]!.memoryUsedMib).toBe(1000)
+    expect(b.gpus[0]!.memoryUsedMib).toBe(5000)
+    // and what is cached from now on is the fresh one
+    const c = await probe.snapshot()
+    if (!c.available) throw new Error('probe unavailable')
+    expect(c.gpus[0]!.memoryUsedMib).toBe(5000)
   })
 
   it('probes again once the cache has expired', async () => {
