@@ -35,6 +35,11 @@ export interface SpanBase {
   inject(): string
   /** traceId: 32 hex digits. */
   readonly traceId: string
+  /**
+   * recording: the span is sampled and will be exported. A span that is not still carries its
+   * context on (`inject`), so work done only to fill in attributes can be skipped when it is false.
+   */
+  readonly recording: boolean
 }
 
 /** TraceSpan: an admin operation, a phase, a hop or an engine call. */
@@ -76,6 +81,10 @@ class OtelSpanBase {
 
   get traceId(): string {
     return this.span.spanContext().traceId
+  }
+
+  get recording(): boolean {
+    return this.span.isRecording()
   }
 
   child(name: string, attrs?: SpanAttributes, opts?: ChildOptions): TraceSpan {
@@ -154,6 +163,7 @@ export class OtelRequestTrace extends OtelSpanBase implements RequestTrace {
 /** NOOP_SPAN: what admin code gets with tracing off; every call does nothing and allocates nothing. */
 export const NOOP_SPAN: TraceSpan = {
   traceId: '',
+  recording: false,
   child: () => NOOP_SPAN,
   event: () => {},
   setAttributes: () => {},

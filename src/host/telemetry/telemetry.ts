@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import { ROOT_CONTEXT, type SpanContext, SpanKind, trace } from '@opentelemetry/api'
+import { type Attributes, ROOT_CONTEXT, type SpanContext, SpanKind, trace } from '@opentelemetry/api'
 import type { Logger } from '../logger.ts'
 import { type TelemetryConfig, type TracerHandle, tracesUrl } from './settings.ts'
 import {
@@ -34,8 +34,16 @@ export type { TelemetryConfig }
 /** RequestHead: what the request path knows of a request when its span starts. */
 export interface RequestHead {
   method: string
-  /** the route matched (`/v1/chat/completions`): low cardinality, also the span's name. */
+  /**
+   * the route matched (`/v1/chat/completions`): low cardinality, also the span's name. A route
+   * ending in an inference path (`/api/direct/{port}/v1/chat/completions`) names its operation too.
+   */
   route: string
+  /** the request's path (`url.path`) when it is not the route itself (a hop's `/internal/v1/…`). */
+  path?: string
+  /** the listener the request reached (`server.address`, `server.port`). */
+  serverAddress?: string
+  serverPort?: number
   /** the request's `traceparent` header, if any. */
   traceparent?: string | null
   /** the `model` the body names. */
@@ -49,6 +57,14 @@ const GEN_AI_OPERATION: Record<string, string> = {
   '/v1/chat/completions': 'chat',
   '/v1/completions': 'text_completion',
   '/v1/embeddings': 'embeddings',
+}
+
+/** operationOf: the GenAI operation of a route, by its own path or the inference path it ends in. */
+function operationOf(route: string): string | undefined {
+  const exact = GEN_AI_OPERATION[route]
+  if (exact !== undefined) return exact
+  for (const path in GEN_AI_OPERATION) if (route.endsWith(path)) return GEN_AI_OPERATION[path]
+  return undefined
 }
 
 export class Telemetry {
@@ -108,19 +124,20 @@ export class Telemetry {
           isRemote: true,
         } satisfies SpanContext)
       : ROOT_CONTEXT
-    const operation = GEN_AI_OPERATION[head.route]
     const attributes: SpanAttributes = {
       'http.request.method': head.method,
       'http.route': head.route,
-      'url.path': head.route,
-      'gen_ai.operation.name': operation,
+      'url.path': head.path ?? head.route,
+      'gen_ai.operation.name': operationOf(head.route),
       'gen_ai.request.model': head.model,
       'client.address': head.clientAddress,
+      'server.address': head.serverAddress,
+      'server.port': head.serverPort,
     }
     for (const k in attributes) if (attributes[k] === undefined) delete attributes[k]
     const span = tracer.startSpan(
       `${head.method} ${head.route}`,
-      { kind: SpanKind.SERVER, attributes: attributes as Record<string, string> },
+      { kind: SpanKind.SERVER, attributes: attributes as Attributes },
       ctx,
     )
     return new OtelRequestTrace(tracer, span)
