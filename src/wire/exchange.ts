@@ -1,3 +1,4 @@
+import type { RequestTrace } from '../host/telemetry/spans.ts'
 import type { AppError, ErrorShape } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import { LF } from './grammar.ts'
@@ -21,6 +22,7 @@ import {
   upstreamTimeout,
   upstreamUnavailable,
 } from './upstream-errors.ts'
+import { ResponseTail, readUsage } from './usage.ts'
 
 /**
  * WireExchange moves one request from a client connection of the wire front (src/wire) to an
@@ -43,6 +45,8 @@ import {
  * - A streamed event stream that breaks ends with an error event in the proxy shape and [DONE]; any
  *   other broken streamed body closes the client connection (the client sees a truncated body).
  * - `onEnd` runs exactly once with the outcome (ForwardEnd, src/wire/route.ts).
+ * - A traced request (WireForward.trace) gets its time to first token, and, when its span records,
+ *   the token counts and finish reasons of the answer (the held body, or the last bytes of a stream).
  */
 export interface WireClient {
   /** The client spoke HTTP/1.0: no chunked framing. */
@@ -84,6 +88,12 @@ export interface WireForward {
   /** Shape of the exchange's own errors (502/504). */
   errorShape: ErrorShape
   startedAt: number
+  /**
+   * trace: the request's server span (null: not traced). The exchange marks its first token (the
+   * first body byte of a streamed answer) and, when the span records, reads the engine's usage from
+   * what it relays (usage.ts); the front ends the span.
+   */
+  trace?: RequestTrace | null
   onEnd(info: ForwardEnd): void
 }
 
@@ -97,6 +107,9 @@ function sseErrorEnding(error: AppError, last: number, beforeLast: number): Uint
   const prefix = last === LF ? (beforeLast === LF ? '' : '\n') : '\n\n'
   return encoder.encode(`${prefix}data: ${JSON.stringify(error.toProxy())}\n\ndata: [DONE]\n\n`)
 }
+
+/** ok: a 2xx answer, the only kind whose body carries usage. */
+const ok = (status: number) => status >= 200 && status < 300
 
 /** BUFFER_LIMIT: replies up to this size with a Content-Length are held and written whole. */
 const BUFFER_LIMIT = 8 * 1024 * 1024
@@ -251,12 +264,15 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
    * stream write nothing corked, and an empty array kept would cost them two memory loads each.
    */
   private cork: (Uint8Array | string)[] | null = null
+  /** The last bytes of a streamed answer, kept for its usage (null: the request's span does not record). */
+  private tail: ResponseTail | null = null
 
   constructor(
     private readonly client: WireClient,
     private readonly f: WireForward,
   ) {
     this.keepAlive = f.head.keepAlive
+    if (f.trace?.recording) this.tail = new ResponseTail()
   }
 
   start(): void {
@@ -342,6 +358,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     this.bytes = reply.bodyBytes
     // The reply goes out first; the bookkeeping after it is off the client's wait.
     this.client.write(data)
+    if (this.tail !== null && ok(reply.status)) this.usage(data.subarray(data.length - reply.bodyBytes))
     const now = performance.now()
     const conn = this.conn!
     conn.served = true
@@ -441,7 +458,9 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (this.phase === Phase.FirstByte) {
       this.phase = Phase.Body
       this.ttftMs = performance.now() - this.f.startedAt
+      this.f.trace?.firstToken()
     }
+    if (this.tail !== null) this.tail.keep(buf, start, end)
     this.bytes += n
     this.beforeLast = n > 1 ? buf[end - 2]! : this.last
     this.last = buf[end - 1]!
@@ -469,12 +488,20 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.bytes = body.byteLength
       this.write(latin1(`${this.headText}content-length: ${body.byteLength}\r\n\r\n`))
       this.write(body)
+      if (this.tail !== null && ok(this.status)) this.usage(body)
     } else if (this.mode === Mode.Chunked && !this.verbatim) this.write(LAST_CHUNK)
     else if (this.verbatimRead !== null) {
       this.write(this.verbatimRead.subarray(0, this.parser.endInInput))
       this.verbatimRead = null
     }
+    if (this.tail !== null && this.mode !== Mode.Hold && ok(this.status)) this.usage(this.tail.bytes())
     this.finish(null)
+  }
+
+  /** usage: the engine's token counts and finish reasons, read from `body` onto the request's span. */
+  private usage(body: Uint8Array): void {
+    const u = readUsage(body)
+    if (u) this.f.trace!.usage(u)
   }
 
   /** write goes to the cork while an upstream read is handled, else straight to the client. */

@@ -1,3 +1,4 @@
+import type { RequestTrace } from '../host/telemetry/spans.ts'
 import type { AppError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import type { ScanFailure, ScannedJson } from './json-scan.ts'
@@ -30,6 +31,17 @@ export interface WireRequest extends WireHead {
    * its routing fields located without parsing the rest (json-scan.ts); scanned once, when first asked.
    */
   json(): ScannedJson | ScanFailure
+  /**
+   * startTrace: an inference route starts its request's server span here, once it knows the request
+   * is one (`route`: the route's path, the span's name; `model`: what the body names). The front
+   * fills in what it knows (method, the client's `traceparent`, the client and listener addresses)
+   * and ends the span with the response: its status, time to first token, and the engine's usage
+   * when the answer carries it. Null when tracing is off: one check, nothing made. A second call
+   * returns the span of the first.
+   */
+  startTrace(route: string, model?: string): RequestTrace | null
+  /** trace: the span startTrace started (null: none), which the route hands down with its plan. */
+  readonly trace: RequestTrace | null
 }
 
 /**
