@@ -287,7 +287,7 @@ export class GatewayService implements GatewayApi {
   /** control: an instance's sleep and (joinable) wake, and its queue, as its backend asks for them. */
   private readonly control: InstanceControl = {
     sleep: (inst, level, opts) => this.sleepWake.sleep(inst, level, opts),
-    wake: (inst) => this.wakeWithRoom(inst),
+    wake: (inst, trace) => this.wakeWithRoom(inst, trace),
     queue: (inst) => this.residency?.queue(inst.row.served_model_name) ?? null,
     abandoned: (inst) => this.residency?.abandoned(inst.row.served_model_name),
   }
