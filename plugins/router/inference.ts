@@ -94,6 +94,8 @@ export class RouterInference {
     const entry = this.deps.table.get(fields.model)
     const denied = this.deps.gate.check(entry, req.header('authorization'))
     if (denied) return { error: denied }
+    // Traced from here: a request refused for the key is not (like the gateway's, refused from its head).
+    const trace = req.startTrace(req.path, fields.model)
     if (!entry) return { error: modelNotFound(fields.model) }
     entry.touch(this.deps.now())
     if (fields.invalid) return { error: this.refusal(entry, fields.invalid, req.startedAt) }
@@ -109,6 +111,7 @@ export class RouterInference {
         startedAt: req.startedAt,
         firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
         connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+        trace,
       },
       {
         ...this.plan,

@@ -1,6 +1,7 @@
 import type { Registry } from 'prom-client'
 import type { BackendKind } from '../../../src/directory/backend.ts'
 import type { ListenerPlan, ModelDirectory } from '../../../src/directory/directory.ts'
+import { engineCall, traced } from '../../../src/directory/trace.ts'
 import type { WakePolicy } from '../../../src/directory/wake.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
@@ -9,7 +10,8 @@ import { type AppError, proxyError } from '../../../src/http/errors.ts'
 import type { BodyRange } from '../../../src/wire/body-range.ts'
 import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
-import type { WireAction, WireRequest } from '../../../src/wire/route.ts'
+import { upstreams } from '../../../src/wire/pool.ts'
+import type { WireAction, WireForwardAction, WireRequest } from '../../../src/wire/route.ts'
 import type { GatewayApi, GatewayInferenceApi, RemoteModel } from '../api.ts'
 import { GATEWAY_ANSWERS } from './answers.ts'
 import { ProxyMetrics } from './metrics.ts'
@@ -91,6 +93,11 @@ export const DIRECT_ROUTES: ReadonlySet<string> = new Set([
   'POST /detokenize',
 ])
 
+/** DIRECT_SPAN_ROUTES: each direct route's http.route in its span (`/api/direct/{port}/v1/chat/completions`). */
+const DIRECT_SPAN_ROUTES: ReadonlyMap<string, string> = new Map(
+  [...DIRECT_ROUTES].map((r) => [r, `${DIRECT}{port}${r.slice(r.indexOf(' ') + 1)}`]),
+)
+
 export function createInference(deps: InferenceDeps): {
   rawRoutes: RawRoute[]
   routes: AnyElysia
@@ -108,7 +115,7 @@ export function createInference(deps: InferenceDeps): {
     },
     {
       match: (path) => path.startsWith(DIRECT),
-      wire: (req) => handlers.planDirect(req.method, req.path, req.query, req.body),
+      wire: (req) => handlers.planDirect(req.method, req.path, req.query, req.body, req),
     },
   ]
   return { rawRoutes, routes: openaiRoutes({ tag: 'gateway', paths: ENGINE_PATHS, direct: true }), handlers }
@@ -176,15 +183,23 @@ export class GatewayInference implements GatewayInferenceApi {
     }
   }
 
-  /** planPath: a model route's request, its model read from the body's scan (never parsed whole). */
+  /**
+   * planPath: a model route's request, its model read from the body's scan (never parsed whole).
+   * Traced (every request the route takes, a refused body included), its span goes with the plan.
+   */
   private planPath(path: string, query: string, req: WireRequest, plan: ListenerPlan): WireAction {
     const enginePath = enginePaths.get(path)
     if (enginePath === undefined) return { error: notFound('POST', path) }
     const json = req.json()
-    if (typeof json === 'string')
+    if (typeof json === 'string') {
+      req.startTrace(path)
       return { error: scanRefusal(json, this.deps.config.maxJsonDepth ?? DEFAULT_JSON_DEPTH) }
+    }
     const model = modelOf(json)
-    if (typeof model !== 'string') return { error: model }
+    if (typeof model !== 'string') {
+      req.startTrace(path)
+      return { error: model }
+    }
     const { config } = this.deps
     return this.deps.directory.plan(
       model,
@@ -197,6 +212,7 @@ export class GatewayInference implements GatewayInferenceApi {
         startedAt: req.startedAt,
         firstByteTimeoutMs: config.firstByteTimeoutMs,
         connectTimeoutMs: config.connectTimeoutMs,
+        trace: req.startTrace(path, model),
       },
       plan,
     )
@@ -245,12 +261,17 @@ export class GatewayInference implements GatewayInferenceApi {
     return { object: 'list', data }
   }
 
-  planDirect(method: string, path: string, query: string, body: BodyRange): WireAction {
+  /**
+   * planDirect: `/api/direct/{port}/…` to the engine on that port. `req`: the front's request, whose
+   * span (its http.route `/api/direct/{port}` and the engine path) the engine call goes under.
+   */
+  planDirect(method: string, path: string, query: string, body: BodyRange, req?: WireRequest): WireAction {
     const rest = path.slice(DIRECT.length)
     const slash = rest.indexOf('/')
     const portText = slash < 0 ? rest : rest.slice(0, slash)
     const subPath = slash < 0 ? '/' : rest.slice(slash)
-    if (!DIRECT_ROUTES.has(`${method} ${subPath}`))
+    const route = DIRECT_SPAN_ROUTES.get(`${method} ${subPath}`)
+    if (route === undefined)
       return {
         error: proxyError(
           404,
@@ -259,6 +280,7 @@ export class GatewayInference implements GatewayInferenceApi {
           `The direct proxy forwards an engine's inference routes only, not ${method} ${subPath}`,
         ),
       }
+    const trace = req?.startTrace(route) ?? null
     const port = /^\d{1,5}$/.test(portText) ? Number(portText) : Number.NaN
     const lease = port >= 1 && port <= 65535 ? this.deps.api.acquireByPort(port) : null
     if (!lease) {
@@ -272,35 +294,46 @@ export class GatewayInference implements GatewayInferenceApi {
       }
     }
     const { config } = this.deps
-    return {
-      forward: {
-        origin: lease.baseUrl,
-        target: subPath + query,
-        body,
-        firstByteTimeoutMs: config.firstByteTimeoutMs,
-        connectTimeoutMs: config.connectTimeoutMs,
-        onEnd: (info) => {
-          lease.release()
-          this.deps.bus.emit('proxy.request', {
-            model: lease.servedModelName,
+    const forward: WireForwardAction = {
+      origin: lease.baseUrl,
+      target: subPath + query,
+      body,
+      firstByteTimeoutMs: config.firstByteTimeoutMs,
+      connectTimeoutMs: config.connectTimeoutMs,
+      onEnd: (info) => {
+        lease.release()
+        this.deps.bus.emit('proxy.request', {
+          model: lease.servedModelName,
+          instance_id: lease.instanceId,
+          status: info.status,
+          duration_ms: info.durationMs,
+          ttft_ms: info.ttftMs,
+          streamed: info.streamed,
+          path,
+        })
+        if (info.error)
+          this.deps.log.warn('upstream failure', {
             instance_id: lease.instanceId,
-            status: info.status,
-            duration_ms: info.durationMs,
-            ttft_ms: info.ttftMs,
-            streamed: info.streamed,
             path,
+            status: info.status,
+            error: info.error,
+            ms: Math.round(info.durationMs),
           })
-          if (info.error)
-            this.deps.log.warn('upstream failure', {
-              instance_id: lease.instanceId,
-              path,
-              status: info.status,
-              error: info.error,
-              ms: Math.round(info.durationMs),
-            })
-        },
       },
     }
+    if (!trace) return { forward }
+    // Traced only: the model the body names (the direct proxy reads no body otherwise).
+    const json = method === 'POST' ? req!.json() : null
+    const model = json !== null && typeof json !== 'string' ? json.string('model') : undefined
+    const served = lease.servedModelName
+    trace.setAttributes({ 'gen_ai.request.model': model, 'gen_ai.response.model': served })
+    const host = upstreams.origin(lease.baseUrl).hostname
+    const call = engineCall(
+      trace,
+      { host, port, path: subPath, model: served },
+      { 'modelgate.instance_id': lease.instanceId },
+    )
+    return { forward: traced(call, forward) }
   }
 }
 
