@@ -22,8 +22,13 @@ const USAGE_BYTES = 2048
 
 const USAGE_KEY = Buffer.from('"usage"', 'latin1')
 const FINISH_KEY = Buffer.from('"finish_reason"', 'latin1')
-const PROMPT = /"prompt_tokens"\s*:\s*(\d+)/
-const COMPLETION = /"completion_tokens"\s*:\s*(\d+)/
+const PROMPT_KEY = Buffer.from('"prompt_tokens"', 'latin1')
+const COMPLETION_KEY = Buffer.from('"completion_tokens"', 'latin1')
+/** The usual reasons, as shared strings (no string made per answer for them). */
+const REASONS = ['stop', 'length', 'abort', 'tool_calls', 'content_filter'].map((r) => ({
+  text: r,
+  bytes: Buffer.from(r, 'latin1'),
+}))
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
 const OPEN = 0x7b
@@ -78,15 +83,29 @@ export function readUsage(body: Uint8Array): ResponseUsage | null {
   const out: ResponseUsage = {}
   const usage = lastUsageObject(buf)
   if (usage !== null) {
-    const text = buf.toString('latin1', usage[0], usage[1])
-    const prompt = PROMPT.exec(text)
-    const completion = COMPLETION.exec(text)
-    if (prompt) out.inputTokens = Number(prompt[1])
-    if (completion) out.outputTokens = Number(completion[1])
+    const prompt = countAfter(buf, PROMPT_KEY, usage[0], usage[1])
+    const completion = countAfter(buf, COMPLETION_KEY, usage[0], usage[1])
+    if (prompt >= 0) out.inputTokens = prompt
+    if (completion >= 0) out.outputTokens = completion
   }
   const reasons = finishReasons(buf)
   if (reasons.length > 0) out.finishReasons = reasons
   return out.inputTokens === undefined && out.outputTokens === undefined && !out.finishReasons ? null : out
+}
+
+/** countAfter: the non-negative integer value of `key` inside [from, to), or -1. */
+function countAfter(buf: Buffer, key: Buffer, from: number, to: number): number {
+  const at = buf.indexOf(key, from)
+  if (at < 0 || at >= to) return -1
+  let i = afterColon(buf, at + key.length)
+  if (i < 0) return -1
+  let n = -1
+  for (; i < to; i++) {
+    const d = buf[i]! - 48
+    if (d < 0 || d > 9) break
+    n = n < 0 ? d : n * 10 + d
+  }
+  return n
 }
 
 /**
@@ -117,11 +136,21 @@ function finishReasons(buf: Buffer): string[] {
       const end = buf.indexOf(QUOTE, value + 1)
       // A reason is a short plain word (stop, length, abort, tool_calls...).
       if (end > value && end - value <= 64 && buf[end - 1] !== BACKSLASH)
-        out.push(buf.toString('latin1', value + 1, end))
+        out.push(reasonAt(buf, value + 1, end))
     }
     at = buf.indexOf(FINISH_KEY, at + FINISH_KEY.length)
   }
   return out
+}
+
+/** reasonAt: the finish reason in buf[from, to), one of REASONS' strings when it is one of them. */
+function reasonAt(buf: Buffer, from: number, to: number): string {
+  next: for (const r of REASONS) {
+    if (r.bytes.length !== to - from) continue
+    for (let i = 0; i < r.bytes.length; i++) if (buf[from + i] !== r.bytes[i]) continue next
+    return r.text
+  }
+  return buf.toString('latin1', from, to)
 }
 
 /** afterColon: the index of the value after a key ending at i (`: ` with any JSON whitespace), or -1. */

@@ -4,16 +4,24 @@
  * fake GatewayApi with one active instance per `--upstream` port (named `m0`, `m1`, … and served
  * as `bench-model`). Prints one JSON line `{url, pid}` on stdout once listening; stops on SIGTERM.
  *
- *   bun test/perf/proxy-server.ts --upstream 9101 [--upstream 9102] [--api-key KEY]
+ * With `--trace URL`, requests are traced and their spans exported to that OTLP endpoint
+ * (test/perf/otlp-sink.ts in the benchmark): every one, or `--sample-ratio` of them.
+ *
+ *   bun test/perf/proxy-server.ts --upstream 9101 [--upstream 9102] [--api-key KEY] [--trace URL
+ *   [--sample-ratio R]]
  */
 import { FakeGateway, instance, startProxyHost } from '../wire/support.ts'
 
 const args = process.argv.slice(2)
 const upstreams: number[] = []
 let apiKey: string | undefined
+let otlpEndpoint: string | undefined
+let sampleRatio = 1
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--upstream') upstreams.push(Number(args[++i]))
   else if (args[i] === '--api-key') apiKey = args[++i]
+  else if (args[i] === '--trace') otlpEndpoint = args[++i]
+  else if (args[i] === '--sample-ratio') sampleRatio = Number(args[++i])
 }
 if (upstreams.length === 0) {
   console.error('usage: proxy-server.ts --upstream PORT [--upstream PORT] [--api-key KEY]')
@@ -31,6 +39,7 @@ const px = await startProxyHost(api, {
   logSink: (line) => process.stderr.write(`${line}\n`),
   logLevel: 'error',
   captureEvents: false,
+  ...(otlpEndpoint ? { otlpEndpoint, sampleRatio } : {}),
 })
 process.stdout.write(`${JSON.stringify({ url: px.url, pid: process.pid })}\n`)
 

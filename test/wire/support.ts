@@ -260,6 +260,10 @@ export interface ProxyHostOptions {
   logLevel?: 'debug' | 'info' | 'warn' | 'error'
   /** captureEvents: keep every proxy.request event in `events` (default true; off for benchmarks). */
   captureEvents?: boolean
+  /** otlpEndpoint: `telemetry.otlp_endpoint` (request spans exported there). */
+  otlpEndpoint?: string
+  /** sampleRatio: `telemetry.sample_ratio` with an otlpEndpoint (default 1: every request). */
+  sampleRatio?: number
 }
 
 export interface ProxyHost extends TestHost {
@@ -289,7 +293,10 @@ export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}):
       return { rawRoutes: inf.rawRoutes, routes: inf.routes, api }
     },
   }) as unknown as PluginDefinition
-  const th = await startHost('plugins:\n  gateway: {}\n', [plugin], o.env ?? {}, undefined, {
+  const telemetry = o.otlpEndpoint
+    ? `telemetry: { otlp_endpoint: '${o.otlpEndpoint}', sample_ratio: ${o.sampleRatio ?? 1} }\n`
+    : ''
+  const th = await startHost(`${telemetry}plugins:\n  gateway: {}\n`, [plugin], o.env ?? {}, undefined, {
     server: { idle_timeout_seconds: idle },
     logLevel: o.logLevel ?? 'warn',
     ...(o.logSink ? { logSink: o.logSink } : {}),
