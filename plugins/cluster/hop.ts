@@ -3,13 +3,15 @@ import { Elysia } from 'elysia'
 import { Counter, type Registry } from 'prom-client'
 import type { Backend, BackendRequest, LeaseHandle, Readiness } from '../../src/directory/backend.ts'
 import type { BackendSource, ModelDirectory } from '../../src/directory/directory.ts'
+import { callSpan, endCall, traced } from '../../src/directory/trace.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { METRIC_PREFIX } from '../../src/host/metrics.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
+import type { TraceSpan } from '../../src/host/telemetry/spans.ts'
 import { ProxyError } from '../../src/http/schemas.ts'
 import { servedByTheFront } from '../../src/wire/openai-routes.ts'
 import { upstreams } from '../../src/wire/pool.ts'
-import type { ForwardEnd, WireAction, WireForwardAction } from '../../src/wire/route.ts'
+import type { ForwardEnd, WireAction, WireForwardAction, WireRequest } from '../../src/wire/route.ts'
 import { errorCode, upstreamConnectTimeout, upstreamUnavailable } from '../../src/wire/upstream-errors.ts'
 import type { GatewayInferenceApi, RemoteModel } from '../gateway/api.ts'
 import { hopCandidates } from './routing-table.ts'
@@ -37,6 +39,11 @@ import { CLUSTER_HEADERS, DESTINATION_PARAM, signRequest } from './signing.ts'
  * The other pods that hold a model are backends of the model directory (src/directory), which
  * orders them with this pod's own (order.ts: running before sleeping, this pod first, a pod that
  * failed to connect within FAILED_POD_MS last, then the fewest hops in flight from this pod).
+ *
+ * A traced request's hop is a client span (`cluster.hop`, from before the connection is opened) whose
+ * `traceparent` the hop carries (src/directory/trace.ts, outside the signature, which covers method,
+ * target, timestamp and body): the receiving pod's front starts its request span under it, so both
+ * pods' spans, and its engine's, are one trace.
  */
 export const HOP_PREFIX = '/internal/v1'
 const NONCE = '?hop='
@@ -89,13 +96,19 @@ export class ClusterHop implements BackendSource {
   constructor(private readonly o: ClusterHopOptions) {
     this.now = o.now ?? Date.now
     this.hops = hopCounter(o.metrics)
-    const inference = o.inference
     this.rawRoutes = [
       {
         match: (path, method) => method === 'POST' && path.startsWith(`${HOP_PREFIX}/`),
-        wire: (req) => inference.planLocal(req.path.slice(HOP_PREFIX.length), withoutNonce(req.query), req),
+        wire: (req) => this.land(req),
       },
     ]
+  }
+
+  /** land: a hop another pod sent here, planned on this pod's instances; its span names the sender. */
+  private land(req: WireRequest): WireAction {
+    const action = this.o.inference.planLocal(req.path.slice(HOP_PREFIX.length), withoutNonce(req.query), req)
+    req.trace?.setAttributes({ 'modelgate.hop.from_pod': req.header(CLUSTER_HEADERS.pod) ?? undefined })
+    return action
   }
 
   /** start adds the other pods to the model directory, and their models to the gateway's GET /v1/models. */
@@ -159,8 +172,16 @@ export class ClusterHop implements BackendSource {
     })
   }
 
-  /** signed: the signed hop of a leased request to `entry`'s gateway; its end is counted once. */
-  signed(entry: RoutingEntry, req: BackendRequest, lease: LeaseHandle): WireForwardAction {
+  /**
+   * signed: the signed hop of a leased request to `entry`'s gateway; its end is counted once. `span`:
+   * the hop's span when the request is traced (it carries its traceparent and ends with the hop).
+   */
+  signed(
+    entry: RoutingEntry,
+    req: BackendRequest,
+    lease: LeaseHandle,
+    span: TraceSpan | null,
+  ): WireForwardAction {
     const { cluster, secret } = this.o
     const query = req.query.length > 1 ? `&${req.query.slice(1)}` : ''
     const nonce = `${NONCE}${this.nonce}${(++this.seq).toString(36)}`
@@ -168,7 +189,7 @@ export class ClusterHop implements BackendSource {
     const target = `${HOP_PREFIX}${req.path}${nonce}${to}${query}`
     const stamp = this.now()
     const signature = signRequest(secret, 'POST', target, stamp, req.body.bytes())
-    return {
+    const forward: WireForwardAction = {
       origin: entry.podAddress,
       target,
       body: req.body,
@@ -185,6 +206,7 @@ export class ClusterHop implements BackendSource {
         lease.end(info)
       },
     }
+    return span ? traced(span, forward) : forward
   }
 
   private ended(entry: RoutingEntry, model: string, info: ForwardEnd): void {
@@ -276,7 +298,8 @@ class PodBackend implements Backend {
 
   forward(req: BackendRequest, lease: LeaseHandle): WireAction {
     const target = upstreams.origin(this.entry.podAddress)
-    if (upstreams.idleCount(target) > 0) return { forward: this.hop.signed(this.entry, req, lease) }
+    const span = req.trace ? this.span(req, target) : null
+    if (upstreams.idleCount(target) > 0) return { forward: this.hop.signed(this.entry, req, lease, span) }
     const connectMs = req.connectTimeoutMs > 0 ? req.connectTimeoutMs : DEFAULT_CONNECT_MS
     return {
       defer: async (signal) => {
@@ -284,19 +307,45 @@ class PodBackend implements Backend {
           // Into the pool: the forward's exchange takes the most recently pooled connection.
           ;(await upstreams.connect(target, connectMs)).release()
         } catch (err) {
-          if (signal.aborted) return lease.next(upstreamUnavailable(err))
-          this.hop.unreachable(this.entry, req.model, err)
           const error =
             errorCode(err) === 'ConnectTimeout' ? upstreamConnectTimeout(connectMs) : upstreamUnavailable(err)
+          if (span) endCall(span, unsent(error.code, signal.aborted))
+          if (signal.aborted) return lease.next(upstreamUnavailable(err))
+          this.hop.unreachable(this.entry, req.model, err)
           return lease.next(error)
         }
-        return { forward: this.hop.signed(this.entry, req, lease) }
+        return { forward: this.hop.signed(this.entry, req, lease, span) }
       },
     }
+  }
+
+  /** span: the hop's client span under the request's, begun before any connection is opened. */
+  private span(req: BackendRequest, target: { hostname: string; port: number }): TraceSpan {
+    return callSpan(req.trace!, 'cluster.hop', {
+      'http.request.method': 'POST',
+      'server.address': target.hostname,
+      'server.port': target.port,
+      'url.path': `${HOP_PREFIX}${req.path}`,
+      'gen_ai.request.model': req.model,
+      'modelgate.pod_id': this.entry.podId,
+    })
   }
 }
 
 const NONE: readonly Backend[] = Object.freeze([])
+
+/** unsent: the outcome of a hop that never left (no connection, or the client went away meanwhile). */
+function unsent(error: string, clientGone: boolean): ForwardEnd {
+  return {
+    status: 502,
+    bytes: 0,
+    durationMs: 0,
+    ttftMs: null,
+    streamed: false,
+    aborted: clientGone,
+    ...(clientGone ? {} : { error }),
+  }
+}
 
 /** outcomeOf: how a hop ended, for the metric. */
 export function outcomeOf(info: ForwardEnd): HopOutcome {

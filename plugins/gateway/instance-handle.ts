@@ -1,4 +1,5 @@
 import type { Readiness, SleepReason, SleepState } from '../../src/directory/backend.ts'
+import type { SpanBase } from '../../src/host/telemetry/spans.ts'
 import type { SleepOptions, WakeResult } from './api.ts'
 import type { ManagedInstance } from './instance.ts'
 import type { InstanceHandle } from './proxy/instance-backend.ts'
@@ -6,8 +7,11 @@ import type { InstanceHandle } from './proxy/instance-backend.ts'
 /** What an instance's handle asks of the gateway: its one sleep and its one wake, and its queue. */
 export interface InstanceControl {
   sleep(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions): Promise<unknown>
-  /** wake is joinable: a second caller while it runs gets the same wake (sleep-wake.ts), with room made first. */
-  wake(inst: ManagedInstance): Promise<WakeResult>
+  /**
+   * wake is joinable: a second caller while it runs gets the same wake (sleep-wake.ts), with room made
+   * first. `trace`: the waiting request's span (the wake's span goes under it, or an event says it joined).
+   */
+  wake(inst: ManagedInstance, trace?: SpanBase | null): Promise<WakeResult>
   /** queue: a catalogued model's requests wait in its queue while it loads or wakes (null: not catalogued). */
   queue(inst: ManagedInstance): { max: number; timeoutMs: number } | null
   /** abandoned: every request waiting for the instance left. */
@@ -77,7 +81,7 @@ export class ManagedHandle implements InstanceHandle {
    * planned again and meets what it is now). A sleep still under way is waited for first, then the
    * instance's one wake runs (or is joined); a wake that leaves the engine asleep is an error.
    */
-  async wake(): Promise<void> {
+  async wake(trace?: SpanBase | null): Promise<void> {
     const l = this.inst.lifecycle
     for (;;) {
       if (l.takesRequests) return
@@ -88,7 +92,7 @@ export class ManagedHandle implements InstanceHandle {
       }
       if (l.state !== 'sleeping' && !(l.state === 'active' && l.operation === 'sleep')) return
       if (l.state === 'sleeping' && (l.operation === null || l.operation === 'wake')) {
-        const woke = await this.control.wake(this.inst)
+        const woke = await this.control.wake(this.inst, trace)
         if (woke.status === 'sleeping') throw new Error('the engine still reports sleeping after waking up')
         return
       }

@@ -309,7 +309,7 @@ export class GatewayService implements GatewayApi {
   /** control: an instance's sleep and (joinable) wake, and its queue, as its backend asks for them. */
   private readonly control: InstanceControl = {
     sleep: (inst, level, opts) => this.sleep(inst.id, level, opts),
-    wake: (inst) => this.wakeWithRoom(inst),
+    wake: (inst, trace) => this.wakeWithRoom(inst, trace),
     queue: (inst) => this.residency?.queue(inst.row.served_model_name) ?? null,
     abandoned: (inst) => this.residency?.abandoned(inst.row.served_model_name),
     pinned: (inst) => this.residency?.pinned(inst.row.served_model_name) ?? false,

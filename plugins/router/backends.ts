@@ -6,6 +6,7 @@ import type {
   Readiness,
   SleepState,
 } from '../../src/directory/backend.ts'
+import { engineCall, traced } from '../../src/directory/trace.ts'
 import {
   EngineCallError,
   type EngineClient,
@@ -187,15 +188,22 @@ export class EndpointBackend implements Backend {
   }
 
   forward(req: BackendRequest, lease: LeaseHandle): WireAction {
-    return {
-      forward: {
-        origin: this.client.baseUrl,
-        target: req.path + req.query,
-        body: req.body,
-        firstByteTimeoutMs: req.firstByteTimeoutMs,
-        connectTimeoutMs: req.connectTimeoutMs,
-        onEnd: lease.end,
-      },
+    const forward = {
+      origin: this.client.baseUrl,
+      target: req.path + req.query,
+      body: req.body,
+      firstByteTimeoutMs: req.firstByteTimeoutMs,
+      connectTimeoutMs: req.connectTimeoutMs,
+      onEnd: lease.end,
     }
+    const trace = req.trace
+    if (!trace) return { forward }
+    const { host, port } = this.ep
+    const call = engineCall(
+      trace,
+      { host, port, path: req.path, model: this.model },
+      { 'modelgate.endpoint': this.key },
+    )
+    return { forward: traced(call, forward) }
   }
 }

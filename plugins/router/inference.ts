@@ -95,6 +95,8 @@ export class RouterInference {
     const entry = this.deps.table.get(fields.model)
     const grant = this.deps.gate.check(entry, req.grant, req.header('authorization'))
     if (grant instanceof AppError) return { error: grant }
+    // Traced from here: a request refused for the key is not (like the gateway's, refused from its head).
+    const trace = req.startTrace(req.path, fields.model)
     if (!entry) return { error: modelNotFound(fields.model) }
     entry.touch(this.deps.now())
     if (fields.invalid) return { error: this.refusal(entry, fields.invalid, req.startedAt) }
@@ -112,6 +114,7 @@ export class RouterInference {
         connectTimeoutMs: cfg.proxy.connect_timeout_ms,
         // A key governs the gateway's models; a standalone endpoint model needs none and counts none.
         grant,
+        trace,
       },
       {
         ...this.plan,

@@ -1,3 +1,4 @@
+import type { RequestTrace, SpanBase } from '../host/telemetry/spans.ts'
 import type { BodyRange } from '../wire/body-range.ts'
 import type { ScannedJson } from '../wire/json-scan.ts'
 import type { ForwardEnd, WireAction } from '../wire/route.ts'
@@ -102,9 +103,10 @@ export interface Backend {
   /**
    * wake starts this backend's one wake or joins the one under way (a request, an operator and the
    * router all join the same); it resolves once the backend takes requests. Absent: not wakeable
-   * from here (another pod wakes its own).
+   * from here (another pod wakes its own). `trace`: the span of the request waiting for it, under
+   * which the wake's own span goes (or, when it joins a wake under way, an event says so).
    */
-  wake?(): Promise<void>
+  wake?(trace?: SpanBase | null): Promise<void>
   /**
    * forward: the action that carries a leased request to this backend. `lease.end` must be called
    * exactly once when the response has ended (a forward's onEnd), and `lease.next` gives the next
@@ -129,6 +131,12 @@ export interface BackendRequest {
   readonly connectTimeoutMs: number
   /** The listener's hold_timeout (ms): how long a pod it is relayed to may hold it for a wake. */
   readonly holdTimeoutMs: number
+  /**
+   * trace: the request's server span (null or absent: not traced). A backend's forward puts its
+   * call (to an engine, or the hop to a pod) under it as a client span, and sends that span's
+   * `traceparent` in place of the client's (traceCall, trace.ts).
+   */
+  readonly trace?: RequestTrace | null
 }
 
 /** LeaseHandle: what a backend's forward reports back through. */

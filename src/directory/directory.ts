@@ -2,6 +2,7 @@ import type { Registry } from 'prom-client'
 import { abortable, WaitError } from '../host/abortable.ts'
 import type { EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
+import type { SpanBase, TraceSpan } from '../host/telemetry/spans.ts'
 import type { AppError } from '../http/errors.ts'
 import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
 import { askForUsage, type UsageMode } from '../wire/usage.ts'
@@ -177,10 +178,11 @@ export class ModelDirectory {
    * wake: the backend's wake for a request. A backend's wake is its one wake, joined by whoever
    * asks while it runs (a request, an operator, the router), so this starts or joins it; a failure
    * is remembered for the model (requests are then refused for WAKE_RETRY_MS, not each retried).
+   * `trace`: the waiting request's span, under which the wake is drawn (Backend.wake).
    */
-  wake(b: Backend): Promise<void> {
+  wake(b: Backend, trace?: SpanBase | null): Promise<void> {
     if (!b.wake) return Promise.resolve()
-    return b.wake().catch((err: Error) => {
+    return b.wake(trace).catch((err: Error) => {
       this.record(b.model).failed(performance.now(), err.message)
       throw err
     })
@@ -274,7 +276,15 @@ export class ModelDirectory {
     if (queue && !(this.holding.get(name)?.hasRoom(priority, queue.max) ?? queue.max > 0))
       return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
     const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
-    const wakes = sleepers.map((b) => this.wake(b))
+    const holds = !(p.policy === 'reject' && !queue)
+    // Traced: a held request's wait is a span, the wake under it; a refused one's wake is its own child.
+    const held = holds
+      ? (req.trace?.child('modelgate.hold', {
+          'gen_ai.request.model': name,
+          'modelgate.hold.queued': queue !== null,
+        }) ?? null)
+      : null
+    const wakes = sleepers.map((b) => this.wake(b, held ?? req.trace))
     const wake =
       wakes.length === 1
         ? wakes[0]!
@@ -283,8 +293,8 @@ export class ModelDirectory {
             (err: AggregateError) => Promise.reject(err.errors[0]),
           )
     wake.catch((err: Error) => this.log.warn('wake on request failed', { model: name, error: err.message }))
-    if (p.policy === 'reject' && !queue) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
-    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue) }
+    if (!holds) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, held) }
   }
 
   /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
@@ -296,6 +306,7 @@ export class ModelDirectory {
     p: ListenerPlan,
     client: AbortSignal,
     queue: { max: number; timeoutMs: number } | null,
+    span: TraceSpan | null,
   ): Promise<WireAction> {
     const t0 = performance.now()
     const name = first.model
@@ -328,6 +339,11 @@ export class ModelDirectory {
       }
     }
     this.bus.emit('proxy.held', { model: name, outcome, held_ms: performance.now() - t0 })
+    if (span) {
+      span.setAttributes({ 'modelgate.hold.outcome': outcome })
+      const failed = outcome === 'wake_failed' || outcome === 'timeout' || outcome === 'stopping'
+      span.end(failed ? reason || outcome : undefined)
+    }
     const retryAfter = () => this.retryAfterSeconds(first)
     switch (outcome) {
       case 'awake':
@@ -374,6 +390,7 @@ export class ModelDirectory {
     exclude: ReadonlySet<string> | undefined,
   ): WireAction {
     b.acquire()
+    req.trace?.setAttributes({ 'gen_ai.response.model': b.model })
     let over = false
     const handle: LeaseHandle = {
       end: (info) => {

@@ -300,6 +300,7 @@ export class Host {
         ...(opts.internal ? { internal: (req) => auth.vetInternal(req) } : {}),
         ...(opts.internal ? { internalHead: (req) => auth.internalHead(req) } : {}),
         frameworkSocket: socket,
+        telemetry: this.telemetry,
         shapeOf: (path) => shape ?? shapeFor(path),
         onRequest: (method, path, query, status, ms, refused) =>
           access.request(method, path, query, status, ms, refused),

@@ -1,3 +1,4 @@
+import type { RequestTrace } from '../host/telemetry/spans.ts'
 import type { AppError, ErrorShape } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import { LF } from './grammar.ts'
@@ -21,7 +22,7 @@ import {
   upstreamTimeout,
   upstreamUnavailable,
 } from './upstream-errors.ts'
-import { readUsage, type TokenUsage, type UsageMode, UsageStream } from './usage.ts'
+import { finishReasons, readUsage, type TokenUsage, type UsageMode, UsageStream } from './usage.ts'
 
 /**
  * WireExchange moves one request from a client connection of the wire front (src/wire) to an
@@ -46,8 +47,9 @@ import { readUsage, type TokenUsage, type UsageMode, UsageStream } from './usage
  * - `onEnd` runs exactly once with the outcome (ForwardEnd, src/wire/route.ts), with the engine's
  *   token counts when asked (`usage`, src/wire/usage.ts: read from the held reply, or from the
  *   stream's events as they pass; `strip` relays such a stream re-framed instead of verbatim, so
- *   that its usage chunk can be taken out).
+ *   that its usage chunk can be taken out), and, for a recording span, the finish reasons.
  * - `responseHead`: lines the front adds to the response head (a grant's rate-limit state).
+ * - A traced request (WireForward.trace) gets its time to first token.
  */
 export interface WireClient {
   /** The client spoke HTTP/1.0: no chunked framing. */
@@ -93,6 +95,12 @@ export interface WireForward {
   responseHead?: string | undefined
   /** Read the engine's usage (and strip the usage chunk of a stream): see WireForwardAction.usage. */
   usage?: UsageMode | undefined
+  /**
+   * trace: the request's server span (null: not traced). The exchange marks its first token (the
+   * first body byte of a streamed answer) and, when the span records, reads the answer's finish
+   * reasons with its usage; the front ends the span.
+   */
+  trace?: RequestTrace | null
   onEnd(info: ForwardEnd): void
 }
 
@@ -106,6 +114,9 @@ function sseErrorEnding(error: AppError, last: number, beforeLast: number): Uint
   const prefix = last === LF ? (beforeLast === LF ? '' : '\n') : '\n\n'
   return encoder.encode(`${prefix}data: ${JSON.stringify(error.toProxy())}\n\ndata: [DONE]\n\n`)
 }
+
+/** ok: a 2xx answer, the only kind whose body carries usage. */
+const ok = (status: number) => status >= 200 && status < 300
 
 /** BUFFER_LIMIT: replies up to this size with a Content-Length are held and written whole. */
 const BUFFER_LIMIT = 8 * 1024 * 1024
@@ -263,6 +274,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
    * stream write nothing corked, and an empty array kept would cost them two memory loads each.
    */
   private cork: (Uint8Array | string)[] | null = null
+  /** The finish reasons of a held reply, read for a recording span (a stream's are the meter's). */
+  private reasons: string[] | null = null
 
   constructor(
     private readonly client: WireClient,
@@ -355,7 +368,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     // The reply goes out first; the bookkeeping after it is off the client's wait.
     const extra = this.f.responseHead
     this.client.write(extra ? withHeadLines(data, extra) : data)
-    if (this.f.usage) this.usage = readUsage(data, data.length - reply.bodyBytes, data.length)
+    if (this.f.usage) this.readHeld(data, data.length - reply.bodyBytes, data.length, reply.status)
     const now = performance.now()
     const conn = this.conn!
     conn.served = true
@@ -436,7 +449,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (!this.headKeepsAlive()) text += 'connection: close\r\n'
     if (this.f.responseHead) text += this.f.responseHead
     if (this.f.usage && this.sse && (this.mode === Mode.Chunked || this.mode === Mode.Close))
-      this.meter = new UsageStream(this.f.usage === 'strip')
+      this.meter = new UsageStream(this.f.usage === 'strip', this.f.trace?.recording === true)
     if (this.mode === Mode.Hold) {
       this.headText = text
       this.phase = Phase.FirstByte
@@ -458,6 +471,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (this.phase === Phase.FirstByte) {
       this.phase = Phase.Body
       this.ttftMs = performance.now() - this.f.startedAt
+      this.f.trace?.firstToken()
     }
     const meter = this.meter
     if (meter !== null) {
@@ -500,7 +514,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.bytes = body.byteLength
       this.write(latin1(`${this.headText}content-length: ${body.byteLength}\r\n\r\n`))
       this.write(body)
-      if (this.f.usage) this.usage = readUsage(body, 0, body.byteLength)
+      if (this.f.usage) this.readHeld(body, 0, body.byteLength, this.status)
     } else if (this.meter !== null && !this.verbatim) {
       const rest = this.meter.rest()
       if (rest !== null && rest.byteLength > 0) this.writePiece(rest, 0, rest.byteLength)
@@ -511,6 +525,12 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       this.verbatimRead = null
     }
     this.finish(null)
+  }
+
+  /** readHeld: the engine's counts of a held reply buf[a, b), and its finish reasons for a recording span. */
+  private readHeld(buf: Buffer, a: number, b: number, status: number): void {
+    this.usage = readUsage(buf, a, b)
+    if (this.f.trace?.recording && ok(status)) this.reasons = finishReasons(buf, a, b)
   }
 
   /** write goes to the cork while an upstream read is handled, else straight to the client. */
@@ -607,6 +627,8 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (error && !this.clientGone) info.error = error.code
     const usage = this.usage ?? this.meter?.usage ?? null
     if (usage !== null) info.usage = usage
+    const reasons = this.reasons ?? this.meter?.reasons ?? null
+    if (reasons !== null && reasons.length > 0) info.finishReasons = reasons
     try {
       this.f.onEnd(info)
     } catch (err) {

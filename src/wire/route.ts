@@ -1,3 +1,4 @@
+import type { RequestTrace } from '../host/telemetry/spans.ts'
 import type { AppError } from '../http/errors.ts'
 import type { BodyRange } from './body-range.ts'
 import type { ScanFailure, ScannedJson } from './json-scan.ts'
@@ -50,6 +51,17 @@ export interface WireRequest extends WireHead {
   json(): ScannedJson | ScanFailure
   /** grant: what the guard or the route's admission vouched for from the head (null: none, inference is open). */
   readonly grant: InferenceGrant | null
+  /**
+   * startTrace: an inference route starts its request's server span here, once it knows the request
+   * is one (`route`: the route's path, the span's name; `model`: what the body names). The front
+   * fills in what it knows (method, the client's `traceparent`, the client and listener addresses)
+   * and ends the span with the response: its status, time to first token, and the engine's usage
+   * when the answer carries it. Null when tracing is off: one check, nothing made. A second call
+   * returns the span of the first.
+   */
+  startTrace(route: string, model?: string): RequestTrace | null
+  /** trace: the span startTrace started (null: none), which the route hands down with its plan. */
+  readonly trace: RequestTrace | null
 }
 
 /**
@@ -82,6 +94,8 @@ export interface ForwardEnd {
   error?: string
   /** The engine's token counts, when the forward was asked to read them (WireForwardAction.usage) and saw them. */
   usage?: TokenUsage
+  /** Each choice's finish reason, read for a recording span (see WireForward.trace). */
+  finishReasons?: string[]
 }
 
 export interface WireForwardAction {

@@ -1,4 +1,6 @@
 import type { Socket, TCPSocketListener } from 'bun'
+import type { RequestTrace } from '../host/telemetry/spans.ts'
+import type { Telemetry } from '../host/telemetry/telemetry.ts'
 import type { InternalHead, InternalRequest } from '../http/auth.ts'
 import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
 import { BodyRange } from './body-range.ts'
@@ -16,7 +18,7 @@ import {
   RequestParser,
 } from './request-parser.ts'
 import { errorResponse, jsonResponse } from './responses.ts'
-import type { Admission, InferenceGrant, WireAction, WireHead, WireRequest } from './route.ts'
+import type { Admission, ForwardEnd, InferenceGrant, WireAction, WireHead, WireRequest } from './route.ts'
 
 /**
  * WireFront is what listens on a listener's public port: an HTTP/1.1 server on Bun's TCP sockets,
@@ -88,6 +90,11 @@ export interface FrontOptions {
    */
   onRequest(method: string, path: string, query: string, status: number, ms: number, refused?: boolean): void
   limits?: Partial<ParserLimits>
+  /**
+   * telemetry: the request spans of this listener's inference routes (WireRequest.startTrace); the
+   * front ends each with its response. Absent or off: no span is made.
+   */
+  telemetry?: Telemetry
 }
 
 /**
@@ -220,10 +227,13 @@ export class WireFront {
   private drainWaiters: (() => void)[] = []
   private readonly sweeper: Timer
   private stopping = false
+  /** tracing: the telemetry when it is on (null: off, the one check a request's startTrace makes). */
+  readonly tracing: Telemetry | null
 
   constructor(readonly opts: FrontOptions) {
     const front = this
     this.limits = { ...DEFAULT_FRONT_LIMITS, ...opts.front }
+    this.tracing = opts.telemetry?.enabled ? opts.telemetry : null
     const limits = this.limits
     this.listener = Bun.listen<ClientConn>({
       hostname: opts.hostname,
@@ -369,15 +379,23 @@ class ParsedWireRequest implements WireRequest {
   body: BodyRange = BodyRange.EMPTY
   startedAt = 0
   grant: InferenceGrant | null = null
+  trace: RequestTrace | null = null
 
   constructor(
     private readonly head: RequestHead,
     private readonly maxJsonDepth: number,
+    private readonly conn: ClientConn,
   ) {}
 
   json(): ScannedJson | ScanFailure {
     this.scanned ??= this.body.scanJson(this.maxJsonDepth)
     return this.scanned
+  }
+
+  startTrace(route: string, model?: string): RequestTrace | null {
+    if (this.conn.tracing === null) return null
+    this.trace ??= this.conn.requestSpan(this.head, route, model)
+    return this.trace
   }
 
   get method(): string {
@@ -486,7 +504,7 @@ class ClientConn implements WireClient {
     } else {
       const route = front.match(head.path, head.method)
       if (route) {
-        const req = new ParsedWireRequest(head, limits.maxJsonDepth)
+        const req = new ParsedWireRequest(head, limits.maxJsonDepth, this)
         const guarded = front.opts.guard?.(req) ?? null
         if (guarded instanceof AppError) throw new HeadRefusal(guarded, 'proxy')
         req.grant = guarded
@@ -654,8 +672,9 @@ class ClientConn implements WireClient {
     }
     // Matched and admitted once, when the head was complete (admit).
     const route = this.route
+    let trace: RequestTrace | null = null
     if (route) {
-      const req = this.request ?? new ParsedWireRequest(head, this.front.limits.maxJsonDepth)
+      const req = this.request ?? new ParsedWireRequest(head, this.front.limits.maxJsonDepth, this)
       req.body = r.body
       req.startedAt = startedAt
       let action: WireAction | null
@@ -669,11 +688,46 @@ class ClientConn implements WireClient {
         this.act(head, req, action)
         return
       }
+      trace = req.trace
     } else if (r.body.length > 0 && this.tooDeep(r)) {
       this.refuseHead(head, 400, `JSON body nested deeper than ${this.front.limits.maxJsonDepth}`, startedAt)
       return
     }
-    this.relay(r, startedAt, route !== undefined, extraHead)
+    this.relay(r, startedAt, route !== undefined, extraHead, trace)
+  }
+
+  /** tracing: the listener's telemetry when it is on (null: off). */
+  get tracing(): Telemetry | null {
+    return this.front.tracing
+  }
+
+  /**
+   * requestSpan: the server span of a hot request whose route called startTrace: the route's
+   * path and model, and what the front knows (method, the client's traceparent, the addresses:
+   * `server.*` from the Host the client addressed, else the listener).
+   */
+  requestSpan(head: RequestHead, route: string, model: string | undefined): RequestTrace | null {
+    const front = this.front
+    let serverAddress = front.hostname
+    let serverPort = front.port
+    const host = header(head, 'host')
+    if (host) {
+      const colon = host.lastIndexOf(':')
+      if (colon > host.lastIndexOf(']')) {
+        serverAddress = host.slice(0, colon)
+        serverPort = Number(host.slice(colon + 1)) || serverPort
+      } else serverAddress = host
+    }
+    return front.tracing!.requestSpan({
+      method: head.method,
+      route,
+      ...(head.path !== route ? { path: head.path } : {}),
+      traceparent: header(head, 'traceparent'),
+      model,
+      clientAddress: this.address,
+      serverAddress,
+      serverPort,
+    })
   }
 
   /** internalHead: what the internal check can judge from the head (internalRequest without the body). */
@@ -763,6 +817,7 @@ class ClientConn implements WireClient {
             streamed: false,
             aborted: true,
           })
+        req.trace?.end(499)
         return
       }
       // Hand over without letting the drain count touch zero in between (a forward counts again).
@@ -795,6 +850,7 @@ class ClientConn implements WireClient {
       action = { error: internalError() }
       f.onEnd({ status: 500, bytes: 0, durationMs: 0, ttftMs: null, streamed: false, aborted: false })
     }
+    const trace = req.trace
     if ('forward' in action) {
       const f = action.forward
       this.startInference()
@@ -810,10 +866,13 @@ class ClientConn implements WireClient {
         errorShape: 'proxy',
         startedAt: req.startedAt,
         responseHead: req.grant?.responseHead,
-        usage: f.usage,
+        // A recording span reads the engine's counts too (when the answer carries them).
+        usage: f.usage ?? (trace?.recording ? 'read' : undefined),
+        trace,
         onEnd: (info) => {
           opts.onRequest(head.method, head.path, head.query, info.status, info.durationMs)
           f.onEnd(info)
+          if (trace) endTrace(trace, info)
         },
       })
       this.current = exchange
@@ -821,11 +880,14 @@ class ClientConn implements WireClient {
       return
     }
     if ('error' in action) {
-      this.answerError(head, action.error, 'proxy', req.startedAt, req.grant?.responseHead)
+      const error = action.error
+      this.answerError(head, error, 'proxy', req.startedAt, req.grant?.responseHead)
+      trace?.end(error.status, error.status >= 500 ? error.message : undefined)
       return
     }
     const keepAlive = head.keepAlive && !this.draining
     const status = action.status ?? 200
+    trace?.end(status)
     this.write(jsonResponse(status, action.json, keepAlive, undefined, req.grant?.responseHead))
     const now = performance.now()
     opts.onRequest(head.method, head.path, head.query, status, now - req.startedAt)
@@ -839,7 +901,13 @@ class ClientConn implements WireClient {
    * hot route left this request to the framework (e.g. held while a model wakes): drain waits for it.
    * `extraHead`: lines the internal check added (its token, for an accepted `/internal/` request).
    */
-  private relay(r: ParsedRequest, startedAt: number, hot: boolean, extraHead: string): void {
+  private relay(
+    r: ParsedRequest,
+    startedAt: number,
+    hot: boolean,
+    extraHead: string,
+    trace: RequestTrace | null,
+  ): void {
     const head = r.head
     if (hot) this.startInference()
     const exchange = new WireExchange(this, {
@@ -852,7 +920,7 @@ class ClientConn implements WireClient {
       connectTimeoutMs: FRAMEWORK_CONNECT_MS,
       errorShape: this.front.opts.shapeOf(head.path),
       startedAt,
-      onEnd: () => {},
+      onEnd: trace ? (info) => endTrace(trace, info) : () => {},
     })
     this.current = exchange
     exchange.start()
@@ -1005,6 +1073,14 @@ class ClientConn implements WireClient {
       this.onClose()
     } else if (!this.current && this.parser.buffered === 0 && !this.parser.pendingHead) this.closeConnection()
   }
+}
+
+/** endTrace ends a request's span with its forward's outcome (the proxy's error code, when it failed). */
+function endTrace(trace: RequestTrace, info: ForwardEnd): void {
+  const u = info.usage
+  if (u || info.finishReasons)
+    trace.usage({ inputTokens: u?.prompt, outputTokens: u?.completion, finishReasons: info.finishReasons })
+  trace.end(info.status, info.error)
 }
 
 /** joinedHeader: every value of the lower-case header `name`, joined by ", " (null when absent). */

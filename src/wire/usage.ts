@@ -10,7 +10,9 @@ import type { ScannedJson } from './json-scan.ts'
  * model-field.ts's) and that chunk is taken out of what its client receives (UsageStream, strip).
  *
  * This is the one reader of `usage` on the request path: inference keys count it (src/http/keys/),
- * and anything else that needs the counts reads ForwardEnd.usage.
+ * a traced request's span reports it, and anything else that needs the counts reads
+ * ForwardEnd.usage. For a span it also reads each choice's `finish_reason` (finishReasons, and
+ * UsageStream's `reasons`), from the same bytes.
  */
 export interface TokenUsage {
   prompt: number
@@ -21,6 +23,12 @@ export interface TokenUsage {
 export type UsageMode = 'read' | 'strip'
 
 const KEY = Buffer.from('"usage"')
+const FINISH_KEY = Buffer.from('"finish_reason"')
+/** The usual reasons, as shared strings (no string made per answer for them). */
+const REASONS = ['stop', 'length', 'abort', 'tool_calls', 'content_filter'].map((r) => ({
+  text: r,
+  bytes: Buffer.from(r, 'latin1'),
+}))
 const CHOICES = Buffer.from('"choices"')
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
@@ -141,6 +149,38 @@ export function readUsage(buf: Buffer, start: number, end: number): TokenUsage |
   return null
 }
 
+/**
+ * finishReasons: every `"finish_reason": "<reason>"` in buf[start, end), in order, appended to `out`
+ * (null ones left out). A quote inside a generated text is escaped, so only keys match.
+ */
+export function finishReasons(buf: Buffer, start: number, end: number, out: string[] = []): string[] {
+  let at = buf.indexOf(FINISH_KEY, start)
+  while (at >= 0 && at < end) {
+    let v = skipSpace(buf, at + FINISH_KEY.length, end)
+    if (buf[v] === COLON) {
+      v = skipSpace(buf, v + 1, end)
+      if (buf[v] === QUOTE) {
+        const close = buf.indexOf(QUOTE, v + 1)
+        // A reason is a short plain word (stop, length, abort, tool_calls...).
+        if (close > v && close < end && close - v <= 64 && buf[close - 1] !== BACKSLASH)
+          out.push(reasonAt(buf, v + 1, close))
+      }
+    }
+    at = buf.indexOf(FINISH_KEY, at + FINISH_KEY.length)
+  }
+  return out
+}
+
+/** reasonAt: the finish reason in buf[from, to), one of REASONS' strings when it is one of them. */
+function reasonAt(buf: Buffer, from: number, to: number): string {
+  next: for (const r of REASONS) {
+    if (r.bytes.length !== to - from) continue
+    for (let i = 0; i < r.bytes.length; i++) if (buf[from + i] !== r.bytes[i]) continue next
+    return r.text
+  }
+  return buf.toString('latin1', from, to)
+}
+
 const TRUE = Buffer.from('true')
 const encoder = new TextEncoder()
 const INSERTED = encoder.encode(',"stream_options":{"include_usage":true}')
@@ -200,9 +240,16 @@ const MAX_HELD = 64 * 1024
 export class UsageStream {
   /** The last usage seen (an engine's final usage chunk comes last). */
   usage: TokenUsage | null = null
+  /** The finish reasons seen, in order, when asked to collect them (`reasons`); else null. */
+  readonly reasons: string[] | null
   private held: Buffer | null = null
 
-  constructor(public strip: boolean) {}
+  constructor(
+    public strip: boolean,
+    reasons = false,
+  ) {
+    this.reasons = reasons ? [] : null
+  }
 
   /**
    * feed takes the next piece buf[start, end). Reading only, it returns null (the piece is written
@@ -222,6 +269,7 @@ export class UsageStream {
     }
     const cut = lastBoundary(data, a, b)
     const whole = cut < 0 ? a : cut
+    if (this.reasons !== null && whole > a) finishReasons(data, a, whole, this.reasons)
     const kept = whole > a ? this.events(data, a, whole) : null
     if (whole < b) {
       if (b - whole <= MAX_HELD) this.held = Buffer.from(data.subarray(whole, b))

@@ -14,13 +14,20 @@
  *   (one event per read, as engines flush them), reported per chunk (the request's own cost spread
  *   over its chunks): the streaming hot path.
  *
- *   bun test/perf/hot-path.ts [--requests N] [--rounds R]
+ * With `--traced`, two more paths: the gateway's /v1, plain and streamed, with every request traced
+ * (sample_ratio 1.0), its spans exported to an OTLP collector in another process; each round waits
+ * for its export, so encoding and sending the spans are in the figure. As those rounds also wait
+ * on the collector, every path is reported by CPU time too (this process's, user and system): for
+ * the others it is their wall time, for the traced ones the JS cost without the waits.
+ *
+ *   bun test/perf/hot-path.ts [--requests N] [--rounds R] [--traced]
  */
 import { Registry } from 'prom-client'
 import { createInference } from '../../plugins/gateway/proxy/routes.ts'
 import { ModelDirectory } from '../../src/directory/directory.ts'
 import { EventBus } from '../../src/host/bus.ts'
 import { Logger } from '../../src/host/logger.ts'
+import { Telemetry } from '../../src/host/telemetry/telemetry.ts'
 import { Conn, upstreams } from '../../src/wire/pool.ts'
 import type { WireRoute } from '../../src/wire/server.ts'
 import { WireFront } from '../../src/wire/server.ts'
@@ -29,6 +36,7 @@ import { numberArg } from './args.ts'
 
 const REQUESTS = numberArg('--requests', 300_000)
 const ROUNDS = numberArg('--rounds', 7)
+const TRACED = process.argv.includes('--traced')
 
 const BASELINE_ORIGIN = 'http://127.0.0.1:9998'
 const ENGINE_PORT = 9999
@@ -79,10 +87,29 @@ interface Path {
   writes: number
   once(): void
   counts(): { upstream: number; client: number }
+  /** telemetry: the front's, when its requests are traced (its export is waited for in each round). */
+  telemetry?: Telemetry
+  /**
+   * fresh: its pooled connection counts as just used. A traced round waits for its exports, so the
+   * other paths' connections can sit longer than the pool reuses an idle one: the pool would drop it.
+   */
+  fresh(): void
 }
 
 /** path: a front with its own upstream origin (each origin's pool holds that path's one connection). */
-function path(name: string, origin: string, routes: WireRoute[], stream = false): Path {
+function path(
+  name: string,
+  origin: string,
+  routes: WireRoute[],
+  stream = false,
+  traced?: { telemetry: Telemetry; model: string },
+): Path {
+  const telemetry = traced?.telemetry
+  const request = traced
+    ? requestOf(`{"model":"${traced.model}"${stream ? ',"stream":true' : ''},"messages":[]}`)
+    : stream
+      ? STREAM_REQUEST
+      : REQUEST
   const front = new WireFront({
     name,
     hostname: '127.0.0.1',
@@ -92,6 +119,7 @@ function path(name: string, origin: string, routes: WireRoute[], stream = false)
     frameworkSocket: '/nonexistent',
     shapeOf: () => 'proxy',
     onRequest() {},
+    ...(telemetry ? { telemetry } : {}),
   })
   const h = handlers!
   let upstream = 0
@@ -128,7 +156,7 @@ function path(name: string, origin: string, routes: WireRoute[], stream = false)
     writes: stream ? CHUNKS + 2 : 1,
     once() {
       // Bun hands each read over as a fresh Buffer: so does the driver.
-      h.data(socket, Buffer.from(stream ? STREAM_REQUEST : REQUEST))
+      h.data(socket, Buffer.from(request))
       if (!stream) {
         up.onData(Buffer.from(REPLY))
         return
@@ -138,8 +166,38 @@ function path(name: string, origin: string, routes: WireRoute[], stream = false)
       up.onData(Buffer.from(STREAM_END))
     },
     counts: () => ({ upstream, client }),
+    fresh: () => {
+      up.idleSince = performance.now()
+    },
+    ...(telemetry ? { telemetry } : {}),
   }
 }
+
+/**
+ * The collector of the traced paths, in a process of its own (test/perf/otlp-sink.ts: it counts the
+ * spans it is sent and decodes nothing), so that the CPU time measured here is this process's own.
+ */
+const sink = TRACED
+  ? Bun.spawn([process.execPath, `${import.meta.dir}/otlp-sink.ts`], { stdout: 'pipe', stderr: 'inherit' })
+  : null
+const collector = sink
+  ? (JSON.parse(
+      new TextDecoder().decode((await (sink.stdout as ReadableStream<Uint8Array>).getReader().read()).value),
+    ) as { url: string })
+  : null
+const telemetry = collector
+  ? await Telemetry.start(
+      {
+        otlp_endpoint: collector.url,
+        headers: {},
+        service_name: 'hot-path',
+        sample_ratio: Number(process.env.H32_RATIO ?? 1),
+        export_timeout_ms: 10_000,
+        engine_otlp_traces_endpoint: '',
+      },
+      { version: 'bench', log: new Logger('error', 'bench', 'text', () => {}) },
+    )
+  : undefined
 
 const api = new FakeGateway()
 api.add(instance('m0', ENGINE_PORT, { served_model_name: 'bench-model', model_path: 'bench/model' }))
@@ -155,38 +213,82 @@ const gateway = createInference({
   log,
   config: { firstByteTimeoutMs: 600_000, connectTimeoutMs: 5_000 },
 })
-const paths = [
-  path('baseline (fixed forward)', BASELINE_ORIGIN, [
-    {
-      match: () => true,
-      wire: (req) => ({
-        forward: {
-          origin: BASELINE_ORIGIN,
-          target: '/v1/chat/completions',
-          body: req.body,
-          firstByteTimeoutMs: 600_000,
-          connectTimeoutMs: 5_000,
-          onEnd() {},
+const paths: Path[] = process.env.H32_ONLY
+  ? []
+  : [
+      path('baseline (fixed forward)', BASELINE_ORIGIN, [
+        {
+          match: () => true,
+          wire: (req) => ({
+            forward: {
+              origin: BASELINE_ORIGIN,
+              target: '/v1/chat/completions',
+              body: req.body,
+              firstByteTimeoutMs: 600_000,
+              connectTimeoutMs: 5_000,
+              onEnd() {},
+            },
+          }),
         },
-      }),
-    },
-  ]),
-  path('gateway /v1', `http://127.0.0.1:${ENGINE_PORT}`, gateway.rawRoutes),
-  path('gateway /v1 stream, per chunk', `http://127.0.0.1:${ENGINE_PORT + 1}`, gateway.rawRoutes, true),
-]
+      ]),
+      path('gateway /v1', `http://127.0.0.1:${ENGINE_PORT}`, gateway.rawRoutes),
+      path('gateway /v1 stream, per chunk', `http://127.0.0.1:${ENGINE_PORT + 1}`, gateway.rawRoutes, true),
+    ]
+if (telemetry) {
+  // Their own engines (and pooled connections), so each path keeps its one upstream connection.
+  api.add(instance('m2', ENGINE_PORT + 2, { served_model_name: 'traced-model', model_path: 'bench/traced' }))
+  api.add(
+    instance('m3', ENGINE_PORT + 3, { served_model_name: 'traced-stream', model_path: 'bench/tstream' }),
+  )
+  paths.push(
+    path('gateway /v1 traced', `http://127.0.0.1:${ENGINE_PORT + 2}`, gateway.rawRoutes, false, {
+      telemetry,
+      model: 'traced-model',
+    }),
+    path(
+      'gateway /v1 stream traced, per chunk',
+      `http://127.0.0.1:${ENGINE_PORT + 3}`,
+      gateway.rawRoutes,
+      true,
+      {
+        telemetry,
+        model: 'traced-stream',
+      },
+    ),
+  )
+}
 ;(Bun as unknown as { listen: unknown }).listen = realListen
 
 /** calls: once() calls per round, so that every path handles about REQUESTS units (requests or chunks). */
 const calls = (p: Path) => Math.ceil(REQUESTS / p.per)
 const WARMUP = 50_000
 const best = new Map<string, number>()
-for (const p of paths) for (let i = 0; i < Math.ceil(WARMUP / p.per); i++) p.once() // JIT warm-up
+const bestCpu = new Map<string, number>()
+/** A traced path waits for its export after each slice (fewer spans than the tracer queues at most). */
+const SLICE = 1000
+async function run(p: Path, n: number): Promise<void> {
+  p.fresh()
+  if (!p.telemetry) {
+    for (let i = 0; i < n; i++) p.once()
+    return
+  }
+  for (let done = 0; done < n; ) {
+    const until = Math.min(n, done + SLICE)
+    for (; done < until; done++) p.once()
+    await p.telemetry.flush()
+  }
+}
+for (const p of paths) await run(p, Math.ceil(WARMUP / p.per)) // JIT warm-up
 for (let r = 0; r < ROUNDS; r++) {
   for (const p of paths) {
     const n = calls(p)
     const t = performance.now()
-    for (let i = 0; i < n; i++) p.once()
+    const cpu = process.cpuUsage()
+    await run(p, n)
     const us = ((performance.now() - t) * 1000) / (n * p.per)
+    const used = process.cpuUsage(cpu)
+    const cpuUs = (used.user + used.system) / (n * p.per)
+    bestCpu.set(p.name, Math.min(bestCpu.get(p.name) ?? Number.POSITIVE_INFINITY, cpuUs))
     best.set(p.name, Math.min(best.get(p.name) ?? Number.POSITIVE_INFINITY, us))
   }
 }
@@ -204,5 +306,18 @@ console.log(
 )
 for (const p of paths) {
   const us = best.get(p.name)!
-  console.log(`  ${p.name.padEnd(31)} ${us.toFixed(2).padStart(6)} µs   ${(us / base).toFixed(2)}× baseline`)
+  const cpu = bestCpu.get(p.name)!
+  console.log(
+    `  ${p.name.padEnd(36)} ${us.toFixed(2).padStart(6)} µs   ${(us / base).toFixed(2)}× baseline` +
+      `   CPU ${cpu.toFixed(2).padStart(6)} µs`,
+  )
+}
+if (telemetry) {
+  const traced = paths
+    .filter((p) => p.telemetry)
+    .reduce((n, p) => n + Math.ceil(WARMUP / p.per) + ROUNDS * calls(p), 0)
+  await telemetry.shutdown()
+  const count = (await (await fetch(`${collector!.url}/count`)).json()) as { spans: number }
+  console.log(`\n  the collector received ${count.spans} spans for ${traced} traced requests`)
+  sink?.kill()
 }

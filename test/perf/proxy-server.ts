@@ -7,7 +7,11 @@
  * `--data-dir DIR` boots on an existing data dir (one test/perf/make-keys.ts filled with inference
  * keys: the host loads them as after a restart); it is removed when the server stops.
  *
+ * With `--trace URL`, requests are traced and their spans exported to that OTLP endpoint
+ * (test/perf/otlp-sink.ts in the benchmark): every one, or `--sample-ratio` of them.
+ *
  *   bun test/perf/proxy-server.ts --upstream 9101 [--upstream 9102] [--api-key KEY] [--data-dir DIR]
+ *   [--trace URL [--sample-ratio R]]
  */
 import { FakeGateway, instance, startProxyHost } from '../wire/support.ts'
 
@@ -15,10 +19,14 @@ const args = process.argv.slice(2)
 const upstreams: number[] = []
 let apiKey: string | undefined
 let dataDir: string | undefined
+let otlpEndpoint: string | undefined
+let sampleRatio = 1
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--upstream') upstreams.push(Number(args[++i]))
   else if (args[i] === '--api-key') apiKey = args[++i]
   else if (args[i] === '--data-dir') dataDir = args[++i]
+  else if (args[i] === '--trace') otlpEndpoint = args[++i]
+  else if (args[i] === '--sample-ratio') sampleRatio = Number(args[++i])
 }
 if (upstreams.length === 0) {
   console.error('usage: proxy-server.ts --upstream PORT [--upstream PORT] [--api-key KEY]')
@@ -37,6 +45,7 @@ const px = await startProxyHost(api, {
   logSink: (line) => process.stderr.write(`${line}\n`),
   logLevel: 'error',
   captureEvents: false,
+  ...(otlpEndpoint ? { otlpEndpoint, sampleRatio } : {}),
 })
 // Settled before anyone measures this process's memory.
 Bun.gc(true)

@@ -20,7 +20,14 @@
  * cost (throughput and added p50 against keys off, the same run) and their memory (the proxy idle
  * with 100,000 keys against none).
  *
- *   bun test/perf/proxy.ts [--quick] [--rounds N]
+ * Two more columns on request, each its own modelgate process on the same stub, measured in the
+ * same rounds as `modelgate /v1`:
+ * - `--traced`: every request traced (sample_ratio 1.0), its spans exported to a local OTLP
+ *   collector in its own process (test/perf/otlp-sink.ts); the ratios traced/off follow the table.
+ * - `--baseline DIR`: the proxy server of another tree (a worktree of the commit before a change),
+ *   tracing off like the first; the ratios this tree/baseline follow the table.
+ *
+ *   bun test/perf/proxy.ts [--quick] [--rounds N] [--traced] [--baseline DIR]
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -34,6 +41,12 @@ const QUICK = process.argv.includes('--quick')
 const NON_STREAM_SECONDS = 2
 /** ROUNDS: how many times every measurement runs (medians are reported); --quick runs one. */
 const ROUNDS = Math.max(1, numberArg('--rounds', QUICK ? 1 : 5) || 1)
+const TRACED = process.argv.includes('--traced')
+const BASELINE = process.argv.includes('--baseline')
+  ? process.argv[process.argv.indexOf('--baseline') + 1]
+  : null
+const TRACED_NAME = 'modelgate /v1 (traced)'
+const BASELINE_NAME = 'modelgate /v1 (baseline)'
 const STREAM_LEVELS = [256, 1024]
 const CONCURRENCY = [1, 32]
 const tmp = mkdtempSync(join(tmpdir(), 'modelgate-bench-proxy-'))
@@ -316,6 +329,20 @@ async function main(): Promise<void> {
   const rt = await spawnJson([BUN, join(HERE, 'router-server.ts'), '--upstream', String(stubPort)])
   const rtUrl = rt.info.url as string
   const rtPid = rt.info.pid as number
+  const sink = TRACED ? await spawnJson([BUN, join(HERE, 'otlp-sink.ts')]) : null
+  const traced = sink
+    ? await spawnJson([
+        BUN,
+        join(HERE, 'proxy-server.ts'),
+        '--upstream',
+        String(stubPort),
+        '--trace',
+        sink.info.url as string,
+      ])
+    : null
+  const baseline = BASELINE
+    ? await spawnJson([BUN, join(BASELINE, 'test/perf/proxy-server.ts'), '--upstream', String(stubPort)])
+    : null
   const ng = await startNginx(stubPort)
   const pipe = await spawnJson([BUN, join(HERE, 'proxy-pipe.ts'), '--upstream', String(stubPort)])
   const path = '/v1/chat/completions'
@@ -331,6 +358,14 @@ async function main(): Promise<void> {
     { name: 'modelgate /api/direct', url: `${mgUrl}/api/direct/${stubPort}${path}`, pid: mgPid },
     { name: 'router /v1 (stats on)', url: `${rtUrl}${path}`, pid: rtPid },
   ]
+  if (traced)
+    targets.push({ name: TRACED_NAME, url: `${traced.info.url}${path}`, pid: traced.info.pid as number })
+  if (baseline)
+    targets.push({
+      name: BASELINE_NAME,
+      url: `${baseline.info.url}${path}`,
+      pid: baseline.info.pid as number,
+    })
   if (ng) targets.push({ name: 'nginx', url: `${ng.url}${path}`, pid: ng.proc.pid })
   const pipeName = 'Bun pipe (floor)'
   targets.push({ name: pipeName, url: `${pipe.info.url as string}${path}`, pid: pipe.info.pid as number })
@@ -543,6 +578,72 @@ async function main(): Promise<void> {
   console.log(
     `  ${'RSS MB with 100,000 keys − none'.padEnd(42)} ${fmt(memory.many - memory.none, 1).padStart(6)}   target ≤ +50    ${memory.many - memory.none <= 50 ? 'ok' : 'MISSED'}   (${fmt(memory.many)} vs ${fmt(memory.none)} MB, idle after boot)`,
   )
+  /** against: per-round ratios of `name` to `other` (throughput, added p50, CPU per request and per chunk). */
+  const against = (
+    name: string,
+    other: string,
+    title: string,
+    target: string,
+    ok: (r: number) => boolean,
+  ) => {
+    const lines: [string, number[], string, (r: number) => boolean][] = [
+      ['throughput c=32', perRound((i) => nsAt(name, 32, i).rps / nsAt(other, 32, i).rps), target, ok],
+      ['throughput c=1', perRound((i) => nsAt(name, 1, i).rps / nsAt(other, 1, i).rps), '', () => true],
+      [
+        'added p50 latency c=1',
+        perRound(
+          (i) =>
+            (nsAt(name, 1, i).p50 - nsAt(base, 1, i).p50) / (nsAt(other, 1, i).p50 - nsAt(base, 1, i).p50),
+        ),
+        '',
+        () => true,
+      ],
+      [
+        'CPU per request c=32',
+        perRound((i) => nsAt(name, 32, i).cpuPerReq! / nsAt(other, 32, i).cpuPerReq!),
+        '',
+        () => true,
+      ],
+      [
+        'chunk delay p99 @1024',
+        perRound((i) => stAt(name, 1024, i).p99 / stAt(other, 1024, i).p99),
+        '',
+        () => true,
+      ],
+      [
+        'CPU per chunk @1024',
+        perRound((i) => stAt(name, 1024, i).cpuPerChunk! / stAt(other, 1024, i).cpuPerChunk!),
+        '',
+        () => true,
+      ],
+    ]
+    console.log(`\nratios (${title}; median of the per-round ratios [min–max], then each round):`)
+    for (const [what, ratios, t, good] of lines) {
+      const m = median(ratios)
+      const verdict = t ? `target ${t}   ${good(m) ? 'ok' : 'MISSED'}` : ''
+      const spread = `[${fmt(Math.min(...ratios), 2)}–${fmt(Math.max(...ratios), 2)}]`
+      const each = ROUNDS > 1 ? `[${ratios.map((r) => fmt(r, 2)).join(' ')}]` : ''
+      console.log(
+        `  ${what.padEnd(28)} ${fmt(m, 2).padStart(6)} ${spread.padEnd(12)} ${verdict.padEnd(20)} ${each}`,
+      )
+    }
+  }
+  if (traced) {
+    against(TRACED_NAME, gName, 'modelgate /v1 traced vs off', '≥ 0.95', (r) => r >= 0.95)
+    const count = (await (await fetch(`${sink!.info.url}/count`)).json()) as {
+      spans: number
+      exports: number
+    }
+    console.log(`  the collector received ${count.spans} spans in ${count.exports} exports`)
+  }
+  if (baseline)
+    against(
+      gName,
+      BASELINE_NAME,
+      `modelgate /v1 vs the baseline tree ${BASELINE}, both untraced`,
+      '≥ 0.95',
+      (r) => r >= 0.95,
+    )
   console.log(`\ntook ${fmt((performance.now() - t0) / 1000, 1)} s`)
 }
 

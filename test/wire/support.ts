@@ -278,6 +278,10 @@ export interface ProxyHostOptions {
   captureEvents?: boolean
   /** dataDir: the host's data dir (default: a fresh temp dir), e.g. one holding keys made beforehand. */
   dataDir?: string
+  /** otlpEndpoint: `telemetry.otlp_endpoint` (request spans exported there). */
+  otlpEndpoint?: string
+  /** sampleRatio: `telemetry.sample_ratio` with an otlpEndpoint (default 1: every request). */
+  sampleRatio?: number
 }
 
 export interface ProxyHost extends TestHost {
@@ -307,7 +311,10 @@ export async function startProxyHost(api: GatewayApi, o: ProxyHostOptions = {}):
       return { rawRoutes: inf.rawRoutes, routes: inf.routes, api }
     },
   }) as unknown as PluginDefinition
-  const th = await startHost('plugins:\n  gateway: {}\n', [plugin], o.env ?? {}, o.dataDir, {
+  const telemetry = o.otlpEndpoint
+    ? `telemetry: { otlp_endpoint: '${o.otlpEndpoint}', sample_ratio: ${o.sampleRatio ?? 1} }\n`
+    : ''
+  const th = await startHost(`${telemetry}plugins:\n  gateway: {}\n`, [plugin], o.env ?? {}, o.dataDir, {
     server: { idle_timeout_seconds: idle },
     logLevel: o.logLevel ?? 'warn',
     ...(o.logSink ? { logSink: o.logSink } : {}),

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'bun:test'
 import { BodyRange } from '../../src/wire/body-range.ts'
 import type { ScannedJson } from '../../src/wire/json-scan.ts'
-import { askForUsage, readUsage, UsageStream } from '../../src/wire/usage.ts'
+import { askForUsage, finishReasons, readUsage, UsageStream } from '../../src/wire/usage.ts'
 
 const buf = (s: string) => Buffer.from(s)
 const read = (s: string) => readUsage(buf(s), 0, Buffer.byteLength(s))
@@ -181,5 +181,51 @@ describe('UsageStream', () => {
     const s = new UsageStream(true)
     expect(through(s, [TOKEN, 'data: {"cut'])).toEqual([null, ''])
     expect(Buffer.from(s.rest()!).toString()).toBe('data: {"cut')
+  })
+})
+
+describe("finish reasons (for a traced request's span)", () => {
+  const chatJson = JSON.stringify({
+    id: 'chatcmpl-1',
+    object: 'chat.completion',
+    model: 'm',
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: 'assistant',
+          content: 'a "finish_reason": "evil" and "usage": {"prompt_tokens": 999}',
+        },
+        finish_reason: 'stop',
+      },
+      { index: 1, message: { role: 'assistant', content: 'x' }, finish_reason: 'length', stop_reason: null },
+    ],
+    usage: { prompt_tokens: 12, total_tokens: 46, completion_tokens: 34 },
+  })
+
+  it('reads every choice finish reason of a JSON answer, never text that looks like one', () => {
+    expect(finishReasons(buf(chatJson), 0, Buffer.byteLength(chatJson))).toEqual(['stop', 'length'])
+    expect(read(chatJson)).toEqual({ prompt: 12, completion: 34 })
+    expect(finishReasons(buf('{"finish_reason" : "tool_calls"}'), 0, 32)).toEqual(['tool_calls'])
+    expect(finishReasons(buf('{"finish_reason": null}'), 0, 23)).toEqual([])
+  })
+
+  it("collects a stream's finish reasons as its pieces pass, however they are cut", () => {
+    const frames = [
+      { choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: null }] },
+      { choices: [{ index: 0, delta: { content: '!' }, finish_reason: 'stop' }] },
+      { choices: [], usage: { prompt_tokens: 5, total_tokens: 7, completion_tokens: 2 } },
+    ]
+    const all = Buffer.from(`${frames.map((f) => `data: ${JSON.stringify(f)}\n\n`).join('')}data: [DONE]\n\n`)
+    for (const piece of [1, 7, 50, all.length]) {
+      const s = new UsageStream(false, true)
+      for (let at = 0; at < all.length; at += piece) {
+        const padded = Buffer.concat([buf('xx'), all.subarray(at, at + piece), buf('yy')])
+        expect(s.feed(padded, 2, padded.length - 2)).toBeNull()
+      }
+      expect(s.reasons).toEqual(['stop'])
+      expect(s.usage).toEqual({ prompt: 5, completion: 2 })
+    }
+    expect(new UsageStream(false).reasons).toBeNull()
   })
 })

@@ -7,6 +7,8 @@ import type {
   SleepReason,
   SleepState,
 } from '../../../src/directory/backend.ts'
+import { engineCall, traced } from '../../../src/directory/trace.ts'
+import type { SpanBase } from '../../../src/host/telemetry/spans.ts'
 import { replaceModel } from '../../../src/wire/model-field.ts'
 import type { WireAction } from '../../../src/wire/route.ts'
 
@@ -23,8 +25,11 @@ export interface InstanceHandle {
   inFlight(): number
   acquire(): void
   release(): void
-  /** wake: resolves once the instance serves again, or can no longer (failed, stopped: re-planned). */
-  wake(): Promise<void>
+  /**
+   * wake: resolves once the instance serves again, or can no longer (failed, stopped: re-planned);
+   * `trace`: the waiting request's span, the parent of the wake's.
+   */
+  wake(trace?: SpanBase | null): Promise<void>
   retryAfterSeconds?(): number | null
   sleepState(): SleepState | null
   queue?(): { max: number; timeoutMs: number } | null
@@ -87,8 +92,8 @@ export class InstanceBackend implements Backend {
     this.h.release()
   }
 
-  wake(): Promise<void> {
-    return this.h.wake()
+  wake(trace?: SpanBase | null): Promise<void> {
+    return this.h.wake(trace)
   }
 
   retryAfterSeconds(): number | null {
@@ -138,15 +143,22 @@ export class InstanceBackend implements Backend {
   forward(req: BackendRequest, lease: LeaseHandle): WireAction {
     const served = this.h.servedModelName
     const body = served && req.model !== served ? replaceModel(req.body, served, req.json) : req.body
-    return {
-      forward: {
-        origin: this.h.baseUrl,
-        target: req.enginePath + req.query,
-        body,
-        firstByteTimeoutMs: req.firstByteTimeoutMs,
-        connectTimeoutMs: req.connectTimeoutMs,
-        onEnd: lease.end,
-      },
+    const forward = {
+      origin: this.h.baseUrl,
+      target: req.enginePath + req.query,
+      body,
+      firstByteTimeoutMs: req.firstByteTimeoutMs,
+      connectTimeoutMs: req.connectTimeoutMs,
+      onEnd: lease.end,
     }
+    const trace = req.trace
+    if (!trace) return { forward }
+    const { host, port } = this.h.address()
+    const call = engineCall(
+      trace,
+      { host, port, path: req.enginePath, model: served },
+      { 'modelgate.instance_id': this.h.id },
+    )
+    return { forward: traced(call, forward) }
   }
 }

@@ -1,6 +1,7 @@
 import type { Registry } from 'prom-client'
 import type { BackendKind } from '../../../src/directory/backend.ts'
 import type { ListenerPlan, ModelDirectory } from '../../../src/directory/directory.ts'
+import { engineCall, traced } from '../../../src/directory/trace.ts'
 import type { WakePolicy } from '../../../src/directory/wake.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
@@ -8,7 +9,8 @@ import type { AnyElysia, RawRoute } from '../../../src/host/plugin.ts'
 import { type AppError, proxyError } from '../../../src/http/errors.ts'
 import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
-import type { WireAction, WireRequest } from '../../../src/wire/route.ts'
+import { upstreams } from '../../../src/wire/pool.ts'
+import type { WireAction, WireForwardAction, WireRequest } from '../../../src/wire/route.ts'
 import { askForUsage, type UsageMode } from '../../../src/wire/usage.ts'
 import type { GatewayApi, GatewayInferenceApi, RemoteModel } from '../api.ts'
 import { GATEWAY_ANSWERS } from './answers.ts'
@@ -92,6 +94,11 @@ export const DIRECT_ROUTES: ReadonlySet<string> = new Set([
   'POST /tokenize',
   'POST /detokenize',
 ])
+
+/** DIRECT_SPAN_ROUTES: each direct route's http.route in its span (`/api/direct/{port}/v1/chat/completions`). */
+const DIRECT_SPAN_ROUTES: ReadonlyMap<string, string> = new Map(
+  [...DIRECT_ROUTES].map((r) => [r, `${DIRECT}{port}${r.slice(r.indexOf(' ') + 1)}`]),
+)
 
 export function createInference(deps: InferenceDeps): {
   rawRoutes: RawRoute[]
@@ -178,15 +185,23 @@ export class GatewayInference implements GatewayInferenceApi {
     }
   }
 
-  /** planPath: a model route's request, its model read from the body's scan (never parsed whole). */
+  /**
+   * planPath: a model route's request, its model read from the body's scan (never parsed whole).
+   * Traced (every request the route takes, a refused body included), its span goes with the plan.
+   */
   private planPath(path: string, query: string, req: WireRequest, plan: ListenerPlan): WireAction {
     const enginePath = enginePaths.get(path)
     if (enginePath === undefined) return { error: notFound('POST', path) }
     const json = req.json()
-    if (typeof json === 'string')
+    if (typeof json === 'string') {
+      req.startTrace(path)
       return { error: scanRefusal(json, this.deps.config.maxJsonDepth ?? DEFAULT_JSON_DEPTH) }
+    }
     const model = modelOf(json)
-    if (typeof model !== 'string') return { error: model }
+    if (typeof model !== 'string') {
+      req.startTrace(path)
+      return { error: model }
+    }
     const { config } = this.deps
     return this.deps.directory.plan(
       model,
@@ -200,6 +215,7 @@ export class GatewayInference implements GatewayInferenceApi {
         firstByteTimeoutMs: config.firstByteTimeoutMs,
         connectTimeoutMs: config.connectTimeoutMs,
         grant: req.grant,
+        trace: req.startTrace(path, model),
       },
       plan,
     )
@@ -249,9 +265,10 @@ export class GatewayInference implements GatewayInferenceApi {
   }
 
   /**
-   * planDirect: `/api/direct/{port}/…` to one engine, bypassing model routing. A request with a key
-   * is held to it as a model route's is: the engine's served name must be a model the key may use,
-   * and it counts (concurrency, usage: a chat or completion stream is made to ask for its usage).
+   * planDirect: `/api/direct/{port}/…` to the engine on that port, bypassing model routing. A request
+   * with a key is held to it as a model route's is: the engine's served name must be a model the key
+   * may use, and it counts (concurrency, usage: a chat or completion stream is made to ask for its
+   * usage). Its span has the http.route `/api/direct/{port}/…` and the engine call under it.
    */
   planDirect(req: WireRequest): WireAction {
     const { method, path, query } = req
@@ -260,7 +277,8 @@ export class GatewayInference implements GatewayInferenceApi {
     const slash = rest.indexOf('/')
     const portText = slash < 0 ? rest : rest.slice(0, slash)
     const subPath = slash < 0 ? '/' : rest.slice(slash)
-    if (!DIRECT_ROUTES.has(`${method} ${subPath}`))
+    const route = DIRECT_SPAN_ROUTES.get(`${method} ${subPath}`)
+    if (route === undefined)
       return {
         error: proxyError(
           404,
@@ -269,6 +287,7 @@ export class GatewayInference implements GatewayInferenceApi {
           `The direct proxy forwards an engine's inference routes only, not ${method} ${subPath}`,
         ),
       }
+    const trace = req.startTrace(route)
     const port = /^\d{1,5}$/.test(portText) ? Number(portText) : Number.NaN
     const lease = port >= 1 && port <= 65535 ? this.deps.api.acquireByPort(port) : null
     if (!lease) {
@@ -298,37 +317,48 @@ export class GatewayInference implements GatewayInferenceApi {
       }
     }
     const { config } = this.deps
-    return {
-      forward: {
-        origin: lease.baseUrl,
-        target: subPath + query,
-        body,
-        firstByteTimeoutMs: config.firstByteTimeoutMs,
-        connectTimeoutMs: config.connectTimeoutMs,
-        ...(usage ? { usage } : {}),
-        onEnd: (info) => {
-          lease.release()
-          grant?.end(info.status, info.usage ?? null)
-          this.deps.bus.emit('proxy.request', {
-            model: lease.servedModelName,
+    const forward: WireForwardAction = {
+      origin: lease.baseUrl,
+      target: subPath + query,
+      body,
+      firstByteTimeoutMs: config.firstByteTimeoutMs,
+      connectTimeoutMs: config.connectTimeoutMs,
+      ...(usage ? { usage } : {}),
+      onEnd: (info) => {
+        lease.release()
+        grant?.end(info.status, info.usage ?? null)
+        this.deps.bus.emit('proxy.request', {
+          model: lease.servedModelName,
+          instance_id: lease.instanceId,
+          status: info.status,
+          duration_ms: info.durationMs,
+          ttft_ms: info.ttftMs,
+          streamed: info.streamed,
+          path,
+        })
+        if (info.error)
+          this.deps.log.warn('upstream failure', {
             instance_id: lease.instanceId,
-            status: info.status,
-            duration_ms: info.durationMs,
-            ttft_ms: info.ttftMs,
-            streamed: info.streamed,
             path,
+            status: info.status,
+            error: info.error,
+            ms: Math.round(info.durationMs),
           })
-          if (info.error)
-            this.deps.log.warn('upstream failure', {
-              instance_id: lease.instanceId,
-              path,
-              status: info.status,
-              error: info.error,
-              ms: Math.round(info.durationMs),
-            })
-        },
       },
     }
+    if (!trace) return { forward }
+    // Traced only: the model the body names (the direct proxy reads no body otherwise).
+    const json = method === 'POST' ? req.json() : null
+    const model = json !== null && typeof json !== 'string' ? json.string('model') : undefined
+    const served = lease.servedModelName
+    trace.setAttributes({ 'gen_ai.request.model': model, 'gen_ai.response.model': served })
+    const host = upstreams.origin(lease.baseUrl).hostname
+    const call = engineCall(
+      trace,
+      { host, port, path: subPath, model: served },
+      { 'modelgate.instance_id': lease.instanceId },
+    )
+    return { forward: traced(call, forward) }
   }
 }
 

@@ -1,22 +1,16 @@
-import {
-  type Attributes,
-  type AttributeValue,
-  ROOT_CONTEXT,
-  type Span,
-  SpanKind,
-  SpanStatusCode,
-  type Tracer,
-  trace,
-} from '@opentelemetry/api'
+import { attributeList, KIND, now, randomHex, type SpanAttributes, SpanRecord } from './record.ts'
 import { formatTraceparent } from './traceparent.ts'
+import type { Tracer } from './tracer.ts'
 
 /**
- * The spans modelgate hands out: a thin wrapper over an OpenTelemetry span, with parents passed
- * explicitly (no context manager: the request path is callbacks on sockets, where async context
- * would cost on every request and follow the wrong thing). `NOOP_SPAN` stands in when tracing is
- * off, so admin code calls the same methods either way; the request path gets `null` instead.
+ * The spans modelgate hands out, with parents passed explicitly (no context manager: the request
+ * path is callbacks on sockets, where async context would cost on every request and follow the
+ * wrong thing). A sampled span keeps a record (record.ts) that goes to the tracer's next batch when
+ * it ends; an unsampled one keeps only its ids, so the context still travels on (`inject`, marked
+ * not sampled) and nothing else is done. `NOOP_SPAN` stands in when tracing is off, so admin code
+ * calls the same methods either way; the request path gets `null` instead.
  */
-export type SpanAttributes = Record<string, AttributeValue | undefined>
+export type { SpanAttributes }
 
 /** ChildOptions: a client span (a call to another process), or a span that began earlier (a phase seen after the fact). */
 export interface ChildOptions {
@@ -35,6 +29,11 @@ export interface SpanBase {
   inject(): string
   /** traceId: 32 hex digits. */
   readonly traceId: string
+  /**
+   * recording: the span is sampled and will be exported. A span that is not still carries its
+   * context on (`inject`), so work done only to fill in attributes can be skipped when it is false.
+   */
+  readonly recording: boolean
 }
 
 /** TraceSpan: an admin operation, a phase, a hop or an engine call. */
@@ -53,107 +52,128 @@ export interface RequestTrace extends SpanBase {
   end(status: number, error?: string): void
 }
 
-const KIND = { internal: SpanKind.INTERNAL, client: SpanKind.CLIENT } as const
-
-/** clean drops undefined values (OTel keeps only defined attribute values). */
-function clean(attrs: SpanAttributes | undefined): Attributes | undefined {
-  if (!attrs) return undefined
-  const out: Attributes = {}
-  for (const k in attrs) {
-    const v = attrs[k]
-    if (v !== undefined) out[k] = v
-  }
-  return out
-}
-
-class OtelSpanBase {
-  private ended = false
-
+/** SampledBase: a recording span's methods, over its record. */
+class SampledBase {
   constructor(
     protected readonly tracer: Tracer,
-    protected readonly span: Span,
+    protected readonly record: SpanRecord,
   ) {}
 
   get traceId(): string {
-    return this.span.spanContext().traceId
+    return this.record.traceId
+  }
+
+  get recording(): boolean {
+    return true
   }
 
   child(name: string, attrs?: SpanAttributes, opts?: ChildOptions): TraceSpan {
-    const ctx = trace.setSpan(ROOT_CONTEXT, this.span)
-    const a = clean(attrs)
-    const span = this.tracer.startSpan(
-      name,
-      {
-        kind: KIND[opts?.kind ?? 'internal'],
-        ...(a ? { attributes: a } : {}),
-        ...(opts?.startTime !== undefined ? { startTime: opts.startTime } : {}),
-      },
-      ctx,
-    )
-    return new OtelSpan(this.tracer, span)
+    const r = this.record
+    const kind = opts?.kind === 'client' ? KIND.client : KIND.internal
+    const start = opts?.startTime ?? now()
+    const child = new SpanRecord(r.traceId, randomHex(8), r.spanId, name, kind, start, attributeList(attrs))
+    return new SampledSpan(this.tracer, child)
   }
 
   event(name: string, attrs?: SpanAttributes): void {
-    this.span.addEvent(name, clean(attrs))
+    const e = { name, time: now(), attributes: attrs }
+    if (this.record.events === null) this.record.events = [e]
+    else this.record.events.push(e)
   }
 
   setAttributes(attrs: SpanAttributes): void {
-    const a = clean(attrs)
-    if (a) this.span.setAttributes(a)
+    const r = this.record
+    for (const k in attrs) r.set(k, attrs[k])
   }
 
   inject(): string {
-    const c = this.span.spanContext()
-    return formatTraceparent(c.traceId, c.spanId, c.traceFlags)
+    return formatTraceparent(this.record.traceId, this.record.spanId, 1)
   }
 
-  /** finish: ends the span once; `error` sets status ERROR. */
+  /** finish: ends the span once (`error`: status ERROR with that message) and queues it for export. */
   protected finish(error: string | undefined): void {
-    if (this.ended) return
-    this.ended = true
-    if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error })
-    this.span.end()
+    const r = this.record
+    if (r.end !== 0) return
+    if (error !== undefined) {
+      r.status = 2
+      r.statusMessage = error
+    }
+    r.end = now()
+    this.tracer.ended(r)
   }
 }
 
-export class OtelSpan extends OtelSpanBase implements TraceSpan {
+export class SampledSpan extends SampledBase implements TraceSpan {
   end(error?: string): void {
     this.finish(error)
   }
 }
 
-export class OtelRequestTrace extends OtelSpanBase implements RequestTrace {
-  private readonly startedAt = performance.now()
+export class SampledRequest extends SampledBase implements RequestTrace {
   private sawFirstToken = false
 
   firstToken(): void {
     if (this.sawFirstToken) return
     this.sawFirstToken = true
-    const seconds = (performance.now() - this.startedAt) / 1000
-    this.span.setAttribute('gen_ai.server.time_to_first_token', seconds)
-    this.span.addEvent('gen_ai.first_token')
+    const r = this.record
+    const at = now()
+    r.set('gen_ai.server.time_to_first_token', (at - r.start) / 1000)
+    const e = { name: 'gen_ai.first_token', time: at, attributes: undefined }
+    if (r.events === null) r.events = [e]
+    else r.events.push(e)
   }
 
   usage(u: { inputTokens?: number; outputTokens?: number; finishReasons?: string[] }): void {
-    this.setAttributes({
-      'gen_ai.usage.input_tokens': u.inputTokens,
-      'gen_ai.usage.output_tokens': u.outputTokens,
-      'gen_ai.response.finish_reasons': u.finishReasons,
-    })
+    const r = this.record
+    r.set('gen_ai.usage.input_tokens', u.inputTokens)
+    r.set('gen_ai.usage.output_tokens', u.outputTokens)
+    r.set('gen_ai.response.finish_reasons', u.finishReasons)
   }
 
   end(status: number, error?: string): void {
-    this.span.setAttribute('http.response.status_code', status)
+    const r = this.record
+    if (r.end !== 0) return
+    r.set('http.response.status_code', status)
     // Server spans: 4xx is the client's doing, not an error of this service (OTel HTTP conventions).
     if (error === undefined && status >= 500) error = `HTTP ${status}`
-    if (error !== undefined) this.span.setAttribute('error.type', String(status))
+    if (error !== undefined) r.set('error.type', String(status))
     this.finish(error)
   }
+}
+
+/**
+ * UnsampledSpan: a span of a trace that is not kept: its ids only, so that what it calls still gets
+ * the trace (a new span id each, marked not sampled); every other call does nothing.
+ */
+export class UnsampledSpan implements TraceSpan, RequestTrace {
+  constructor(
+    readonly traceId: string,
+    private readonly spanId: string,
+  ) {}
+
+  get recording(): boolean {
+    return false
+  }
+
+  child(): TraceSpan {
+    return new UnsampledSpan(this.traceId, randomHex(8))
+  }
+
+  inject(): string {
+    return formatTraceparent(this.traceId, this.spanId, 0)
+  }
+
+  event(): void {}
+  setAttributes(): void {}
+  firstToken(): void {}
+  usage(): void {}
+  end(): void {}
 }
 
 /** NOOP_SPAN: what admin code gets with tracing off; every call does nothing and allocates nothing. */
 export const NOOP_SPAN: TraceSpan = {
   traceId: '',
+  recording: false,
   child: () => NOOP_SPAN,
   event: () => {},
   setAttributes: () => {},

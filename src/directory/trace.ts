@@ -1,0 +1,65 @@
+import type { RequestTrace, SpanAttributes, TraceSpan } from '../host/telemetry/spans.ts'
+import type { ForwardEnd, WireForwardAction } from '../wire/route.ts'
+
+/**
+ * A traced request's call to another process (an engine, another pod's gateway) is a client span
+ * under the request's server span, and the receiver gets that span's W3C `traceparent` so its own
+ * spans join the request's trace (the peer pod's front; vLLM run with --otlp-traces-endpoint). The
+ * client's own `traceparent` is not forwarded beside it: the request's span is already its child.
+ * Untraced requests never come here: their forwards pass the client's headers as they are.
+ */
+export const TRACEPARENT = 'traceparent'
+const DROP_TRACEPARENT: readonly string[] = [TRACEPARENT]
+
+/** callSpan: the client span of a request's call, begun now (before any connection is opened). */
+export function callSpan(trace: RequestTrace, name: string, attrs: SpanAttributes): TraceSpan {
+  return trace.child(name, attrs, { kind: 'client' })
+}
+
+/**
+ * engineCall: the span of a request's call to an engine (`engine.call`): where it goes, the path
+ * and the model name the engine serves, and what names the backend (`attrs`).
+ */
+export function engineCall(
+  trace: RequestTrace,
+  engine: { host: string; port: number; path: string; model: string },
+  attrs: SpanAttributes,
+): TraceSpan {
+  return callSpan(trace, 'engine.call', {
+    'http.request.method': 'POST',
+    'server.address': engine.host,
+    'server.port': engine.port,
+    'url.path': engine.path,
+    'gen_ai.request.model': engine.model,
+    ...attrs,
+  })
+}
+
+/**
+ * traced: forward `f` as a call under `span`: its traceparent line first in the head, the client's
+ * dropped, and the span ended with the response's outcome (before the lease's end runs).
+ */
+export function traced(span: TraceSpan, f: WireForwardAction): WireForwardAction {
+  const onEnd = f.onEnd
+  return {
+    ...f,
+    extraHead: `${TRACEPARENT}: ${span.inject()}\r\n${f.extraHead ?? ''}`,
+    dropHeaders: f.dropHeaders ? [...f.dropHeaders, TRACEPARENT] : DROP_TRACEPARENT,
+    onEnd: (info) => {
+      endCall(span, info)
+      onEnd(info)
+    },
+  }
+}
+
+/**
+ * endCall ends a call's span with the upstream's status; when it failed (no connection, a deadline,
+ * a broken answer: the proxy's error code) or the client went away first (the call was cut), that
+ * instead. A failure or a 5xx marks the span failed.
+ */
+export function endCall(span: TraceSpan, info: ForwardEnd): void {
+  if (info.error) span.setAttributes({ 'error.type': info.error })
+  else if (info.aborted) span.setAttributes({ 'modelgate.client_gone': true })
+  else span.setAttributes({ 'http.response.status_code': info.status })
+  span.end(info.error ?? (info.status >= 500 ? `HTTP ${info.status}` : undefined))
+}
