@@ -1,4 +1,5 @@
 import { afterAll, afterEach, describe, expect, it } from 'bun:test'
+import { removeEngineRecord, writeEngineRecord } from '../../src/sim/state.ts'
 import { groupAlive } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
@@ -265,5 +266,52 @@ describe('residency: serving catalogued models on demand', () => {
     }
     expect(await streamDone).toBe('stream ended')
     await stopping
+  }, 60_000)
+
+  it('plans again, without failing the request, when the GPU is fuller than planned as the load starts', async () => {
+    const { gw, token } = await boot([{ name: 'first' }, { name: 'second' }], {
+      ports: [19220, 19239],
+      gpus: '1x80',
+      env: { SIM_WAKE_DELAY_MS: '600' },
+    })
+    expect((await chat(gw, 'first')).status).toBe(200)
+    // Another program takes 40 GB of the GPU while 'first' is put to sleep for 'second': the plan
+    // counted on memory the load then does not find.
+    const squatter = Bun.spawn(['sleep', '600'])
+    let squatting = false
+    gw.host.bus.on('gateway.instance.lifecycle', (e) => {
+      const c = e.change
+      if (squatting || e.served_model_name !== 'first' || c.kind !== 'operation') return
+      if (c.operation !== 'sleep' || !c.running) return
+      squatting = true
+      writeEngineRecord(gw.simDir, {
+        pid: squatter.pid,
+        gpus: [0],
+        used_mib_per_gpu: 40 * 1024,
+        process_name: 'render-job',
+        model: 'none',
+        started_at: new Date().toISOString(),
+      })
+    })
+    try {
+      const second = chat(gw, 'second')
+      const early = await Promise.race([
+        second,
+        waitFor('the load to find the GPU fuller than planned', () =>
+          gw.logs.some((l) => l.includes('fuller than planned')),
+        ).then(() => null),
+      ])
+      // Not answered meanwhile (it was a 502 wake_failed): still held, not failed.
+      if (early) expect(`${early.status} ${await early.text()}`).toBe('the request still held')
+      // The program ends, and the next plan fits.
+      removeEngineRecord(gw.simDir, squatter.pid)
+      const res = await second
+      expect(res.status).toBe(200)
+      expect(((await res.json()) as { model: string }).model).toBe('second')
+      const view = await residency(gw, token)
+      expect(view.models.find((m) => m.name === 'second')!.state).toBe('active')
+    } finally {
+      squatter.kill()
+    }
   }, 60_000)
 })

@@ -125,7 +125,7 @@ async function ttftOf(url: string, model: string): Promise<{ ms: number } | { er
     try {
       message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? ''
     } catch {}
-    return { error: `${res.status} ${message.slice(0, 80)}`.trim() }
+    return { error: `${res.status} ${message.slice(0, 300)}`.trim() }
   }
   const reader = res.body!.getReader()
   let first: number | null = null

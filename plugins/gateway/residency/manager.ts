@@ -2,7 +2,7 @@ import type { Registry } from 'prom-client'
 import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
-import { conflict } from '../../../src/http/errors.ts'
+import { AppError, conflict } from '../../../src/http/errors.ts'
 import type { CatalogEntry, InstanceRecord, SleepOptions, SleepResult, WakeResult } from '../api.ts'
 import { catalogLoadRequest } from '../catalog/rules.ts'
 import type { ManagedInstance } from '../instance.ts'
@@ -303,7 +303,9 @@ export class ResidencyManager implements ResidencyHooks {
       },
       signal ?? AbortSignal.timeout(this.d.config.queue_timeout_seconds * 1000),
       async () => {
-        result = await this.d.service.wakeEngine(inst)
+        // Woken by someone else while room was made (an operator's wake joins none of this one's):
+        // the instance serves, which is all the caller asked for.
+        if (inst.lifecycle.state === 'sleeping') result = await this.d.service.wakeEngine(inst)
         return inst.id
       },
     )
@@ -420,10 +422,22 @@ export class ResidencyManager implements ResidencyHooks {
       try {
         await this.evict(decided.victims)
         return await act(decided.gpuIds)
+      } catch (err) {
+        // The gateway's own check at the start measured the GPUs fuller than the plan did (a
+        // victim's memory not yet given back, another engine's claim landing in between): not a
+        // failure of the request, whose deadline still holds; the next change brings a new plan.
+        if (!isInsufficientMemory(err) || signal.aborted) throw err
+        this.d.log.info('residency: the GPUs were fuller than planned; planning again', {
+          model: want.model,
+          kind: want.kind,
+          gpu_ids: decided.gpuIds,
+          reason: (err as Error).message,
+        })
       } finally {
         for (const g of decided.gpuIds)
           this.reserved.set(g, Math.max(0, (this.reserved.get(g) ?? 0) - decided.needMib))
       }
+      await this.nextChange(signal)
     }
   }
 
@@ -778,4 +792,9 @@ declare module '../../../src/host/bus.ts' {
   interface BusEvents {
     'gateway.residency.decision': ResidencyDecision
   }
+}
+
+/** isInsufficientMemory: the gateway's placement refused a load or wake for want of GPU memory. */
+function isInsufficientMemory(err: unknown): boolean {
+  return err instanceof AppError && err.code === 'INSUFFICIENT_MEMORY'
 }
