@@ -14,7 +14,7 @@ export const BenchmarksConfig = T.Object(
       default: 32,
       minimum: 0,
       maximum: 1000,
-      description: 'pending runs allowed to wait for a slot; creating more answers 409',
+      description: 'pending runs allowed to wait for a slot; creating more answers 409 BENCHMARK_QUEUE_FULL',
     }),
     request_timeout_ms: T.Integer({
       default: 600_000,

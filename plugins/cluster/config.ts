@@ -28,11 +28,20 @@ const Etcd = T.Object(
       minimum: 2,
       description: "TTL of the pod's session lease: a dead leader's key is gone this long after it died",
     }),
-    request_timeout_ms: T.Integer({ default: 3000, minimum: 100 }),
-    username: T.Optional(T.String()),
-    password: T.Optional(T.String()),
+    request_timeout_ms: T.Integer({
+      default: 3000,
+      minimum: 100,
+      description: 'deadline of one call to etcd',
+    }),
+    username: T.Optional(T.String({ description: 'etcd user, with password: turns on etcd auth' })),
+    password: T.Optional(T.String({ description: "the etcd user's password" })),
   },
-  { additionalProperties: false, default: {} },
+  {
+    additionalProperties: false,
+    default: {},
+    description:
+      "coordination.kind etcd: leadership from an election under a session lease (etcd's JSON gateway, etcd ≥ 3.4)",
+  },
 )
 
 const Kubernetes = T.Object(
@@ -44,12 +53,34 @@ const Kubernetes = T.Object(
       }),
     ),
     namespace: T.Optional(T.String({ description: "default the service account's namespace" })),
-    token_file: T.String({ default: '/var/run/secrets/kubernetes.io/serviceaccount/token' }),
-    ca_file: T.String({ default: '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt' }),
-    lease_name: T.String({ default: 'modelgate-leader' }),
-    lease_duration_seconds: T.Integer({ default: 15, minimum: 2 }),
-    renew_deadline_seconds: T.Integer({ default: 10, minimum: 1 }),
-    retry_period_seconds: T.Number({ default: 2, exclusiveMinimum: 0 }),
+    token_file: T.String({
+      default: '/var/run/secrets/kubernetes.io/serviceaccount/token',
+      description: "the service account's token, re-read as it rotates (K8S_TOKEN outside a pod)",
+    }),
+    ca_file: T.String({
+      default: '/var/run/secrets/kubernetes.io/serviceaccount/ca.crt',
+      description: "CA of the API server's certificate",
+    }),
+    lease_name: T.String({
+      default: 'modelgate-leader',
+      description: 'the coordination.k8s.io/v1 Lease the pods take turns holding',
+    }),
+    lease_duration_seconds: T.Integer({
+      default: 15,
+      minimum: 2,
+      description: "a holder's lease counts as live this long after a pod last saw it change (its own clock)",
+    }),
+    renew_deadline_seconds: T.Integer({
+      default: 10,
+      minimum: 1,
+      description:
+        'a leader acts only while its last renewal is younger than this (less than the lease duration)',
+    }),
+    retry_period_seconds: T.Number({
+      default: 2,
+      exclusiveMinimum: 0,
+      description: 'gap between attempts to take or renew the Lease, and between reads of the peers',
+    }),
     discovery: T.Object(
       {
         label_selector: T.String({
@@ -61,15 +92,19 @@ const Kubernetes = T.Object(
         ),
         port: T.Integer({ default: 3000, minimum: 1, maximum: 65535, description: "peers' gateway port" }),
       },
-      { additionalProperties: false, default: {} },
+      { additionalProperties: false, default: {}, description: 'how a pod finds its peers' },
     ),
   },
-  { additionalProperties: false, default: {} },
+  {
+    additionalProperties: false,
+    default: {},
+    description: "coordination.kind kubernetes: leadership from a Lease, as client-go's leader election",
+  },
 )
 
 const StaticPeer = T.Object(
   {
-    pod_id: T.String({ minLength: 1 }),
+    pod_id: T.String({ minLength: 1, description: "the pod's id (its plugins.cluster.pod_id)" }),
     address: T.String({ minLength: 1, description: 'base URL, e.g. http://10.0.0.6:3000' }),
   },
   { additionalProperties: false },
@@ -80,12 +115,20 @@ const Static_ = T.Object(
     leader: T.String({ minLength: 1, description: 'pod_id of the leader (term 1, no failover)' }),
     peers: T.Array(StaticPeer, { default: [], description: 'every pod, this one included' }),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    description: 'coordination.kind static: the leader named here, no failover (required with that kind)',
+  },
 )
 
 export const ClusterConfig = T.Object(
   {
-    cluster_id: T.String({ default: 'modelgate', minLength: 1, pattern: '^[A-Za-z0-9._-]+$' }),
+    cluster_id: T.String({
+      default: 'modelgate',
+      minLength: 1,
+      pattern: '^[A-Za-z0-9._-]+$',
+      description: "the cluster's name (in etcd keys)",
+    }),
     pod_id: T.Optional(
       T.String({
         minLength: 1,
@@ -103,7 +146,11 @@ export const ClusterConfig = T.Object(
       minimum: 1,
       description: 'pods the cluster should have (status)',
     }),
-    heartbeat_interval_ms: T.Integer({ default: 5000, minimum: 100 }),
+    heartbeat_interval_ms: T.Integer({
+      default: 5000,
+      minimum: 100,
+      description: 'every pod sends its state to every peer this often (and at once on every change)',
+    }),
     unhealthy_after_missed: T.Integer({
       default: 3,
       minimum: 1,
@@ -127,12 +174,19 @@ export const ClusterConfig = T.Object(
     }),
     coordination: T.Object(
       {
-        kind: T.Union([T.Literal('etcd'), T.Literal('kubernetes'), T.Literal('static')], { default: 'etcd' }),
+        kind: T.Union([T.Literal('etcd'), T.Literal('kubernetes'), T.Literal('static')], {
+          default: 'etcd',
+          description: 'where leadership is borrowed from (modelgate never elects a leader itself)',
+        }),
         etcd: Etcd,
         kubernetes: Kubernetes,
         static: T.Optional(Static_),
       },
-      { additionalProperties: false, default: {} },
+      {
+        additionalProperties: false,
+        default: {},
+        description: 'the coordination service that names the leader',
+      },
     ),
   },
   { additionalProperties: false },

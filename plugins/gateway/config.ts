@@ -33,8 +33,8 @@ export const GatewayConfig = T.Object(
           T.Array(T.String({ minLength: 1 }), {
             minItems: 1,
             description:
-              "argv of the engine.kind engine; the gateway appends the model and the engine's flags. " +
-              "Default: the engine's own (vllm serve)",
+              "argv of the engine.kind engine; the gateway appends the model and the engine's flags; " +
+              "@self stands for this modelgate. Default: the engine's own (vllm serve)",
           }),
         ),
         commands: T.Record(T.String(), Argv, {
@@ -47,34 +47,56 @@ export const GatewayConfig = T.Object(
         host: T.String({ default: '127.0.0.1', description: 'address engines bind to (--host)' }),
         port_range: T.Object(
           {
-            start: T.Integer({ default: 8100, minimum: 1024, maximum: 65535 }),
-            end: T.Integer({ default: 8199, minimum: 1024, maximum: 65535 }),
+            start: T.Integer({
+              default: 8100,
+              minimum: 1024,
+              maximum: 65535,
+              description: 'first engine port',
+            }),
+            end: T.Integer({ default: 8199, minimum: 1024, maximum: 65535, description: 'last engine port' }),
           },
           {
             additionalProperties: false,
             default: {},
-            description: 'engine ports; modelgates sharing a host each need their own range',
+            description:
+              'engine ports, each claimed with an exclusive bind and held until its engine listens; ' +
+              'modelgates sharing a host each need their own range',
           },
         ),
-        gpu_memory_utilization: T.Number({ default: 0.9, exclusiveMinimum: 0, maximum: 1 }),
+        gpu_memory_utilization: T.Number({
+          default: 0.9,
+          exclusiveMinimum: 0,
+          maximum: 1,
+          description: "a load's share of each GPU when its body names none (vLLM --gpu-memory-utilization)",
+        }),
         startup_timeout_seconds: T.Integer({
           default: 1200,
           minimum: 1,
-          description: 'deadline to become healthy',
+          description: 'deadline for a starting engine to answer /health 200; past it the instance fails',
         }),
-        stop_grace_seconds: T.Number({ default: 15, minimum: 0, description: 'SIGTERM → SIGKILL delay' }),
+        stop_grace_seconds: T.Number({
+          default: 15,
+          minimum: 0,
+          description: "SIGTERM → SIGKILL delay when an engine's process group is stopped",
+        }),
         on_shutdown: T.Union([T.Literal('stop'), T.Literal('leave')], {
           default: 'stop',
           description:
             'stop: modelgate stops its engines when it shuts down; leave: they keep serving (no GPU memory is freed) ' +
-            'and the next start on the same data_dir adopts them, so a modelgate upgrade does not reload the models',
+            'and the next start on the same data_dir adopts them, so a modelgate upgrade does not reload the models. ' +
+            'A forced exit leaves them too',
         }),
         health_poll_ms: T.Object(
           {
-            initial: T.Integer({ default: 200, minimum: 10 }),
-            max: T.Integer({ default: 2000, minimum: 10 }),
+            initial: T.Integer({ default: 200, minimum: 10, description: 'first gap between probes' }),
+            max: T.Integer({ default: 2000, minimum: 10, description: 'the gap grows ×1.5 up to this' }),
           },
-          { additionalProperties: false, default: {} },
+          {
+            additionalProperties: false,
+            default: {},
+            description:
+              "a starting engine's /health is polled with this backoff; its log's start-up line triggers a probe at once",
+          },
         ),
         liveness: T.Object(
           {
@@ -92,11 +114,24 @@ export const GatewayConfig = T.Object(
             }),
             timeout_ms: T.Integer({ default: 5000, minimum: 100, description: 'deadline of one probe' }),
           },
-          { additionalProperties: false, default: {} },
+          {
+            additionalProperties: false,
+            default: {},
+            description: 'after start-up: probes that fail an engine that stopped answering',
+          },
         ),
-        log_buffer_lines: T.Integer({ default: 2000, minimum: 100, maximum: 100000 }),
+        log_buffer_lines: T.Integer({
+          default: 2000,
+          minimum: 100,
+          maximum: 100000,
+          description: "an instance's last log lines kept in memory for /logs and its event stream's replay",
+        }),
       },
-      { additionalProperties: false, default: {} },
+      {
+        additionalProperties: false,
+        default: {},
+        description: 'how engines are launched, watched and stopped',
+      },
     ),
     gpu: T.Object(
       {
@@ -104,10 +139,15 @@ export const GatewayConfig = T.Object(
           default: ['nvidia-smi'],
           description: 'argv of nvidia-smi (query flags are appended); null disables the probe',
         }),
-        timeout_ms: T.Integer({ default: 5000, minimum: 100 }),
-        cache_ms: T.Integer({ default: 500, minimum: 0 }),
+        timeout_ms: T.Integer({ default: 5000, minimum: 100, description: 'deadline of one nvidia-smi run' }),
+        cache_ms: T.Integer({
+          default: 500,
+          minimum: 0,
+          description:
+            'a snapshot is reused this long (a sleep check and a footprint measurement read a fresh one)',
+        }),
       },
-      { additionalProperties: false, default: {} },
+      { additionalProperties: false, default: {}, description: 'the GPU probe' },
     ),
     proxy: ProxyConfig,
     sleep: T.Object(
@@ -126,7 +166,7 @@ export const GatewayConfig = T.Object(
             'warn keeps the instance asleep and reports it, unload stops the engine',
         }),
       },
-      { additionalProperties: false, default: {} },
+      { additionalProperties: false, default: {}, description: 'how a sleep is taken and checked' },
     ),
     sharedcache: T.Object(
       {
@@ -135,19 +175,24 @@ export const GatewayConfig = T.Object(
           default: KVCACHED_SHM_DIR,
           description:
             "where kvcached keeps its engines' usage segments. kvcached has it fixed at /dev/shm " +
-            '(kvcached/utils.py SHM_DIR, csrc mem_info_tracker.hpp), so no other value is accepted',
+            '(kvcached/utils.py SHM_DIR, csrc mem_info_tracker.hpp), so no other value is accepted. ' +
+            'MODELGATE_SHM_DIR moves it for tests and the simulator only; a real kvcached ignores it',
           errorMessage:
             'must be /dev/shm: kvcached always writes its segments there (it has no setting for another ' +
             'directory), so the pool view would never find them in any other',
         }),
       },
-      { additionalProperties: false, default: {} },
+      {
+        additionalProperties: false,
+        default: {},
+        description: "vLLM engines take their KV cache from kvcached's shared pool (one segment per engine)",
+      },
     ),
     residency: ResidencyConfig,
     catalog: T.Array(CatalogConfigEntrySchema, {
       default: [],
       description:
-        'the models this host may serve on demand, each under its `name` (README "Catalogue"); entries saved ' +
+        'the models this host may serve on demand, each under its `name` (gateway README, Catalogue); entries saved ' +
         'through PUT /api/catalog/{name} come beside these, which the API can read but not change',
     }),
   },

@@ -19,7 +19,7 @@ const Endpoint = T.Object(
       }),
     ),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, description: 'where the engine serving this name listens' },
 )
 
 const ModelEndpoint = T.Object(
@@ -41,12 +41,17 @@ const AutoSleep = T.Object(
       minimum: 1,
       description: 'seconds without traffic before a model is a sleep candidate',
     }),
-    check_interval: T.Integer({ default: 30, minimum: 1, description: 'seconds between idle checks' }),
+    check_interval: T.Integer({
+      default: 30,
+      minimum: 1,
+      description: "seconds between idle checks (each also re-reads the engines' /is_sleeping)",
+    }),
     level: T.Integer({
       default: 1,
       minimum: 1,
       maximum: 2,
-      description: 'vLLM sleep level: 1 offloads weights to CPU RAM, 2 discards them',
+      description:
+        'sleep level of automatic and manual sleeps: 1 offloads weights to CPU RAM, 2 discards them',
     }),
     min_sleep_duration: T.Integer({
       default: 60,
@@ -55,7 +60,11 @@ const AutoSleep = T.Object(
         'seconds a model stays asleep before a manual wakeup is allowed (requests may always wake it)',
     }),
   },
-  { additionalProperties: false, default: {} },
+  {
+    additionalProperties: false,
+    default: {},
+    description: 'automatic sleep of idle models (for gateway models, the residency manager decides)',
+  },
 )
 
 const ProxyDeadlines = T.Object(
@@ -71,7 +80,11 @@ const ProxyDeadlines = T.Object(
       description: 'deadline for reaching the engine → 504 upstream_connect_timeout; 0 disables the probe',
     }),
   },
-  { additionalProperties: false, default: {} },
+  {
+    additionalProperties: false,
+    default: {},
+    description: "the router's upstream deadlines (as the gateway's)",
+  },
 )
 
 export const RouterConfig = T.Object(
@@ -85,7 +98,9 @@ export const RouterConfig = T.Object(
     }),
     models: T.Array(ModelEndpoint, {
       default: [],
-      description: 'engines reached directly by model name (their engine_kind says which engine each is)',
+      description:
+        'engines reached directly by model name (their engine_kind says which engine each is); names are ' +
+        "unique, and with auto-sleep on its level must be one each endpoint's engine has",
     }),
     from_gateway: T.Boolean({
       default: true,

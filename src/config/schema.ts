@@ -33,14 +33,22 @@ const Oauth = T.Object(
       }),
     ),
   },
-  { additionalProperties: false, default: {} },
+  {
+    additionalProperties: false,
+    default: {},
+    description: "auth.mode oauth: the platform's identity provider and the groups that grant each role",
+  },
 )
 
 export const RootConfigSchema = T.Object(
   {
     server: T.Object(
       {
-        host: T.String({ default: '127.0.0.1', minLength: 1 }),
+        host: T.String({
+          default: '127.0.0.1',
+          minLength: 1,
+          description: 'address of the main listener (admin API, /docs, /metrics, the gateway /v1)',
+        }),
         port: T.Integer({ default: 3000, minimum: 0, maximum: 65535, description: '0 picks a free port' }),
         idle_timeout_seconds: T.Integer({
           default: 120,
@@ -85,7 +93,8 @@ export const RootConfigSchema = T.Object(
           default: 64,
           minimum: 8,
           maximum: 1000,
-          description: 'deepest JSON nesting of a non-inference body; 400 above it',
+          description:
+            'deepest JSON nesting of any body; 400 where the nesting starts, before anything parses it',
         }),
         login_attempts_per_minute: T.Integer({
           default: 10,
@@ -93,49 +102,99 @@ export const RootConfigSchema = T.Object(
           description: 'password logins per client address and minute; 429 beyond',
         }),
       },
-      { additionalProperties: false, default: {} },
+      {
+        additionalProperties: false,
+        default: {},
+        description:
+          'the main listener and the limits every listener (the router too) applies to its clients',
+      },
     ),
-    data_dir: T.String({ default: './data', minLength: 1 }),
+    data_dir: T.String({
+      default: './data',
+      minLength: 1,
+      description:
+        'modelgate.db (SQLite, WAL), engines/<id>/ (each engine log), settings.json (mode 0600: the model-hub token)',
+    }),
     log: T.Object(
       {
         level: T.Union([T.Literal('debug'), T.Literal('info'), T.Literal('warn'), T.Literal('error')], {
           default: 'info',
+          description: 'least severity logged',
         }),
-        format: T.Union([T.Literal('text'), T.Literal('json')], { default: 'text' }),
+        format: T.Union([T.Literal('text'), T.Literal('json')], {
+          default: 'text',
+          description: 'one line per event on stderr, as text or as JSON',
+        }),
       },
-      { additionalProperties: false, default: {} },
+      { additionalProperties: false, default: {}, description: "modelgate's own log lines (stderr)" },
     ),
     auth: T.Object(
       {
-        mode: T.Union([T.Literal('none'), T.Literal('simple'), T.Literal('oauth')], { default: 'none' }),
-        admin_username: T.String({ default: 'admin', minLength: 1 }),
-        admin_password: T.Optional(T.String()),
-        jwt_secret: T.Optional(T.String()),
+        mode: T.Union([T.Literal('none'), T.Literal('simple'), T.Literal('oauth')], {
+          default: 'none',
+          description:
+            "none: everyone is admin; simple: a password login issues a JWT; oauth: the platform's identity " +
+            'provider, roles from groups (AUTH_MODE)',
+        }),
+        admin_username: T.String({
+          default: 'admin',
+          minLength: 1,
+          description: 'simple mode: the login name (ADMIN_USERNAME)',
+        }),
+        admin_password: T.Optional(T.String({ description: 'simple mode: the password (ADMIN_PASSWORD)' })),
+        jwt_secret: T.Optional(
+          T.String({
+            description: 'HS256 secret of the admin JWTs, at least 32 bytes when auth is on (JWT_SECRET)',
+          }),
+        ),
         jwt_ttl_seconds: T.Integer({
           default: 43200,
           minimum: 60,
           description: 'JWT lifetime (12 h); a token claiming a longer one (exp − iat) is refused',
         }),
-        inference_api_key: T.Optional(T.String()),
-        cluster_secret: T.Optional(T.String()),
+        inference_api_key: T.Optional(
+          T.String({
+            description:
+              'when set, inference routes need Authorization: Bearer <key>; an unlimited key beside the ones ' +
+              'made through /api/keys (INFERENCE_API_KEY)',
+          }),
+        ),
+        cluster_secret: T.Optional(
+          T.String({
+            description:
+              'HMAC secret of the signed internal cluster API, at least 16 characters (CLUSTER_SECRET)',
+          }),
+        ),
         cluster_secret_previous: T.Optional(
           T.String({ description: 'second secret accepted during rotation' }),
         ),
         oauth: Oauth,
       },
-      { additionalProperties: false, default: {} },
+      {
+        additionalProperties: false,
+        default: {},
+        description: 'who may call the admin API, and the keys of inference and of the cluster',
+      },
     ),
     shutdown: T.Object(
       {
-        timeout_ms: T.Integer({ default: 30000, minimum: 100 }),
+        timeout_ms: T.Integer({
+          default: 30000,
+          minimum: 100,
+          description: 'one deadline for the whole shutdown: drain, then stopping every plugin',
+        }),
         drain_ms: T.Integer({
           default: 25000,
           minimum: 0,
           description:
-            'running inference requests may finish for this long (within timeout_ms) before engines stop',
+            'running inference requests may finish for this long (within timeout_ms, never its last 5 s) before engines stop',
         }),
       },
-      { additionalProperties: false, default: {} },
+      {
+        additionalProperties: false,
+        default: {},
+        description: 'what SIGTERM and SIGINT do, and how long it may take',
+      },
     ),
     telemetry: T.Object(
       {
@@ -143,7 +202,7 @@ export const RootConfigSchema = T.Object(
           default: '',
           pattern: '^(https?://\\S+)?$',
           description:
-            'OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318; spans go to <url>/v1/traces). Empty: tracing off, the SDK is not even loaded',
+            'OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318; spans go to <url>/v1/traces as OTLP/JSON). Empty: tracing off, no span is made',
         }),
         headers: T.Record(T.String(), T.String(), {
           default: {},
@@ -172,7 +231,7 @@ export const RootConfigSchema = T.Object(
             "given to vLLM engines as --otlp-traces-endpoint (vLLM's own spans; it speaks OTLP/gRPC unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL in engine.env says otherwise). Empty: not passed",
         }),
       },
-      { additionalProperties: false, default: {} },
+      { additionalProperties: false, default: {}, description: 'traces over OTLP (off by default)' },
     ),
     plugins: T.Record(T.String(), T.Unknown(), { default: {} }),
   },

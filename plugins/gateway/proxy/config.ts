@@ -25,7 +25,11 @@ export const ProxyConfig = T.Object(
     }),
     ...WakeOnRequestKeys,
   },
-  { additionalProperties: false, default: {} },
+  {
+    additionalProperties: false,
+    default: {},
+    description: "the gateway's inference proxy: upstream deadlines and requests for a sleeping model",
+  },
 )
 
 export type ProxyConfig = Static<typeof ProxyConfig>

@@ -49,7 +49,11 @@ export const ResidencyConfig = T.Object(
       description: "a model's request rate is its requests over this last window",
     }),
   },
-  { additionalProperties: false, default: {} },
+  {
+    additionalProperties: false,
+    default: {},
+    description: 'how the catalogue is kept resident in GPU memory (loaded on demand, evicted by policy)',
+  },
 )
 
 export type ResidencyConfig = Static<typeof ResidencyConfig>
