@@ -182,7 +182,7 @@ export const SleepCheckSchema = t.Object(
     reason: t.Nullable(t.String({ description: 'why the sleep is not verified, or could not be measured' })),
     checked_at: t.String(),
   },
-  { description: 'the memory check of a sleep (see README, "Sleep and wake")' },
+  { description: "the memory check of a sleep (see the gateway's README, Sleep and wake)" },
 )
 
 export const SleepResultSchema = t.Object({

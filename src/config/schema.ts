@@ -9,11 +9,21 @@ const Oauth = T.Object(
     issuer_url: T.Optional(T.String({ description: 'OAuth issuer URL (OAUTH_ISSUER_URL)' })),
     client_id: T.Optional(T.String({ description: 'OAUTH_CLIENT_ID' })),
     client_secret: T.Optional(T.String({ description: 'OAUTH_CLIENT_SECRET' })),
-    k8s_api_url: T.Optional(T.String({ description: 'platform API for user info (K8S_API_URL)' })),
-    api_base_url: T.Optional(T.String({ description: 'backend address for callbacks (API_BASE_URL)' })),
+    k8s_api_url: T.Optional(
+      T.String({ description: 'the platform API the user and their groups are read from (K8S_API_URL)' }),
+    ),
+    api_base_url: T.Optional(
+      T.String({
+        description:
+          "this service's public address; the OAuth callback is <api_base_url>/api/auth/callback (API_BASE_URL)",
+      }),
+    ),
     // The keys below are optional with their defaults applied by src/http/oauth.ts (oauthSettings).
     frontend_url: T.Optional(
-      T.String({ description: 'where the browser lands with #token=<JWT> (default API_BASE_URL + "/")' }),
+      T.String({
+        description:
+          'where the browser lands with #token=<JWT>&token_type=Bearer&expires_in=<s> (default API_BASE_URL + "/")',
+      }),
     ),
     scope: T.Optional(T.String({ description: 'scope asked of the provider (default "user:info")' })),
     admin_groups: T.Optional(

@@ -20,7 +20,7 @@ import { RootConfigSchema } from '../../src/config/schema.ts'
 import { connectionCap } from '../../src/host/limits.ts'
 
 /**
- * The deployment files of README "On a real GPU host": the systemd unit goes through Debian's
+ * The deployment files of config/README.md "On a real GPU host": the systemd unit goes through Debian's
  * `systemd-analyze verify` (warnings count as failures: it exits 0 on an unknown key or a bad value),
  * the container recipe through a Dockerfile parser written here against the build context it
  * documents, and both against the YAML they run and the code's own defaults.

@@ -70,11 +70,11 @@ function modelgateConfig(env: Record<string, string>) {
   return loadConfig(configYaml, env, known)
 }
 /**
- * readmeKubernetesSteps: the commands of the README's "A cluster on Kubernetes" block, one per
+ * readmeKubernetesSteps: the commands of config/README.md's "A cluster on Kubernetes" block, one per
  * entry, continuation lines joined and comments dropped.
  */
 function readmeKubernetesSteps(): string[] {
-  const readme = readFileSync(resolve(import.meta.dir, '../../README.md'), 'utf8')
+  const readme = readFileSync(resolve(import.meta.dir, '../../config/README.md'), 'utf8')
   const section = readme.slice(readme.indexOf('### A cluster on Kubernetes'))
   const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!
   return block
@@ -130,7 +130,7 @@ describe('config/kubernetes manifests', () => {
     expect(docs.filter((d) => d.kind === 'Secret')).toEqual([])
   })
 
-  it('has the README create the Secret after the namespace and before the folder, with every key the pods read', () => {
+  it('has config/README.md create the Secret after the namespace and before the folder, with every key the pods read', () => {
     const steps = readmeKubernetesSteps()
     const at = (re: RegExp) => steps.findIndex((l) => re.test(l))
     const namespace = at(/^kubectl apply -f config\/kubernetes\/00-namespace\.yaml$/)

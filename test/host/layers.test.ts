@@ -2,7 +2,7 @@ import { describe, expect, it } from 'bun:test'
 import { Glob } from 'bun'
 
 /**
- * The layering the README's architecture section draws, checked on the import statements:
+ * The layering src/README.md's architecture section draws, checked on the import statements:
  * - the core (host, config, http, wire, store) names no plugin and none of the engine/GPU library;
  * - src/ imports from plugins/ only in the composition root (src/main.ts);
  * - the engine/GPU library (src/engine, src/gpu) is shared by plugins/gateway and the simulator,
