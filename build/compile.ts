@@ -13,7 +13,7 @@ const outfile = join(root, 'build', 'dist', 'modelgate')
 mkdirSync(join(root, 'build', 'dist'), { recursive: true })
 
 /**
- * embeddedDashboard is the module that stands in for plugins/gateway/dashboard/bundle.ts in the
+ * embeddedDashboard is the module that stands in for src/dashboard/bundle.ts in the
  * binary: the same `loadBundle()`, reading the files built into `dir` and embedded by file imports.
  */
 function embeddedDashboard(dir: string, files: DashboardFile[]): string {
@@ -42,7 +42,7 @@ const result = await Bun.build({
     {
       name: 'embed-dashboard',
       setup(build) {
-        build.onLoad({ filter: /plugins[\\/]gateway[\\/]dashboard[\\/]bundle\.ts$/ }, () => ({
+        build.onLoad({ filter: /src[\\/]dashboard[\\/]bundle\.ts$/ }, () => ({
           contents: dashboard,
           loader: 'ts',
         }))

@@ -1,11 +1,14 @@
 /**
- * dashboard.ts bundles the web dashboard (plugins/gateway/dashboard/client/) with Bun.build: its
- * index.html names the entry script and stylesheet, which come out minified under hashed names
- * served from `/assets/`. Nothing is fetched from elsewhere: Preact and its signals are bundled in.
+ * dashboard.ts bundles the web dashboard with Bun.build: the host's shell (src/dashboard/client/)
+ * and each plugin's client module (its definition's `dashboard.client`), which the shell imports as
+ * `modelgate:dashboard-clients`, a module made here from that list. index.html names the entry
+ * script and stylesheet, which come out minified under hashed names served from `/assets/`.
+ * Nothing is fetched from elsewhere: Preact and its signals are bundled in.
  *
- * Three callers: the gateway running from source bundles on the first request for the page
- * (plugins/gateway/dashboard/bundle.ts), compile.ts writes the files to build/dist/dashboard/ and
- * embeds them in the binary, and `bun build/dashboard.ts` writes them and prints their sizes.
+ * Three callers: the host running from source bundles on the first request for the page
+ * (src/dashboard/bundle.ts), compile.ts writes the files to build/dist/dashboard/ and embeds them in
+ * the binary, and `bun build/dashboard.ts` writes them and prints their sizes. Every compiled-in
+ * plugin's pages are in the bundle; the page shows those of the plugins that are on.
  */
 import { mkdirSync, rmSync } from 'node:fs'
 import { basename, join } from 'node:path'
@@ -18,13 +21,40 @@ export interface DashboardFile {
 }
 
 const root = join(import.meta.dir, '..')
-export const DASHBOARD_ENTRY = join(root, 'plugins', 'gateway', 'dashboard', 'client', 'index.html')
+export const DASHBOARD_ENTRY = join(root, 'src', 'dashboard', 'client', 'index.html')
+/** CLIENTS_MODULE: the name the shell imports the plugins' client modules by. */
+const CLIENTS_MODULE = 'modelgate:dashboard-clients'
 /** ASSET_PREFIX: where the page loads its hashed assets from (the dashboard routes serve it). */
 export const ASSET_PREFIX = '/assets/'
 
-export async function buildDashboard(): Promise<DashboardFile[]> {
+/** pluginClients: the client modules of every plugin in the static plugin list, in its order. */
+export async function pluginClients(): Promise<string[]> {
+  const { plugins } = await import('../plugins/index.ts')
+  return plugins.flatMap((p) => (p.dashboard ? [p.dashboard.client] : []))
+}
+
+/** clientsModule: the source of `modelgate:dashboard-clients`, each module's default export in order. */
+function clientsModule(clients: readonly string[]): string {
+  const imports = clients.map((c, i) => `import c${i} from ${JSON.stringify(c)}`)
+  return `${imports.join('\n')}\nexport default [${clients.map((_, i) => `c${i}`).join(', ')}]\n`
+}
+
+export async function buildDashboard(clients?: readonly string[]): Promise<DashboardFile[]> {
+  const contents = clientsModule(clients ?? (await pluginClients()))
   const result = await Bun.build({
     entrypoints: [DASHBOARD_ENTRY],
+    plugins: [
+      {
+        name: 'dashboard-clients',
+        setup(build) {
+          build.onResolve({ filter: /^modelgate:dashboard-clients$/ }, () => ({
+            path: CLIENTS_MODULE,
+            namespace: 'dashboard-clients',
+          }))
+          build.onLoad({ filter: /.*/, namespace: 'dashboard-clients' }, () => ({ contents, loader: 'ts' }))
+        },
+      },
+    ],
     target: 'browser',
     minify: true,
     sourcemap: 'none',

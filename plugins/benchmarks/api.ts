@@ -2,6 +2,9 @@ import type { BenchmarkEvent } from './events.ts'
 import type { Bundle, ImportResult } from './export.ts'
 import type { BenchmarkRun } from './schemas.ts'
 
+/** The bundle's format, which another pod's copy of it (the cluster's fleet) reads and checks. */
+export { BUNDLE_FORMAT, BUNDLE_VERSION, type Bundle, BundleSchema } from './export.ts'
+
 /**
  * BenchmarksApi is what other plugins (the cluster plugin) may call: the export/import bundle of
  * finished runs and read access to runs.

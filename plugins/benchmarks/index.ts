@@ -15,6 +15,15 @@ export default definePlugin<typeof BenchmarksConfig, BenchmarksApi>({
   description: 'Benchmark runs against model instances: TTFT, throughput, latency percentiles and goodput.',
   dependsOn: ['gateway'],
   config: BenchmarksConfig,
+  // Its pages on the host's dashboard; a run's progress comes on the run's own stream.
+  dashboard: {
+    client: `${import.meta.dir}/dashboard/client.ts`,
+    pages: [
+      { id: 'benchmarks', title: 'Benchmarks', nav: 'Benchmarks', path: '/benchmarks' },
+      { id: 'benchmark-compare', title: 'Two runs side by side', path: '/benchmarks/compare/:a/:b' },
+      { id: 'benchmark', title: 'Benchmark run', path: '/benchmarks/:id' },
+    ],
+  },
   migrations: [{ id: '0001_init', sql: init }],
   setup(ctx, cfg) {
     const service = new BenchmarkService(ctx, cfg)

@@ -1,3 +1,4 @@
+import { ViewPublisher } from '../../src/dashboard/publisher.ts'
 import { definePlugin } from '../../src/host/plugin.ts'
 import type { BenchmarksApi } from '../benchmarks/api.ts'
 import type { GatewayPodApi } from '../gateway/api.ts'
@@ -39,6 +40,12 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
     'Joins several gateway pods: leader from etcd or a Kubernetes Lease, routing table, signed internal API.',
   dependsOn: ['gateway'],
   config: ClusterConfig,
+  // Its page on the host's dashboard, fed by the view it publishes on change (dashboard/changes.ts).
+  dashboard: {
+    client: `${import.meta.dir}/dashboard/client.ts`,
+    pages: [{ id: 'cluster', title: 'Cluster', nav: 'Cluster', path: '/cluster' }],
+    events: ['cluster.changed'],
+  },
   migrations: [{ id: 'cluster_0001_state', sql: stateSql }],
   // The secret, the coordination's URLs and timings, the static leader: refused before setup runs.
   validate: clusterProblems,
@@ -57,6 +64,11 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
     })
     const address = () => cfg.advertise_address ?? ctx.mainUrl()
     const gateway = ctx.api<GatewayPodApi>('gateway')
+    const changes = new ViewPublisher(ctx.bus, 'cluster.changed', () => ({
+      status: cluster.status(),
+      pods: cluster.pods(),
+      table: cluster.routingTable(),
+    }))
     service = new ClusterService({
       cfg,
       podId,
@@ -68,6 +80,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       bus: ctx.bus,
       log,
       repo,
+      changed: () => changes.nudge(),
     })
     // Who may send internal requests: current members, from their own addresses (senders.ts).
     const senders = new ClusterSenders({
@@ -168,6 +181,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
         placement.start()
       },
       stop: async (deadline) => {
+        changes.stop()
         await revocations.stop(deadline)
         await keys.stop(deadline)
         await placement.stop()

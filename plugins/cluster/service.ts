@@ -35,6 +35,8 @@ export interface ClusterDeps {
   log: Logger
   repo: ClusterStateRepo
   now?: () => number
+  /** changed: what this pod knows of the cluster may have changed (the dashboard's feed). */
+  changed?: () => void
 }
 
 declare module '../../src/host/bus.ts' {
@@ -251,6 +253,7 @@ export class ClusterService {
     })
     if (ev.type === 'pod-left') {
       this.members.forget(ev.podId)
+      this.deps.changed?.()
       this.rebuild()
       return
     }
@@ -263,6 +266,7 @@ export class ClusterService {
   }
 
   private hear(state: PodState): void {
+    this.deps.changed?.()
     const joined = this.members.heard(state)
     if (joined) this.deps.log.info('pod joined', { pod: state.podId, address: state.address })
     this.fence.observe(state.term)
@@ -280,6 +284,7 @@ export class ClusterService {
     this.table = table
     this.deps.repo.set('routing_table', table)
     this.deps.bus.emit('cluster.routing', table)
+    this.deps.changed?.()
   }
 
   /**
@@ -302,6 +307,7 @@ export class ClusterService {
   }
 
   private onCoordinator(change: CoordinatorChange): void {
+    this.deps.changed?.()
     if (change.type === 'peers') {
       const { joined, left } = this.members.registered(change.peers)
       for (const id of joined) this.deps.log.info('pod registered', { pod: id })
@@ -334,6 +340,7 @@ export class ClusterService {
           ? 'model-unloaded'
           : null
     if (!type) return
+    this.deps.changed?.()
     if (status === 'removed') this.standbyIds.delete(instance.id)
     this.rebuild()
     this.broadcast(type, { instanceId: instance.id, modelName: instance.served_model_name })
@@ -353,6 +360,8 @@ export class ClusterService {
   }
 
   private tick(): void {
+    // A pod silent past its deadline turns unhealthy with nothing heard: the beat shows it.
+    this.deps.changed?.()
     void this.refreshGpus()
     for (const id of this.members.prune())
       this.deps.log.warn('pod forgotten (silent, unregistered)', { pod: id })

@@ -17,7 +17,9 @@ import { catalogRoutes } from './catalog/routes.ts'
 import { catalogProblems } from './catalog/rules.ts'
 import { CatalogStore } from './catalog/store.ts'
 import { GatewayConfig, gatewayProblems } from './config.ts'
-import { dashboardRoutes } from './dashboard/routes.ts'
+import { gatewayFeed } from './dashboard/events.ts'
+import { gatewayDashboard } from './dashboard/pages.ts'
+import { timeseriesRoutes } from './dashboard/routes.ts'
 import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text' }
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import catalogSql from './db/migrations/0003_catalog.sql' with { type: 'text' }
@@ -115,6 +117,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   description:
     'Starts and stops inference engines (vLLM, …), reports GPU and memory, sleeps and wakes models, proxies inference.',
   config: GatewayConfig,
+  dashboard: gatewayDashboard,
   // The catalogue's rules (a name that is a path or repeats, what a load would refuse) need the
   // load's own checks (launch.ts), which need config.ts: they are added here, not in config.ts.
   validate: (cfg, ctx) => [
@@ -222,7 +225,13 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
         .use(catalogRoutes(catalog))
         .use(settingsRoutes(settings))
         .use(orphanRoutes(orphans))
-        .use(dashboardRoutes(ctx, service, timeseries)),
+        .use(timeseriesRoutes(timeseries)),
+      live: gatewayFeed({
+        bus: ctx.bus,
+        list: () => service.list(),
+        events: (id) => service.instances.get(id)?.events,
+        timeseries,
+      }),
       api: service,
       start: async () => {
         await service.recover()

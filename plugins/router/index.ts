@@ -1,6 +1,6 @@
 import { definePlugin } from '../../src/host/plugin.ts'
 import { RouterConfig, routerProblems } from './config.ts'
-import { routerDashboardRoutes } from './dashboard.ts'
+import { routerDashboardRoutes } from './dashboard/routes.ts'
 import { routerRoutes } from './routes.ts'
 import { RouterService } from './service.ts'
 
@@ -34,6 +34,12 @@ export const routerPlugin = (opts: RouterOptions = {}) =>
     id: 'router',
     description: 'Routes inference to configured endpoints, tracks traffic, sleeps idle models.',
     config: RouterConfig,
+    // Its page on the host's dashboard, fed by the overview it publishes on change (dashboard/changes.ts).
+    dashboard: {
+      client: `${import.meta.dir}/dashboard/client.ts`,
+      pages: [{ id: 'router', title: 'Router', nav: 'Router', path: '/router' }],
+      events: ['router.changed'],
+    },
     // Duplicate model names and a port shared with the main listener: refused before setup runs.
     validate: routerProblems,
     setup(ctx, cfg) {

@@ -34,6 +34,8 @@ export interface InferenceDeps {
   gate: GatewayKeyGate
   /** the router's clock (epoch ms): activity and statistics. */
   now: () => number
+  /** changed: a request ended (its traffic counted): the dashboard's feed. */
+  changed?: () => void
 }
 
 /** ROUTER_ANSWERS: the directory's refusals in the router's words (`{error: {message, type, code}}`). */
@@ -135,5 +137,6 @@ export class RouterInference {
     entry.traffic.record(now, ok, durationMs)
     this.deps.overall.record(now, ok, durationMs)
     entry.touch(now)
+    this.deps.changed?.()
   }
 }

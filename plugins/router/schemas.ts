@@ -123,3 +123,11 @@ export const ModelHealthSchema = t.Object({
 })
 
 export const ServerInfoSchema = t.Object({ version: t.String(), controller: t.String() })
+
+/** RouterOverviewSchema: the router's models, traffic, sleep states and candidates, as its dashboard page draws them. */
+export const RouterOverviewSchema = t.Object({
+  models: t.Array(ModelEntrySchema),
+  traffic: TrafficStatsSchema,
+  sleep: t.Record(t.String(), SleepStatusEntrySchema),
+  candidates: SleepCandidatesSchema,
+})

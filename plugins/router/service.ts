@@ -1,3 +1,4 @@
+import { ViewPublisher } from '../../src/dashboard/publisher.ts'
 import { EngineCallError } from '../../src/engine/engine-client.ts'
 import type { PluginContext } from '../../src/host/plugin.ts'
 import { AppError } from '../../src/http/errors.ts'
@@ -5,6 +6,7 @@ import type { GatewayApi } from '../gateway/api.ts'
 import { GatewayKeyGate } from './access.ts'
 import type { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
+import type { RouterOverview } from './dashboard/changes.ts'
 import { ActionRefused, modelNotFound } from './errors.ts'
 import { RouterInference } from './inference.ts'
 import { type ModelEntry, ModelTable } from './model-table.ts'
@@ -51,6 +53,8 @@ export class RouterService {
   readonly inference: RouterInference
   /** gate: the gateway's inference key for gateway models on the inference routes and the actions. */
   readonly gate: GatewayKeyGate
+  /** changes: publishes the overview the dashboard's Router page draws (`router.changed`). */
+  readonly changes: ViewPublisher<'router.changed'>
   private readonly lifetime = new AbortController()
   private unsubscribe: (() => void)[] = []
   private gatewayApi: GatewayApi | undefined
@@ -65,6 +69,8 @@ export class RouterService {
     readonly now: () => number = Date.now,
   ) {
     this.startedAt = now()
+    this.changes = new ViewPublisher(ctx.bus, 'router.changed', () => this.overview())
+    const changed = () => this.changes.nudge()
     this.table = new ModelTable(cfg, this.startedAt, ctx.directory, ctx.log)
     // Fixed by the configuration (not by start()), so it holds from the moment the listener opens.
     this.gate = new GatewayKeyGate(ctx.auth, cfg.from_gateway && ctx.has('gateway'), cfg.models.length > 0)
@@ -76,6 +82,7 @@ export class RouterService {
       startedAt: this.startedAt,
       lifetime: this.lifetime.signal,
       now,
+      changed,
     })
     this.inference = new RouterInference({
       table: this.table,
@@ -84,6 +91,7 @@ export class RouterService {
       cfg,
       gate: this.gate,
       now,
+      changed,
     })
     // The configured endpoints are backends of the host's model directory, served by this listener.
     this.unsubscribe.push(ctx.directory.addSource({ backends: (name) => endpointOf(this.table, name) }))
@@ -100,7 +108,10 @@ export class RouterService {
           // Traffic through the gateway's own /v1 keeps a gateway model from looking idle.
           this.ctx.bus.on('proxy.request', (ev) => {
             if (ev.instance_id) this.table.get(ev.served ?? ev.model)?.touch(this.now())
+            this.changes.nudge()
           }),
+          // A gateway instance came, went, slept or woke: the router's models and their states.
+          this.ctx.bus.on('gateway.instance.status', () => this.changes.nudge()),
         )
       }
     }
@@ -114,6 +125,7 @@ export class RouterService {
   }
 
   async stop(): Promise<void> {
+    this.changes.stop()
     for (const off of this.unsubscribe.splice(0)) off()
     this.lifetime.abort()
     await this.sleep.stop()
@@ -126,6 +138,16 @@ export class RouterService {
   }
 
   // ---- views ----
+
+  /** overview: what the dashboard's Router page draws, in one read (and in each `router.changed`). */
+  overview(): RouterOverview {
+    return {
+      models: this.models().data,
+      traffic: this.trafficStats(null),
+      sleep: this.sleepStatus().models,
+      candidates: this.sleepCandidates(),
+    }
+  }
 
   models(): { object: 'list'; data: ModelView[] } {
     return { object: 'list', data: this.table.all().map(modelView) }

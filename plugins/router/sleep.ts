@@ -43,6 +43,8 @@ export interface SleepControllerDeps {
   lifetime: AbortSignal
   /** the router's clock (epoch ms): sleep times and idle times. */
   now: () => number
+  /** changed: what a model's sleep state or candidacy may have changed (the dashboard's feed). */
+  changed?: () => void
 }
 
 /** STOP_WAIT_MS caps how long stop waits for sleep or wake operations under way. */
@@ -75,7 +77,11 @@ export class SleepController {
 
   private track<T>(p: Promise<T>): Promise<T> {
     this.running.add(p)
-    p.finally(() => this.running.delete(p)).catch(() => {})
+    this.deps.changed?.()
+    p.finally(() => {
+      this.running.delete(p)
+      this.deps.changed?.()
+    }).catch(() => {})
     return p
   }
 
@@ -83,6 +89,8 @@ export class SleepController {
   tick(): void {
     const { table, cfg, log, startedAt } = this.deps
     const now = this.deps.now()
+    // Idle time passing makes candidates of models without any other change.
+    this.deps.changed?.()
     const thresholdMs = cfg.auto_sleep.idle_threshold * 1000
     for (const e of table.all()) {
       if (cfg.auto_sleep.enabled && this.isCandidate(e, now, thresholdMs)) {

@@ -5,6 +5,8 @@ import { Value } from '@sinclair/typebox/value'
 import type { Server } from 'bun'
 import type { Registry } from 'prom-client'
 import type { LoadedConfig } from '../config/load.ts'
+import { dashboardPages } from '../dashboard/pages.ts'
+import { dashboardRoutes } from '../dashboard/routes.ts'
 import { ModelDirectory } from '../directory/directory.ts'
 import { createBaseApp, renderError, shapeFor } from '../http/app.ts'
 import { AuthService } from '../http/auth.ts'
@@ -165,6 +167,7 @@ export class Host {
       { name: 'auth', description: 'Login and current user (public)' },
       { name: 'metrics', description: 'Prometheus metrics' },
       { name: 'keys', description: 'Inference keys: limits, budgets and usage' },
+      { name: 'dashboard', description: 'The web dashboard, which every plugin feeds' },
       ...order.map((d) => ({ name: d.id, description: d.description })),
     ]
     let app: AnyElysia = createBaseApp({ name: 'main', auth: this.auth, log: this.log })
@@ -190,10 +193,27 @@ export class Host {
         }),
       )
       .use(keysRoutes(this.auth.keys))
+      .use(this.dashboard())
     for (const r of this.running) if (r.instance.routes) app = app.use(r.instance.routes)
     // The guard authorises the matched route by its own declaration (src/http/auth.ts).
     this.auth.declareRoutes(app.routes)
     return app
+  }
+
+  /** dashboard: the host's dashboard, with the pages and live feeds of the plugins that are on. */
+  private dashboard(): AnyElysia {
+    const { definitions, config } = this.opts
+    return dashboardRoutes({
+      log: this.log.child('dashboard'),
+      clients: definitions.flatMap((d) => (d.dashboard ? [d.dashboard.client] : [])),
+      pages: () => dashboardPages(definitions, (id) => config.plugins.has(id)),
+      live: {
+        bus: this.bus,
+        feeds: () =>
+          this.running.map((r) => ({ events: r.def.dashboard?.events ?? [], live: r.instance.live })),
+      },
+      inferenceKey: () => config.root.auth.inference_api_key || null,
+    })
   }
 
   private listen(order: PluginDefinition[]): void {

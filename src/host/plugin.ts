@@ -2,6 +2,7 @@ import type { Static, TObject } from '@sinclair/typebox'
 import type { Elysia } from 'elysia'
 import type { Registry } from 'prom-client'
 import type { RootConfig } from '../config/schema.ts'
+import type { DashboardContribution, LiveFeed } from '../dashboard/contract.ts'
 import type { ModelDirectory } from '../directory/directory.ts'
 import type { AuthService } from '../http/auth.ts'
 import type { Migration, Store } from '../store/db.ts'
@@ -81,6 +82,11 @@ export interface PluginInstance<Api = unknown> {
   start?(): void | Promise<void>
   /** stop must be safe even if start never ran; `deadline` aborts when the shutdown budget is spent. */
   stop?(deadline: AbortSignal): void | Promise<void>
+  /**
+   * live: this plugin's part of each connection to the dashboard's live stream beyond the bus events
+   * its definition names (`dashboard.events`): its current state first, events derived per client.
+   */
+  live?: LiveFeed
   /** kill is the synchronous last resort on a forced exit (second signal): kill child processes. */
   kill?(): void
 }
@@ -107,6 +113,8 @@ export interface PluginDefinition<S extends TObject = TObject, Api = unknown> {
    */
   validate?(cfg: Static<S>, ctx: ValidateContext): string[]
   migrations?: Migration[]
+  /** dashboard: the pages this plugin adds to the host's dashboard and the events it publishes for them. */
+  dashboard?: DashboardContribution
   setup(ctx: PluginContext, cfg: Static<S>): PluginInstance<Api> | Promise<PluginInstance<Api>>
 }
 

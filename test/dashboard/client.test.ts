@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'bun:test'
-import { splitArgs } from '../../plugins/gateway/dashboard/client/format.ts'
-import { gpuSegments, widths } from '../../plugins/gateway/dashboard/client/gpu-segments.ts'
 import type { GpuRow, InstanceRecord } from '../../plugins/gateway/dashboard/client/types.ts'
+import { splitArgs } from '../../src/dashboard/client/format.ts'
+import { gpuSegments, widths } from '../../src/dashboard/client/gpu-segments.ts'
 
 /** The dashboard's pure parts: the GPU bar's arithmetic and the extra-arguments splitter. */
 const row = (over: Partial<GpuRow> = {}): GpuRow => ({

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
-import { DASHBOARD_CSP } from '../../plugins/gateway/dashboard/routes.ts'
+import { DASHBOARD_CSP } from '../../src/dashboard/routes.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { readSse } from '../support/sse.ts'
 import { waitFor } from '../support/wait.ts'

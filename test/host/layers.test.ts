@@ -3,10 +3,11 @@ import { Glob } from 'bun'
 
 /**
  * The layering src/README.md's architecture section draws, checked on the import statements:
- * - the core (host, config, http, wire, store) names no plugin and none of the engine/GPU library;
+ * - the core (host, config, http, wire, store, dashboard) names no plugin and none of the engine/GPU library;
  * - src/ imports from plugins/ only in the composition root (src/main.ts);
  * - the engine/GPU library (src/engine, src/gpu) is shared by plugins/gateway and the simulator,
- *   and imports neither of them.
+ *   and imports neither of them;
+ * - a plugin reaches another plugin only through that plugin's `api.ts` (its dashboard pages too).
  */
 const root = `${import.meta.dir}/../..`
 /** Static imports and re-exports (`from '…'`, bare `import '…'`) and `import('…')` in code or types. */
@@ -14,7 +15,7 @@ const IMPORT = /^\s*(?:import|export)\s*(?:[^'"]*?from\s*)?'([^']+)'|import\(\s*
 
 async function importsOf(dir: string): Promise<{ file: string; target: string }[]> {
   const out: { file: string; target: string }[] = []
-  for await (const file of new Glob(`${dir}/**/*.ts`).scan(root)) {
+  for await (const file of new Glob(`${dir}/**/*.{ts,tsx}`).scan(root)) {
     const text = await Bun.file(`${root}/${file}`).text()
     for (const m of text.matchAll(IMPORT)) {
       const spec = (m[1] ?? m[2])!
@@ -60,7 +61,7 @@ function offenders(edges: { file: string; target: string }[], banned: string[]):
 describe('layering', () => {
   it('the core imports no plugin and none of the engine/GPU library or the simulator', async () => {
     const edges: { file: string; target: string }[] = []
-    for (const core of ['src/host', 'src/config', 'src/http', 'src/wire', 'src/store']) {
+    for (const core of ['src/host', 'src/config', 'src/http', 'src/wire', 'src/store', 'src/dashboard']) {
       edges.push(...(await importsOf(core)))
     }
     // The scan saw the core's imports (the test would pass on an empty scan otherwise).
@@ -84,6 +85,21 @@ describe('layering', () => {
     expect(graph.size).toBeGreaterThan(50)
     const cycles = findCycles(graph)
     expect(cycles).toEqual([])
+  })
+
+  it('a plugin folder imports another plugin folder only through its api.ts', async () => {
+    const edges = await importsOf('plugins')
+    const folder = (path: string) => /^plugins\/([^/]+)\//.exec(path)?.[1]
+    const across = edges.filter((e) => {
+      const from = folder(e.file)
+      const to = folder(e.target)
+      return from !== undefined && to !== undefined && from !== to
+    })
+    // The scan saw the plugins' own api.ts imports (the test would pass on an empty scan otherwise).
+    expect(across.some((e) => e.target === 'plugins/gateway/api.ts')).toBe(true)
+    expect(edges.some((e) => e.file.endsWith('.tsx'))).toBe(true)
+    const offenders = across.filter((e) => e.target !== `plugins/${folder(e.target)}/api.ts`)
+    expect(offenders.map((e) => `${e.file} → ${e.target}`)).toEqual([])
   })
 
   it('the engine/GPU library imports neither the gateway nor the simulator', async () => {

@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
 import { ControllerError } from '../../../src/http/schemas.ts'
-import type { Bundle } from '../../benchmarks/export.ts'
+import type { Bundle } from '../../benchmarks/api.ts'
 import type { MemoryProfile } from '../../gateway/api.ts'
 import {
   BenchmarkBundleSchema,

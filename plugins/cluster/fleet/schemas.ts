@@ -1,5 +1,5 @@
 import { t } from 'elysia'
-import { BundleSchema as BenchmarkBundleSchema } from '../../benchmarks/export.ts'
+import { BundleSchema as BenchmarkBundleSchema } from '../../benchmarks/api.ts'
 import { ProfileBundleSchema, ProfileSchema } from '../../gateway/api.ts'
 
 /**

@@ -1,7 +1,6 @@
 import { hostname } from 'node:os'
 import { AppError, conflict, toAppError } from '../../../src/http/errors.ts'
-import type { BenchmarksApi } from '../../benchmarks/api.ts'
-import { BUNDLE_FORMAT, BUNDLE_VERSION, type Bundle } from '../../benchmarks/export.ts'
+import { type BenchmarksApi, BUNDLE_FORMAT, BUNDLE_VERSION, type Bundle } from '../../benchmarks/api.ts'
 import type { GatewayPodApi, MemoryProfile } from '../../gateway/api.ts'
 import { PROFILE_BUNDLE_FORMAT, PROFILE_BUNDLE_VERSION } from '../../gateway/api.ts'
 import type { PeerCalls } from '../peer-client.ts'

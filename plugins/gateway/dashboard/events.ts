@@ -1,5 +1,5 @@
+import type { LiveFeed, LiveSend } from '../../../src/dashboard/contract.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
-import { type SseSink, sseResponse } from '../../../src/http/sse.ts'
 import type { CatalogChange, InstanceRecord, InstanceStatus, MoveEvent } from '../api.ts'
 import type { InstanceEvents } from '../events.ts'
 import type { Operation } from '../lifecycle.ts'
@@ -8,12 +8,10 @@ import type { TimeSample, TimeSeries } from '../timeseries/ring.ts'
 import type { TimeSeriesSampler } from '../timeseries/sampler.ts'
 
 /**
- * The dashboard's one event stream (`GET /api/dashboard/events`): what a page needs to stay current
- * without polling, over a single connection (a browser opens at most six to one host over HTTP/1.1,
- * so one stream per instance would starve the page's own requests). It relays the gateway's bus
- * events and every instance's progress events; the page refetches the GPU and memory views when
- * one arrives. The first event is the instance list, so a client that connects (or reconnects)
- * starts from the current state.
+ * The gateway's feed of the dashboard's one live stream (`GET /api/dashboard/events`, the host's):
+ * it relays the gateway's bus events and every instance's progress events; the page refetches the
+ * GPU and memory views when one arrives. Its first event is the instance list, so a client that
+ * connects (or reconnects) starts from the current state.
  */
 export interface DashboardEventMap {
   /** The current instances (full records), first on every connection. */
@@ -56,12 +54,13 @@ export interface DashboardSource {
 /** TRAFFIC_EVERY_MS: proxied requests are summed into one `traffic` event at most this often. */
 export const TRAFFIC_EVERY_MS = 2000
 
-export function dashboardEvents(src: DashboardSource, signal: AbortSignal): Response {
-  return sseResponse((sink) => relay(src, sink), { signal })
+/** gatewayFeed: the gateway's part of each live connection. */
+export function gatewayFeed(src: DashboardSource): LiveFeed {
+  return (live) => relay(src, live)
 }
 
-function relay(src: DashboardSource, sink: SseSink): () => void {
-  const send = <K extends DashboardEventName>(name: K, data: DashboardEventMap[K]) => sink.send(name, data)
+function relay(src: DashboardSource, live: LiveSend): () => void {
+  const send = <K extends DashboardEventName>(name: K, data: DashboardEventMap[K]) => live(name, data)
   const following = new Map<string, () => void>()
   /** follow relays an instance's progress events (the latest one first) until the instance is removed. */
   const follow = (id: string) => {

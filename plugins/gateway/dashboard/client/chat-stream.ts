@@ -1,5 +1,5 @@
+import { sseMessages } from '../../../../src/dashboard/client/sse.ts'
 import { ApiError, errorFrom } from './api.ts'
-import { sseMessages } from './sse.ts'
 
 /**
  * streamChat sends one streamed chat completion through the gateway's `/v1` (the inference key, not

@@ -1,6 +1,6 @@
 import { batch, computed, signal } from '@preact/signals'
+import { onLive } from '../../../../src/dashboard/client/live.ts'
 import { type ApiError, api } from './api.ts'
-import { followStream } from './sse.ts'
 import type {
   DashboardEventMap,
   DashboardEventName,
@@ -12,8 +12,8 @@ import type {
 } from './types.ts'
 
 /**
- * What every page shows, kept current by the dashboard's one event stream
- * (`/api/dashboard/events`): the instances (full records), their load and wake progress, the
+ * What every gateway page shows, kept current by the gateway's events on the dashboard's one live
+ * stream (`/api/dashboard/events`, the host's; the gateway's feed: ../events.ts): the instances (full records), their load and wake progress, the
  * operation each is running, the moves, and the GPU and memory views. The views are refetched when
  * an event says they changed (a state change, an operation ending, requests ending), never on a timer.
  */
@@ -37,8 +37,6 @@ export const timeseries = signal<TimeSeries | null>(null)
  */
 export const catalogChanges = signal(0)
 export const residencyChanges = signal(0)
-/** connection: the event stream's state, shown in the header. */
-export const connection = signal<'connecting' | 'live' | 'down'>('connecting')
 
 /** colors: each instance's colour from the memory view (a colour hashed from the instance, the same on every page). */
 export const colors = computed(() => {
@@ -140,19 +138,4 @@ const handlers: Handlers = {
   },
 }
 
-/** startLive opens the event stream (once logged in); returns the function that closes it. */
-export function startLive(): () => void {
-  connection.value = 'connecting'
-  return followStream('/api/dashboard/events', {
-    onOpen: () => {
-      connection.value = 'live'
-    },
-    onMessage: (m) => {
-      const handle = handlers[m.event as DashboardEventName] as ((d: unknown) => void) | undefined
-      if (handle) handle(JSON.parse(m.data))
-    },
-    onDown: () => {
-      connection.value = 'down'
-    },
-  })
-}
+for (const [name, handle] of Object.entries(handlers)) onLive(name, handle as (d: unknown) => void)

@@ -1,8 +1,8 @@
 import { useState } from 'preact/hooks'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { splitArgs } from '../../../../../src/dashboard/client/format.ts'
 import { type ApiError, api } from '../api.ts'
-import { splitArgs } from '../format.ts'
 import type { CatalogEntry, CatalogEntryFields } from '../types.ts'
-import { ErrorNote } from './error-note.tsx'
 
 /**
  * CatalogForm: add a catalogue entry, or edit one saved through the API (its name fixed: another

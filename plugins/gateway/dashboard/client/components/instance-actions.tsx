@@ -1,10 +1,10 @@
 import { useState } from 'preact/hooks'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { gib, ms } from '../../../../../src/dashboard/client/format.ts'
+import { navigate } from '../../../../../src/dashboard/client/router.ts'
 import { type ApiError, api } from '../api.ts'
-import { gib, ms } from '../format.ts'
 import { operations } from '../live.ts'
-import { navigate } from '../router.ts'
 import type { InstanceRecord, SleepLevel, SleepResult, WakeResult } from '../types.ts'
-import { ErrorNote } from './error-note.tsx'
 
 /**
  * InstanceActions: sleep (with its level), wake and unload, for admins. Each shows what it did or

@@ -1,9 +1,9 @@
 import { useRef, useState } from 'preact/hooks'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { gib, splitArgs } from '../../../../../src/dashboard/client/format.ts'
 import { type ApiError, api } from '../api.ts'
-import { gib, splitArgs } from '../format.ts'
 import { instances, memory } from '../live.ts'
 import type { CheckResult, LoadRequest } from '../types.ts'
-import { ErrorNote } from './error-note.tsx'
 
 /**
  * LoadForm: load a model. The first press runs the pre-load check (the memory profile against the

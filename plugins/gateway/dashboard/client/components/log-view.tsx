@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks'
-import { followStream } from '../sse.ts'
+import { followStream } from '../../../../../src/dashboard/client/sse.ts'
 
 /**
  * LogView: an instance's engine log, live from its event stream (the buffered lines first), with

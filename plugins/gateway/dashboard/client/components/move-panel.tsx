@@ -1,12 +1,12 @@
 import { signal } from '@preact/signals'
 import { useState } from 'preact/hooks'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { ProgressBar } from '../../../../../src/dashboard/client/components/progress.tsx'
+import { gib } from '../../../../../src/dashboard/client/format.ts'
+import { href } from '../../../../../src/dashboard/client/router.ts'
 import { type ApiError, api } from '../api.ts'
-import { gib } from '../format.ts'
 import { instances, memory, moves } from '../live.ts'
-import { href } from '../router.ts'
 import type { InstanceRecord, MovePhase, MoveRecord } from '../types.ts'
-import { ErrorNote } from './error-note.tsx'
-import { ProgressBar } from './progress.tsx'
 
 /**
  * MovePanel: move an instance to other GPUs (blue-green), follow the move through its phases (live,

@@ -1,11 +1,10 @@
 import { useEffect, useState } from 'preact/hooks'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { gib, since } from '../../../../../src/dashboard/client/format.ts'
+import { canWrite } from '../../../../../src/dashboard/client/session.ts'
 import { type ApiError, api } from '../api.ts'
 import { CatalogForm } from '../components/catalog-form.tsx'
-import { ErrorNote } from '../components/error-note.tsx'
-import { gib, since } from '../format.ts'
 import { catalogChanges, instances, residencyChanges } from '../live.ts'
-import type { Page } from '../page.ts'
-import { canWrite } from '../session.ts'
 import type { CatalogEntry, Residency, ResidencyDecision, ResidencyModel } from '../types.ts'
 
 /**
@@ -158,7 +157,7 @@ function Decision({ d }: { d: ResidencyDecision }) {
   )
 }
 
-function CatalogPage() {
+export function CatalogPage() {
   const { entries, error, refresh } = useCatalog()
   const { residency, error: residencyError } = useResidency()
   const [editing, setEditing] = useState<CatalogEntry | null>(null)
@@ -250,12 +249,4 @@ function CatalogPage() {
       )}
     </div>
   )
-}
-
-export const catalogPage: Page = {
-  id: 'catalog',
-  title: 'Catalogue',
-  nav: 'Catalogue',
-  path: '/catalog',
-  component: CatalogPage,
 }

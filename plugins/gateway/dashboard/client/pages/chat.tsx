@@ -1,12 +1,11 @@
 import { signal } from '@preact/signals'
 import { useState } from 'preact/hooks'
-import { type ApiError, api } from '../api.ts'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { ms } from '../../../../../src/dashboard/client/format.ts'
+import { canWrite } from '../../../../../src/dashboard/client/session.ts'
+import { type ApiError, host } from '../api.ts'
 import { type ChatMessage, type ChatStats, streamChat } from '../chat-stream.ts'
-import { ErrorNote } from '../components/error-note.tsx'
-import { ms } from '../format.ts'
 import { sortedInstances } from '../live.ts'
-import type { Page } from '../page.ts'
-import { canWrite } from '../session.ts'
 
 /**
  * ChatPage, the playground: a streaming chat with any active model through the gateway's `/v1`,
@@ -17,7 +16,7 @@ import { canWrite } from '../session.ts'
  */
 let inferenceKey: Promise<string | null> | null = null
 const keyOnce = () => {
-  inferenceKey ??= api.inferenceKey().then(
+  inferenceKey ??= host.inferenceKey().then(
     (k) => k.key,
     (err) => {
       inferenceKey = null
@@ -51,7 +50,7 @@ function Stats({ stats }: { stats: ChatStats | undefined }) {
   )
 }
 
-function ChatPage() {
+export function ChatPage() {
   if (!canWrite.value)
     return (
       <div class="page chat">
@@ -191,5 +190,3 @@ function Playground() {
     </div>
   )
 }
-
-export const chatPage: Page = { id: 'chat', title: 'Chat', nav: 'Chat', path: '/chat', component: ChatPage }

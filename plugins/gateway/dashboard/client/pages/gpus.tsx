@@ -1,11 +1,10 @@
-import { ErrorNote } from '../components/error-note.tsx'
-import { GpuCard } from '../components/gpu-bar.tsx'
-import { gib } from '../format.ts'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { GpuCard } from '../../../../../src/dashboard/client/components/gpu-bar.tsx'
+import { gib } from '../../../../../src/dashboard/client/format.ts'
 import { gpus, instances, memory, viewsError } from '../live.ts'
-import type { Page } from '../page.ts'
 
 /** GpusPage, the home page: every GPU's memory at a glance, kept live by the event stream. */
-function GpusPage() {
+export function GpusPage() {
   const view = memory.value
   const utilization = new Map((gpus.value?.gpus ?? []).map((g) => [g.index, g.utilization_percent]))
   // The KV pool exists only where the shared cache is on (an instance takes its KV cache from it).
@@ -48,5 +47,3 @@ function GpusPage() {
     </div>
   )
 }
-
-export const gpusPage: Page = { id: 'gpus', title: 'GPUs', nav: 'GPUs', path: '/', component: GpusPage }

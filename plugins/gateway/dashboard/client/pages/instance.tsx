@@ -1,13 +1,12 @@
 import { Fragment } from 'preact'
+import { gib, since } from '../../../../../src/dashboard/client/format.ts'
+import { href } from '../../../../../src/dashboard/client/router.ts'
+import { canWrite } from '../../../../../src/dashboard/client/session.ts'
 import { InstanceActions } from '../components/instance-actions.tsx'
 import { LogView } from '../components/log-view.tsx'
 import { MovePanel, MoveProgress, startedMoves } from '../components/move-panel.tsx'
 import { StatusBadge, Swatch } from '../components/status.tsx'
-import { gib, since } from '../format.ts'
 import { colors, instances, operations } from '../live.ts'
-import type { Page } from '../page.ts'
-import { href } from '../router.ts'
-import { canWrite } from '../session.ts'
 import type { InstanceRecord } from '../types.ts'
 import { InstanceProgress } from './models.tsx'
 
@@ -83,7 +82,7 @@ function Details({ instance: i }: { instance: InstanceRecord }) {
   )
 }
 
-function InstancePage({ params }: { params: Record<string, string> }) {
+export function InstancePage({ params }: { params: Record<string, string> }) {
   const id = params.id ?? ''
   const instance = instances.value.get(id)
   const started = startedMoves.value.get(id)
@@ -116,11 +115,4 @@ function InstancePage({ params }: { params: Record<string, string> }) {
       <LogView instanceId={id} />
     </div>
   )
-}
-
-export const instancePage: Page = {
-  id: 'instance',
-  title: 'Instance',
-  path: '/models/:id',
-  component: InstancePage,
 }

@@ -1,6 +1,5 @@
-import { colorOf, type Line, TimeChart } from '../components/time-chart.tsx'
+import { colorOf, type Line, TimeChart } from '../../../../../src/dashboard/client/components/time-chart.tsx'
 import { timeseries } from '../live.ts'
-import type { Page } from '../page.ts'
 
 /**
  * MetricsPage: the last hour without a Prometheus, from the gateway's in-memory ring
@@ -15,7 +14,7 @@ function perModel(prefix: string, names: string[]): Line[] {
     .map((n, i) => ({ series: n, label: n.slice(prefix.length + 1), color: colorOf(i) }))
 }
 
-function MetricsPage() {
+export function MetricsPage() {
   const ts = timeseries.value
   if (!ts) return <p class="muted">Reading the time series…</p>
   const names = Object.keys(ts.series)
@@ -78,12 +77,4 @@ function MetricsPage() {
       </div>
     </div>
   )
-}
-
-export const metricsPage: Page = {
-  id: 'metrics',
-  title: 'Metrics',
-  nav: 'Metrics',
-  path: '/metrics',
-  component: MetricsPage,
 }

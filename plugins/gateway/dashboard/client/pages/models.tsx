@@ -1,11 +1,10 @@
+import { ProgressBar } from '../../../../../src/dashboard/client/components/progress.tsx'
+import { gib, since } from '../../../../../src/dashboard/client/format.ts'
+import { href } from '../../../../../src/dashboard/client/router.ts'
+import { canWrite } from '../../../../../src/dashboard/client/session.ts'
 import { LoadForm } from '../components/load-form.tsx'
-import { ProgressBar } from '../components/progress.tsx'
 import { StatusBadge, Swatch } from '../components/status.tsx'
-import { gib, since } from '../format.ts'
 import { colors, operations, progress, sortedInstances } from '../live.ts'
-import type { Page } from '../page.ts'
-import { href } from '../router.ts'
-import { canWrite } from '../session.ts'
 import type { InstanceRecord } from '../types.ts'
 
 /** ModelsPage: every instance with its state, GPUs, port and memory, and (for admins) the load form. */
@@ -23,7 +22,7 @@ export function InstanceProgress({ instance }: { instance: InstanceRecord }) {
   return <ProgressBar percent={p.percent} label={p.phase.replaceAll('_', ' ')} />
 }
 
-function ModelsPage() {
+export function ModelsPage() {
   const list = sortedInstances.value
   return (
     <div class="page">
@@ -69,12 +68,4 @@ function ModelsPage() {
       {canWrite.value && <LoadForm />}
     </div>
   )
-}
-
-export const modelsPage: Page = {
-  id: 'models',
-  title: 'Models',
-  nav: 'Models',
-  path: '/models',
-  component: ModelsPage,
 }

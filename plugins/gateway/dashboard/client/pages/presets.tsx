@@ -1,11 +1,10 @@
 import { useEffect, useState } from 'preact/hooks'
+import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
+import { ProgressBar } from '../../../../../src/dashboard/client/components/progress.tsx'
+import { gib, since } from '../../../../../src/dashboard/client/format.ts'
+import { canWrite } from '../../../../../src/dashboard/client/session.ts'
+import { followStream } from '../../../../../src/dashboard/client/sse.ts'
 import { type ApiError, api } from '../api.ts'
-import { ErrorNote } from '../components/error-note.tsx'
-import { ProgressBar } from '../components/progress.tsx'
-import { gib, since } from '../format.ts'
-import type { Page } from '../page.ts'
-import { canWrite } from '../session.ts'
-import { followStream } from '../sse.ts'
 import type { MemoryProfile, PresetProgressEvent, PresetSummary } from '../types.ts'
 
 /**
@@ -241,19 +240,11 @@ function Profiles() {
   )
 }
 
-function PresetsPage() {
+export function PresetsPage() {
   return (
     <div class="page">
       <Presets />
       <Profiles />
     </div>
   )
-}
-
-export const presetsPage: Page = {
-  id: 'presets',
-  title: 'Presets and memory profiles',
-  nav: 'Presets',
-  path: '/presets',
-  component: PresetsPage,
 }

@@ -1,4 +1,4 @@
-import type { GpuRow, InstanceRecord } from './types.ts'
+import type { GpuHolder, GpuRow } from './types.ts'
 
 /**
  * gpuSegments splits one GPU's memory into the bar the GPU view draws, from the multi-GPU view's
@@ -34,11 +34,11 @@ export interface GpuBar {
 /** Figures below this (GiB) are rounding noise between the view's rounded numbers: not drawn. */
 const NOISE_GIB = 0.05
 
-export function footprintOn(gpu: number, record: InstanceRecord | undefined, fallback: number): number {
+export function footprintOn(gpu: number, record: GpuHolder | undefined, fallback: number): number {
   return record?.memory_baseline_by_gpu?.[String(gpu)] ?? fallback
 }
 
-export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, InstanceRecord>): GpuBar {
+export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, GpuHolder>): GpuBar {
   const total = row.total_gb ?? 0
   const used = row.used_gb ?? 0
   const segments: Segment[] = row.models.map((m) => ({

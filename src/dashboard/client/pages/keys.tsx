@@ -3,7 +3,6 @@ import { type ApiError, api } from '../api.ts'
 import { ErrorNote } from '../components/error-note.tsx'
 import { colorOf, type Line, TimeChart } from '../components/time-chart.tsx'
 import { since } from '../format.ts'
-import type { Page } from '../page.ts'
 import { canWrite } from '../session.ts'
 import type { KeyCreated, KeyInput, KeyView, TimeSeries, UsageRow } from '../types.ts'
 
@@ -217,7 +216,7 @@ function Usage({ k }: { k: KeyView }) {
   )
 }
 
-function KeysPage() {
+export function KeysPage() {
   const [keys, setKeys] = useState<KeyView[] | null>(null)
   const [error, setError] = useState<ApiError | null>(null)
   const [form, setForm] = useState<Form>(EMPTY)
@@ -362,12 +361,4 @@ function KeysPage() {
       <ErrorNote error={error} />
     </div>
   )
-}
-
-export const keysPage: Page = {
-  id: 'keys',
-  title: 'Inference keys',
-  nav: 'Keys',
-  path: '/keys',
-  component: KeysPage,
 }

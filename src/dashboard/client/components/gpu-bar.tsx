@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks'
 import { gib, percent } from '../format.ts'
 import { gpuSegments, type Segment, widths } from '../gpu-segments.ts'
 import { href } from '../router.ts'
-import type { GpuRow, InstanceRecord } from '../types.ts'
+import type { GpuHolder, GpuRow } from '../types.ts'
 
 /**
  * GpuCard: one GPU as a stacked bar (each instance's footprint in its colour, other processes, the
@@ -11,7 +11,7 @@ import type { GpuRow, InstanceRecord } from '../types.ts'
  */
 export function GpuCard(props: {
   row: GpuRow
-  records: ReadonlyMap<string, InstanceRecord>
+  records: ReadonlyMap<string, GpuHolder>
   utilization: number | null
 }) {
   const { row, records } = props

@@ -1,3 +1,4 @@
+import clients from 'modelgate:dashboard-clients'
 import { signal } from '@preact/signals'
 import { useEffect } from 'preact/hooks'
 import { api } from './api.ts'
@@ -5,13 +6,19 @@ import { Denied } from './components/denied.tsx'
 import { ErrorNote } from './components/error-note.tsx'
 import { Login } from './components/login.tsx'
 import { connection, startLive } from './live.ts'
-import { pages } from './pages/index.ts'
+import type { PageComponent } from './page.ts'
+import { hostClient } from './pages/index.ts'
 import { href, match, path } from './router.ts'
 import { canWrite, logout, session, startSession } from './session.ts'
-import type { AuthInfo, Me } from './types.ts'
+import type { AuthInfo, DashboardPages, Me } from './types.ts'
 
-/** features: the optional plugins that are on (null until the gateway said). */
-const features = signal<Set<string> | null>(null)
+/** listed: the pages of the plugins that are on, as the server lists them (null until it said). */
+const listed = signal<DashboardPages | null>(null)
+
+/** components: every page's view by id, from the host and each compiled-in plugin's client module. */
+const components: ReadonlyMap<string, PageComponent> = new Map(
+  [hostClient, ...clients].flatMap((c) => Object.entries(c.pages)),
+)
 
 /**
  * App: the shell. Before a session it shows the login (or the access-denied page); once logged in,
@@ -22,23 +29,22 @@ function Shell({ info, user }: { info: AuthInfo; user: Me }) {
   useEffect(() => startLive(), [])
   useEffect(() => {
     api
-      .features()
-      .then((f) => {
-        features.value = new Set(f.plugins)
+      .pages()
+      .then((l) => {
+        listed.value = l
       })
       .catch(() => {
-        features.value = new Set()
+        listed.value = { pages: [], off: [] }
       })
   }, [])
   const p = path.value
-  const on = features.value
-  const shown = pages.filter((page) => !page.requires || on?.has(page.requires))
-  const found = pages.map((page) => ({ page, params: match(page.path, p) })).find((m) => m.params)
-  const off = found?.page.requires && on && !on.has(found.page.requires) ? found.page.requires : null
+  const shown = listed.value?.pages ?? []
+  const found = shown.map((page) => ({ page, params: match(page.path, p) })).find((m) => m.params)
+  const off = found ? null : (listed.value?.off.find((o) => match(o.path, p))?.plugin ?? null)
   useEffect(() => {
-    document.title = `${found?.page.title ?? 'Not found'} · modelgate`
-  }, [found?.page.title])
-  const Current = found?.page.component
+    document.title = `${found?.page.title ?? (listed.value ? 'Not found' : 'Loading')} · modelgate`
+  }, [found?.page.title, listed.value])
+  const Current = found ? components.get(found.page.id) : undefined
   return (
     <div class="shell">
       <nav class="nav" aria-label="Pages">
@@ -52,9 +58,7 @@ function Shell({ info, user }: { info: AuthInfo; user: Me }) {
               key={page.id}
               href={href(page.path)}
               class={
-                found?.page.id === page.id || (page.id === 'models' && found?.page.id === 'instance')
-                  ? 'active'
-                  : ''
+                found?.page.id === page.id || found?.page.path.startsWith(`${page.path}/`) ? 'active' : ''
               }
             >
               {page.nav}
@@ -66,7 +70,7 @@ function Shell({ info, user }: { info: AuthInfo; user: Me }) {
       </nav>
       <div class="main">
         <header class="top">
-          <h1>{found?.page.title ?? 'Not found'}</h1>
+          <h1>{found?.page.title ?? (listed.value ? 'Not found' : '')}</h1>
           <span class={`conn ${connection.value}`} title="the event stream">
             {connection.value === 'live'
               ? 'live'
@@ -87,10 +91,10 @@ function Shell({ info, user }: { info: AuthInfo; user: Me }) {
           <p class="muted note">
             The {off} plugin is not enabled on this gateway (plugins.{off} in its YAML).
           </p>
-        ) : found?.page.requires && !on ? (
+        ) : !listed.value ? (
           <p class="muted">Loading…</p>
         ) : Current ? (
-          <Current params={found.params ?? {}} />
+          <Current params={found?.params ?? {}} />
         ) : (
           <p class="muted">No page at {p}.</p>
         )}

@@ -1,64 +1,89 @@
 import { useEffect, useState } from 'preact/hooks'
-import { type ApiError, api } from '../api.ts'
-import { ErrorNote } from '../components/error-note.tsx'
-import { GpuCard } from '../components/gpu-bar.tsx'
-import { since } from '../format.ts'
-import type { Page } from '../page.ts'
-import type { ClusterStatus, InstanceRecord, MultiGpu, Pod, RoutingTable } from '../types.ts'
+import { type ApiError, get, id } from '../../../src/dashboard/client/api.ts'
+import { ErrorNote } from '../../../src/dashboard/client/components/error-note.tsx'
+import { GpuCard } from '../../../src/dashboard/client/components/gpu-bar.tsx'
+import { since } from '../../../src/dashboard/client/format.ts'
+import { onLive } from '../../../src/dashboard/client/live.ts'
+import type { InstanceRecord, MultiGpuMemory } from '../../gateway/api.ts'
+import type { ClusterStatus, Pod, RoutingTable } from '../schemas.ts'
+import type { ClusterView } from './changes.ts'
+
+/** api: the cluster's routes the page calls (a pod's GPUs and records are relayed by this pod). */
+const api = {
+  cluster: () => get<ClusterStatus>('/api/cluster'),
+  clusterPods: () => get<{ pods: Pod[] }>('/api/cluster/pods'),
+  routingTable: () => get<RoutingTable>('/api/cluster/routing-table'),
+  podMemory: (podId: string) =>
+    get<MultiGpuMemory & { podId: string }>(`/api/cluster/pods/${id(podId)}/memory`),
+  podModels: (podId: string) =>
+    get<{ models: InstanceRecord[]; podId: string }>(`/api/cluster/pods/${id(podId)}/models/full`),
+}
+
+type PodGpus = { memory: MultiGpuMemory; records: Map<string, InstanceRecord> } | { error: ApiError }
+
+/** readGpus: a pod's memory view and instance records, relayed by this pod. */
+async function readGpus(podId: string): Promise<PodGpus> {
+  try {
+    const [memory, models] = await Promise.all([api.podMemory(podId), api.podModels(podId)])
+    return { memory, records: new Map(models.models.map((m) => [m.id, m])) }
+  } catch (err) {
+    return { error: err as ApiError }
+  }
+}
+
+/** holding: what a pod holds, as its heartbeats say: its GPUs are read again when it changes. */
+const holding = (p: Pod) =>
+  p.models
+    .map((m) => `${m.instanceId}:${m.status}:${m.gpuIds.join(',')}`)
+    .sort()
+    .join(' ')
 
 /**
  * ClusterPage: the cluster as this pod sees it: health, leader and term, every pod (role, status,
  * last heartbeat, models), the routing table, and each pod's GPUs drawn with the same bar as the GPU
- * page (from the pod's own memory view and instance records, relayed by this pod). Refreshed every
- * 5 s, the pods' heartbeat interval: nothing it shows changes faster than the pods report it.
+ * page (from the pod's own memory view and instance records, relayed by this pod). It reads them
+ * once, then applies each view the cluster publishes on the live stream (`cluster.changed`: a
+ * heartbeat heard, a pod silent, a new table or leader); a pod's GPUs are read again only when
+ * what it holds changed (its models and their states). It never polls.
  */
-const REFRESH_MS = 5000
-
-interface View {
-  status: ClusterStatus
-  pods: Pod[]
-  table: RoutingTable
-  gpus: Record<string, { memory: MultiGpu; records: Map<string, InstanceRecord> } | { error: ApiError }>
-}
-
-async function read(): Promise<View> {
-  const [status, pods, table] = await Promise.all([api.cluster(), api.clusterPods(), api.routingTable()])
-  const gpus: View['gpus'] = {}
-  await Promise.all(
-    pods.pods.map(async (p) => {
-      try {
-        const [memory, models] = await Promise.all([api.podMemory(p.podId), api.podModels(p.podId)])
-        gpus[p.podId] = { memory, records: new Map(models.models.map((m) => [m.id, m])) }
-      } catch (err) {
-        gpus[p.podId] = { error: err as ApiError }
-      }
-    }),
-  )
-  return { status, pods: pods.pods, table, gpus }
-}
-
-function ClusterPage() {
-  const [view, setView] = useState<View | null>(null)
+export function ClusterPage() {
+  const [view, setView] = useState<ClusterView | null>(null)
+  const [gpus, setGpus] = useState<Record<string, PodGpus>>({})
   const [error, setError] = useState<ApiError | null>(null)
   useEffect(() => {
     let stopped = false
-    let timer: ReturnType<typeof setTimeout> | undefined
-    const tick = async () => {
-      try {
-        const v = await read()
-        if (!stopped) {
-          setView(v)
-          setError(null)
-        }
-      } catch (err) {
-        if (!stopped) setError(err as ApiError)
+    const held = new Map<string, string>()
+    /** follow reads the GPUs of each pod that is new or holds something else than when last read. */
+    const follow = (pods: Pod[]) => {
+      for (const p of pods) {
+        const now = holding(p)
+        if (held.get(p.podId) === now) continue
+        held.set(p.podId, now)
+        void readGpus(p.podId).then((g) => {
+          if (!stopped) setGpus((all) => ({ ...all, [p.podId]: g }))
+        })
       }
-      if (!stopped) timer = setTimeout(tick, REFRESH_MS)
     }
-    void tick()
+    let pushed = false
+    const apply = (v: ClusterView) => {
+      setView(v)
+      setError(null)
+      follow(v.pods)
+    }
+    const off = onLive<ClusterView>('cluster.changed', (v) => {
+      pushed = true
+      apply(v)
+    })
+    Promise.all([api.cluster(), api.clusterPods(), api.routingTable()])
+      .then(([status, pods, table]) => {
+        if (!stopped && !pushed) apply({ status, pods: pods.pods, table })
+      })
+      .catch((err) => {
+        if (!stopped) setError(err as ApiError)
+      })
     return () => {
       stopped = true
-      clearTimeout(timer)
+      off()
     }
   }, [])
   if (!view) return error ? <ErrorNote error={error} /> : <p class="muted">Reading the cluster…</p>
@@ -150,7 +175,7 @@ function ClusterPage() {
         </p>
       </section>
       {view.pods.map((p) => {
-        const g = view.gpus[p.podId]
+        const g = gpus[p.podId]
         return (
           <section class="card" key={p.podId} data-pod-gpus={p.podId}>
             <h2>GPUs of {p.podId}</h2>
@@ -173,13 +198,4 @@ function ClusterPage() {
       })}
     </div>
   )
-}
-
-export const clusterPage: Page = {
-  id: 'cluster',
-  title: 'Cluster',
-  nav: 'Cluster',
-  path: '/cluster',
-  component: ClusterPage,
-  requires: 'cluster',
 }

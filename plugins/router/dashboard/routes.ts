@@ -1,13 +1,7 @@
 import { Elysia, t } from 'elysia'
-import { ControllerError } from '../../src/http/schemas.ts'
-import {
-  ActionResultSchema,
-  ModelEntrySchema,
-  SleepCandidatesSchema,
-  SleepStatusEntrySchema,
-  TrafficStatsSchema,
-} from './schemas.ts'
-import type { RouterService } from './service.ts'
+import { ControllerError } from '../../../src/http/schemas.ts'
+import { ActionResultSchema, RouterOverviewSchema } from '../schemas.ts'
+import type { RouterService } from '../service.ts'
 
 /**
  * routerDashboardRoutes: what the dashboard's Router page reads and does, on the MAIN listener (the
@@ -17,13 +11,6 @@ import type { RouterService } from './service.ts'
  * actions are the router's own (`/action/sleep|wakeup/{model}`, same answers); an admin needs no
  * inference key for them.
  */
-export const RouterOverviewSchema = t.Object({
-  models: t.Array(ModelEntrySchema),
-  traffic: TrafficStatsSchema,
-  sleep: t.Record(t.String(), SleepStatusEntrySchema),
-  candidates: SleepCandidatesSchema,
-})
-
 const tags = ['dashboard']
 const Name = t.Object({ name: t.String({ maxLength: 512 }) })
 const actionErrors = { 401: ControllerError, 403: ControllerError, 404: ControllerError }
@@ -34,26 +21,17 @@ export function routerDashboardRoutes(service: RouterService, inferenceKey: () =
     return key ? `Bearer ${key}` : null
   }
   return new Elysia({ name: 'router-dashboard-routes' })
-    .get(
-      '/api/dashboard/router',
-      () => ({
-        models: service.models().data,
-        traffic: service.trafficStats(null),
-        sleep: service.sleepStatus().models,
-        candidates: service.sleepCandidates(),
-      }),
-      {
-        response: { 200: RouterOverviewSchema, 401: ControllerError },
-        detail: {
-          tags,
-          summary: "The router's models, traffic, sleep states and sleep candidates, for the dashboard",
-          description:
-            '200: {models (GET /models data), traffic (GET /traffic/stats, all time), sleep (GET /sleep/status ' +
-            'models), candidates (GET /sleep/candidates)}, as the router listener answers them.',
-          'x-required-role': 'admin-readonly',
-        },
+    .get('/api/dashboard/router', () => service.overview(), {
+      response: { 200: RouterOverviewSchema, 401: ControllerError },
+      detail: {
+        tags,
+        summary: "The router's models, traffic, sleep states and sleep candidates, for the dashboard",
+        description:
+          '200: {models (GET /models data), traffic (GET /traffic/stats, all time), sleep (GET /sleep/status ' +
+          'models), candidates (GET /sleep/candidates)}, as the router listener answers them.',
+        'x-required-role': 'admin-readonly',
       },
-    )
+    })
     .post(
       '/api/dashboard/router/models/:name/sleep',
       async ({ params, set }) => {

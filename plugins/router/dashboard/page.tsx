@@ -1,43 +1,49 @@
+import type { Static } from 'elysia'
 import { useEffect, useState } from 'preact/hooks'
-import { type ApiError, api } from '../api.ts'
-import { ErrorNote } from '../components/error-note.tsx'
-import { ms, since } from '../format.ts'
-import type { Page } from '../page.ts'
-import { canWrite } from '../session.ts'
-import type { RouterOverview } from '../types.ts'
+import { type ApiError, get, id, post } from '../../../src/dashboard/client/api.ts'
+import { ErrorNote } from '../../../src/dashboard/client/components/error-note.tsx'
+import { ms, since } from '../../../src/dashboard/client/format.ts'
+import { onLive } from '../../../src/dashboard/client/live.ts'
+import { canWrite } from '../../../src/dashboard/client/session.ts'
+import type { ActionResultSchema } from '../schemas.ts'
+import type { RouterOverview } from './changes.ts'
+
+type RouterAction = Static<typeof ActionResultSchema>
+
+/** api: the router's routes on the main listener that the page calls (dashboard/routes.ts). */
+const api = {
+  router: () => get<RouterOverview>('/api/dashboard/router'),
+  routerSleep: (name: string) => post<RouterAction>(`/api/dashboard/router/models/${id(name)}/sleep`),
+  routerWake: (name: string) => post<RouterAction>(`/api/dashboard/router/models/${id(name)}/wake`),
+}
 
 /**
  * RouterPage: the traffic-routing controller's models with their traffic, idle or active state,
- * sleep status and whether auto-sleep would take them now, with sleep and wake (admin). The router
- * has no event stream of its own: the page reads it every 5 s and after each action it takes.
+ * sleep status and whether auto-sleep would take them now, with sleep and wake (admin). It reads
+ * the router once, then applies each overview the router publishes on the live stream as it
+ * changes (`router.changed`: a request ended, a sleep or wake, an idle check): it never polls.
  */
-const REFRESH_MS = 5000
-
-function RouterPage() {
+export function RouterPage() {
   const [view, setView] = useState<RouterOverview | null>(null)
   const [error, setError] = useState<ApiError | null>(null)
   const [rowError, setRowError] = useState<{ model: string; error: ApiError } | null>(null)
   const [busy, setBusy] = useState<string | null>(null)
-  const refresh = () =>
+  useEffect(() => {
+    // An overview from the stream is newer than the first read when it comes first.
+    let pushed = false
+    const off = onLive<RouterOverview>('router.changed', (v) => {
+      pushed = true
+      setView(v)
+      setError(null)
+    })
     api
       .router()
       .then((v) => {
-        setView(v)
+        if (!pushed) setView(v)
         setError(null)
       })
       .catch(setError)
-  useEffect(() => {
-    let stopped = false
-    let timer: ReturnType<typeof setTimeout> | undefined
-    const tick = async () => {
-      await refresh()
-      if (!stopped) timer = setTimeout(tick, REFRESH_MS)
-    }
-    void tick()
-    return () => {
-      stopped = true
-      clearTimeout(timer)
-    }
+    return off
   }, [])
   const act = async (model: string, f: (m: string) => Promise<unknown>) => {
     setBusy(model)
@@ -48,7 +54,6 @@ function RouterPage() {
       setRowError({ model, error: err as ApiError })
     } finally {
       setBusy(null)
-      await refresh()
     }
   }
   if (!view) return error ? <ErrorNote error={error} /> : <p class="muted">Reading the router…</p>
@@ -144,13 +149,4 @@ function RouterPage() {
       </section>
     </div>
   )
-}
-
-export const routerPage: Page = {
-  id: 'router',
-  title: 'Router',
-  nav: 'Router',
-  path: '/router',
-  component: RouterPage,
-  requires: 'router',
 }

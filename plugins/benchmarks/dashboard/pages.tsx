@@ -1,15 +1,22 @@
 import { useEffect, useState } from 'preact/hooks'
-import { type ApiError, api } from '../api.ts'
-import { BarChart, type BarGroup } from '../components/chart.tsx'
-import { ErrorNote } from '../components/error-note.tsx'
-import { ProgressBar } from '../components/progress.tsx'
-import { ms, since } from '../format.ts'
-import { sortedInstances } from '../live.ts'
-import type { Page } from '../page.ts'
-import { href, navigate } from '../router.ts'
-import { canWrite } from '../session.ts'
-import { followStream } from '../sse.ts'
-import type { BenchmarkRun, CreateRun, RunSummary, Scenario, ScenarioMetrics } from '../types.ts'
+import { type ApiError, call, get, id, post } from '../../../src/dashboard/client/api.ts'
+import { BarChart, type BarGroup } from '../../../src/dashboard/client/components/chart.tsx'
+import { ErrorNote } from '../../../src/dashboard/client/components/error-note.tsx'
+import { ProgressBar } from '../../../src/dashboard/client/components/progress.tsx'
+import { ms, since } from '../../../src/dashboard/client/format.ts'
+import { href, navigate } from '../../../src/dashboard/client/router.ts'
+import { canWrite } from '../../../src/dashboard/client/session.ts'
+import { followStream } from '../../../src/dashboard/client/sse.ts'
+import type { BenchmarkRun, CreateRun, RunSummary, Scenario, ScenarioMetrics } from '../schemas.ts'
+import { activeInstances } from './instances.ts'
+
+/** api: the benchmarks' routes the pages call. */
+const api = {
+  benchmarks: () => get<{ benchmarks: RunSummary[]; total: number }>('/api/benchmarks?limit=100'),
+  benchmark: (i: string) => get<{ benchmark: BenchmarkRun }>(`/api/benchmarks/${id(i)}`),
+  createBenchmark: (body: CreateRun) => post<{ benchmark: BenchmarkRun }>('/api/benchmarks', body),
+  deleteBenchmark: (i: string) => call<unknown>('DELETE', `/api/benchmarks/${id(i)}`),
+}
 
 /**
  * Benchmarks: the runs (pick two to compare), a form to start one, a run's page with each scenario's
@@ -27,7 +34,7 @@ const LATENCIES = [
 const metric = (m: ScenarioMetrics | undefined, key: string): number | null =>
   m ? ((m as unknown as Record<string, number | null>)[key] ?? null) : null
 
-function BenchmarksPage() {
+export function BenchmarksPage() {
   const [runs, setRuns] = useState<RunSummary[] | null>(null)
   const [error, setError] = useState<ApiError | null>(null)
   const [picked, setPicked] = useState<string[]>([])
@@ -123,7 +130,7 @@ const FIRST: ScenarioFields = {
 
 /** CreateForm: a run of one or more scenarios (each a model, a route, a load shape and an SLA). */
 function CreateForm() {
-  const active = sortedInstances.value.filter((i) => i.status === 'active')
+  const active = activeInstances.value
   const [name, setName] = useState('')
   const [mode, setMode] = useState<'isolated' | 'contention'>('isolated')
   const [list, setList] = useState<ScenarioFields[]>([FIRST])
@@ -252,7 +259,7 @@ interface Live {
   phase: string
 }
 
-function RunPage({ params }: { params: Record<string, string> }) {
+export function RunPage({ params }: { params: Record<string, string> }) {
   const id = params.id ?? ''
   const [run, setRun] = useState<BenchmarkRun | null>(null)
   const [error, setError] = useState<ApiError | null>(null)
@@ -406,7 +413,7 @@ function Figures({ runs }: { runs: { label: string; m: ScenarioMetrics }[] }) {
   )
 }
 
-function ComparePage({ params }: { params: Record<string, string> }) {
+export function ComparePage({ params }: { params: Record<string, string> }) {
   const [runs, setRuns] = useState<BenchmarkRun[] | null>(null)
   const [error, setError] = useState<ApiError | null>(null)
   useEffect(() => {
@@ -433,27 +440,4 @@ function ComparePage({ params }: { params: Record<string, string> }) {
       })}
     </div>
   )
-}
-
-export const benchmarksPage: Page = {
-  id: 'benchmarks',
-  title: 'Benchmarks',
-  nav: 'Benchmarks',
-  path: '/benchmarks',
-  component: BenchmarksPage,
-  requires: 'benchmarks',
-}
-export const benchmarkPage: Page = {
-  id: 'benchmark',
-  title: 'Benchmark run',
-  path: '/benchmarks/:id',
-  component: RunPage,
-  requires: 'benchmarks',
-}
-export const comparePage: Page = {
-  id: 'benchmark-compare',
-  title: 'Two runs side by side',
-  path: '/benchmarks/compare/:a/:b',
-  component: ComparePage,
-  requires: 'benchmarks',
 }
