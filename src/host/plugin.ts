@@ -70,7 +70,7 @@ export interface ListenerSpec {
  * socket to socket, without Request or Response objects (src/wire/route.ts). A plugin also
  * declares it in its Elysia routes for /docs; the framework never serves it.
  */
-export type RawRoute = import('../wire/server.ts').WireRoute
+export type RawRoute = import('../wire/route.ts').WireRoute
 
 export interface PluginInstance<Api = unknown> {
   /** routes are mounted on the main listener. */

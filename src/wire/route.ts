@@ -143,3 +143,18 @@ export type WireAction =
   | { json: unknown; status?: number }
   | { forward: WireForwardAction }
   | { defer(signal: AbortSignal): Promise<WireAction> }
+
+/**
+ * WireRoute: a hot route as the front's table holds it: `match` on the parsed path and method, then
+ * `admit` from the head and `wire` with the complete request.
+ */
+export interface WireRoute {
+  match(path: string, method: string): boolean
+  /**
+   * admit decides from the head, before any body byte is read (after the listener's guard passed):
+   * see Admission. Absent: go on.
+   */
+  admit?(head: WireHead): Admission
+  /** The decision for a matched request; null leaves it to the framework (which has no hot routes). */
+  wire(req: WireRequest): WireAction | null
+}
