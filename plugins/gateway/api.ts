@@ -120,7 +120,7 @@ export interface MoveFit {
 }
 
 /**
- * moveFit: the MoveFit of an instance record (what another pod's checkFits is asked with): its
+ * moveFit: the MoveFit of an instance record (what a move's target is checked with): its
  * largest measured per-GPU baseline, else its measured total, else null (never measured).
  */
 export function moveFit(r: {
@@ -143,19 +143,112 @@ export function moveFit(r: {
   }
 }
 
-/** GatewayMoves: a pod's blue-green moves (plugins/gateway/move), as its own move routes drive them. */
+/**
+ * TargetInstance: a move's target instance once loaded: its id, and the engine port it listens on
+ * (what a cluster's routing table lists).
+ */
+export interface TargetInstance {
+  instanceId: string
+  port: number
+}
+
+/** MoveContext: what a move's target is made for (MoveRequest.target): the move, its source, its GPUs. */
+export interface MoveContext {
+  move_id: string
+  source: InstanceRecord
+  target_gpu_ids: number[]
+  drain_timeout_ms: number
+}
+
+/**
+ * MoveTarget: where a move's target runs, and how requests switch over to it. The move saga
+ * (plugins/gateway/move/saga.ts) owns the phases, the cancel table, the events and the rollback, and
+ * drives its source on this pod itself; a target is one of two kinds: GPUs on this pod (the
+ * gateway's own, the default) or another pod of a cluster (plugins/cluster/move/pod-target.ts).
+ * The saga calls each step at most once forward and again only to undo, so a step must be safe to
+ * repeat after a lost answer. A step that waits takes the move's signal: a cancel aborts it with
+ * the cancel as its reason.
+ */
+export interface MoveTarget {
+  /** podId: the pod the target loads on (messages name it); null for GPUs on this pod. */
+  readonly podId: string | null
+  /** check (validating): the target GPUs exist and have room for `fit`. */
+  check(fit: MoveFit): Promise<void>
+  /** load (spawning): the target loads the source's settings out of routing, its move running. */
+  load(req: LoadRequest, trace: SpanBase | null): Promise<TargetInstance>
+  /** ready (spawning): resolves once the target is active, throws why not (failed, stopped, gone). */
+  ready(onProgress: (percent: number, phase: string) => void, signal: AbortSignal): Promise<void>
+  /**
+   * switchTo (switching): the target takes requests wherever the model is routed, and the source
+   * is no longer routed to from anywhere but this pod's own routing (the saga turns that off next).
+   * `null` instead of a signal: a forced completion, which no cancel stops and no slow pod holds up.
+   */
+  switchTo(signal: AbortSignal | null): Promise<void>
+  /** commit (completing): the target's move is over; it is an ordinary instance. */
+  commit(): Promise<void>
+  /** restoreSource (rollback): the source is routed to again wherever switchTo withdrew it. */
+  restoreSource(): Promise<void>
+  /**
+   * release (rollback): the target leaves routing, drains its requests (up to `drainTimeoutMs`; 0 when
+   * it never took any), unloads and is gone. Nothing when it was never loaded.
+   */
+  release(drainTimeoutMs: number): Promise<void>
+}
+
+/** MoveRequest: a move to start (GatewayMoves.start); the target GPUs are validated as `field` names them. */
+export interface MoveRequest {
+  instanceId: string
+  targetGpuIds: number[]
+  drainTimeoutMs: number
+  /** target: the target for this move; default GPUs on this pod. */
+  target?: (move: MoveContext) => MoveTarget
+  /** admit: what must allow the move before its target is checked (a cluster's move lock); throws to refuse. */
+  admit?: () => Promise<void>
+  /** announce: where each event goes besides the move's stream (default the bus's `gateway.move.progress`). */
+  announce?: (e: MoveEvent) => void
+  /** field: the request's name for the target GPUs, in validation messages (default `target_gpu_ids`). */
+  field?: string
+}
+
+/**
+ * MoveSteps: a move target's steps on this pod's GPUs, by instance id. A move to GPUs of this pod
+ * takes them; a cluster's target pod takes them for the pod that runs the move.
+ */
+export interface MoveSteps {
+  /** check: the GPUs exist here and have room for `fit` (400 / 400 INSUFFICIENT_MEMORY / 503). */
+  check(fit: MoveFit, gpuIds: number[]): Promise<void>
+  /** load: the target loads out of routing, its move running (the load's span under `trace`). */
+  load(req: LoadRequest, trace?: SpanBase | null): Promise<TargetInstance>
+  /** ready: resolves once the instance is active, with its load progress; throws when it is not. */
+  ready(id: string, onProgress: (percent: number, phase: string) => void, signal: AbortSignal): Promise<void>
+  /**
+   * serve: the target takes requests (409 INVALID_STATE unless active; 503 TARGET_UNHEALTHY when its
+   * engine does not answer /health, which `health: false` skips); `signal` stops it before it does.
+   */
+  serve(id: string, opts?: { signal?: AbortSignal; health?: boolean }): Promise<void>
+  /** commit: the instance's move is over (nothing when none runs; 404 when unknown). */
+  commit(id: string): void
+  /**
+   * release: the instance out of routing, drained up to `drainTimeoutMs` (0: not at all; past it, it
+   * goes on), its move ended, unloaded and gone (within `budgetMs`, default its engine's stop budget).
+   * Nothing when it is unknown.
+   */
+  release(id: string, drainTimeoutMs: number, budgetMs?: number): Promise<void>
+}
+
+/** GatewayMoves: this pod's blue-green moves (plugins/gateway/move): one saga, any MoveTarget. */
 export interface GatewayMoves {
-  /** inProgress: a move runs on this pod (one at a time). */
+  /** inProgress: a move runs on this pod (one at a time, whatever its target). */
   readonly inProgress: boolean
   /** start validates (400/404/409 as the move route answers) and runs the move in the background. */
-  start(instanceId: string, targetGpuIds: number[], drainTimeoutMs: number): Promise<MoveRecord>
+  start(req: MoveRequest): Promise<MoveRecord>
   get(moveId: string): MoveRecord | undefined
   /** subscribe: the current phase, then each one; `onEnd` after completed or failed; null when unknown. */
   subscribe(moveId: string, fn: (e: MoveEvent) => void, onEnd: () => void): (() => void) | null
-  /** cancel stops a move: 404 unknown, 409 too late. */
+  /** cancel stops a move: 404 unknown, 409 too late (the move's cancel table). */
   cancel(moveId: string, force: boolean): void
-  /** checkFits: the GPUs exist here and have room for `fit` (400 / 400 INSUFFICIENT_MEMORY / 503). */
-  checkFits(fit: MoveFit, targetGpuIds: number[]): Promise<void>
+  /** here: the target steps on this pod's GPUs. */
+  readonly here: MoveSteps
 }
 
 /** GatewayProfiles: this pod's memory profiles, for the cluster's reconcile and bundles. */
@@ -309,7 +402,7 @@ export interface GatewayPodApi extends GatewayApi {
   multiGpuMemory(): Promise<MultiGpuMemory>
   /** inference: the inference proxy's extension point for a cluster (GatewayInferenceApi). */
   readonly inference: GatewayInferenceApi
-  /** moves: this pod's blue-green moves, for a cluster move that stays on the owning pod. */
+  /** moves: this pod's blue-green moves: a cluster runs its own through them, with a target on another pod. */
   readonly moves: GatewayMoves
   /** profiles: the memory profiles kept on this pod. */
   readonly profiles: GatewayProfiles
