@@ -12,18 +12,24 @@ import type { PresetDetail, PresetSummary, PresetSyncResult } from './presets/ty
 import type {
   GpuAvailableSchema,
   InstanceDetailSchema,
+  InstanceEventsQuerySchema,
   InstanceSchema,
   InstanceStatusSchema,
   LoadBody,
   LoadResponseSchema,
+  LogRecordSchema,
+  LogsQuerySchema,
   MoveEventSchema,
   MovePhaseSchema,
   MoveRecordSchema,
   MultiGpuSchema,
   SleepCheckSchema,
   SleepLevelSchema,
+  SleepQuerySchema,
   SleepResultSchema,
   SleepStatusSchema,
+  UnloadResultSchema,
+  WakeBodySchema,
   WakeResultSchema,
 } from './schemas.ts'
 
@@ -77,11 +83,16 @@ export interface SleepOptions {
 }
 
 /** LogRecord: an instance's recent log (recent engine lines, each prefixed with its stream in brackets). */
-export interface LogRecord {
-  instance_id: string
-  logs: string
-  line_count: number
-}
+export type LogRecord = Static<typeof LogRecordSchema>
+
+/** UnloadResult: what an unload answers: the engine is stopping. */
+export type UnloadResult = Static<typeof UnloadResultSchema>
+
+/** The inputs of the relayed routes, as those routes validate them. */
+export type LogsQuery = Static<typeof LogsQuerySchema>
+export type InstanceEventsQuery = Static<typeof InstanceEventsQuerySchema>
+export type SleepQuery = Static<typeof SleepQuerySchema>
+export type WakeRequest = Static<typeof WakeBodySchema>
 
 /** GpuAvailable: the GPU availability view (GET /api/gpu/available). */
 export type GpuAvailable = Static<typeof GpuAvailableSchema>
@@ -89,15 +100,7 @@ export type GpuAvailable = Static<typeof GpuAvailableSchema>
 /** MultiGpuMemory: the multi-GPU memory usage view (GET /api/memory/usage/multi-gpu). */
 export type MultiGpuMemory = Static<typeof MultiGpuSchema>
 
-/** INSTANCE_EVENT_TYPES: every instance event type, the default of a stream's `types`. */
-export { INSTANCE_EVENT_TYPES } from './events.ts'
 export type { InstanceEvent, InstanceEventType, InstanceState, Operation, WaitOptions }
-
-/** InstanceEventsOptions: which event types (default all), and whether buffered logs are replayed first. */
-export interface InstanceEventsOptions {
-  types?: readonly InstanceEventType[]
-  replayLogs?: boolean
-}
 
 /** MovePhase: a blue-green move's phases, in order; it ends in `completed` or `failed`. */
 export type MovePhase = Static<typeof MovePhaseSchema>
@@ -379,27 +382,36 @@ export interface GatewayApi {
 }
 
 /**
- * GatewayPodApi: the gateway as a pod of a cluster sees it: GatewayApi plus what the cluster's remote
- * routes relay from a pod (its logs, its instance event streams, its GPU and memory views), so a peer's
- * answer is the same record this pod's own routes give.
+ * PodRecords: what the gateway's lifecycle and view routes answer, from the very inputs those routes
+ * validate (404 MODEL_NOT_FOUND, 409, 503 … as they answer). The gateway's own routes answer with
+ * them, and a cluster relays them from a pod, so a peer's answer is that pod's own record.
+ */
+export interface PodRecords {
+  /** POST /api/v1/models/load (202 there). */
+  load(req: LoadRequest): Promise<LoadResponse>
+  /** POST /api/v1/models/{id}/unload (202 there). */
+  unload(id: string): Promise<UnloadResult>
+  /** POST /api/models/instances/{id}/sleep. */
+  sleep(id: string, query: SleepQuery): Promise<SleepResult>
+  /** POST /api/models/instances/{id}/wake. */
+  wake(id: string, body: WakeRequest | undefined): Promise<WakeResult>
+  /** GET /api/v1/models/instances/{id}/logs. */
+  logs(id: string, query: LogsQuery): LogRecord
+  /** GET /api/v1/models/instances/{id}/events: its SSE response, which ends when the instance is gone or `signal` aborts. */
+  events(id: string, query: InstanceEventsQuery, signal: AbortSignal): Response
+  /** GET /api/gpu/available (503 GPU_PROBE_UNAVAILABLE without a probe). */
+  gpuAvailable(): Promise<GpuAvailable>
+  /** GET /api/memory/usage/multi-gpu (503 without a probe). */
+  multiGpu(): Promise<MultiGpuMemory>
+}
+
+/**
+ * GatewayPodApi: the gateway as a pod of a cluster sees it: GatewayApi plus the records its routes
+ * answer (relayed from a pod by the cluster's remote routes), its moves, profiles and presets.
  */
 export interface GatewayPodApi extends GatewayApi {
-  /** instanceLogs: the last `lines` engine log lines of an instance (404 MODEL_NOT_FOUND when unknown). */
-  instanceLogs(id: string, lines: number): LogRecord
-  /**
-   * subscribeInstanceEvents: the instance's event stream as GET .../events sends it (the replay, then
-   * live events); `onEnd` runs when the instance is gone. Returns the unsubscribe. 404 when unknown.
-   */
-  subscribeInstanceEvents(
-    id: string,
-    opts: InstanceEventsOptions,
-    fn: (e: InstanceEvent) => void,
-    onEnd: () => void,
-  ): () => void
-  /** gpuAvailable: GET /api/gpu/available's answer (503 GPU_PROBE_UNAVAILABLE without a probe). */
-  gpuAvailable(): Promise<GpuAvailable>
-  /** multiGpuMemory: GET /api/memory/usage/multi-gpu's answer (503 without a probe). */
-  multiGpuMemory(): Promise<MultiGpuMemory>
+  /** records: what this pod's lifecycle and view routes answer. */
+  readonly records: PodRecords
   /** inference: the inference proxy's extension point for a cluster (GatewayInferenceApi). */
   readonly inference: GatewayInferenceApi
   /** moves: this pod's blue-green moves: a cluster runs its own through them, with a target on another pod. */
@@ -413,24 +425,13 @@ export interface GatewayPodApi extends GatewayApi {
    * routing with its move running, as the single-pod move's does.
    */
   load(req: LoadRequest, opts?: LoadOptions): Promise<LoadResponse>
-  // What a move across pods does to an instance, as commands (404 MODEL_NOT_FOUND when unknown):
-  /** routingOf: its state, its control operation, whether routing may pick it, its requests in flight. */
+  /** routingOf: an instance's state, its control operation, whether routing may pick it, its requests in flight (404). */
   routingOf(id: string): InstanceRouting
-  /** route: routing may pick it again (409 in a state that cannot take requests), or no longer. */
-  route(id: string, on: boolean): void
-  /** beginMove: its move begins (409 while another operation runs or in a state it cannot move from). */
-  beginMove(id: string): void
-  /** endMove: its move ends (nothing when none runs). */
-  endMove(id: string): void
-  /** drained: resolves once no request is in flight on it; rejects on the signal or deadline (WaitError). */
-  drained(id: string, opts?: WaitOptions): Promise<void>
   /**
-   * waitFor resolves with its state once `ready` accepts it ('removed' once it is gone), woken by its
-   * changes; rejects on the signal or deadline (WaitError).
+   * waitFor resolves with an instance's state once `ready` accepts it ('removed' once it is gone),
+   * woken by its changes; rejects on the signal or deadline (WaitError).
    */
   waitFor(id: string, ready: (s: InstanceState) => boolean, opts?: WaitOptions): Promise<InstanceState>
-  /** engineHealthy: the instance's engine answers /health within `timeoutMs` (false when unknown). */
-  engineHealthy(id: string, timeoutMs: number): Promise<boolean>
 }
 
 /**
@@ -474,8 +475,11 @@ export {
 export {
   GpuAvailableSchema,
   InstanceDetailSchema,
+  InstanceEventsQuerySchema,
   LoadBody,
   LoadResponseSchema,
+  LogRecordSchema,
+  LogsQuerySchema,
   MoveEventSchema,
   MoveRecordSchema,
   MultiGpuSchema,
@@ -484,7 +488,10 @@ export {
   PresetDetailSchema,
   ProfileBundleSchema,
   ProfileSchema,
+  SleepQuerySchema,
   SleepResultSchema,
+  UnloadResultSchema,
+  WakeBodySchema,
   WakeResultSchema,
 } from './schemas.ts'
 

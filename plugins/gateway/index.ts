@@ -5,13 +5,8 @@ import type {
   GatewayPodApi,
   GatewayPresets,
   GatewayProfiles,
-  GpuAvailable,
-  InstanceEvent,
-  InstanceEventsOptions,
   InstanceRouting,
-  LogRecord,
-  MultiGpuMemory,
-  WaitOptions,
+  PodRecords,
 } from './api.ts'
 import { catalogRoutes } from './catalog/routes.ts'
 import { catalogProblems } from './catalog/rules.ts'
@@ -22,7 +17,6 @@ import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import catalogSql from './db/migrations/0003_catalog.sql' with { type: 'text' }
 import engineKindSql from './db/migrations/0004_engine_kind.sql' with { type: 'text' }
-import { INSTANCE_EVENT_TYPES } from './events.ts'
 import { EngineFigures, registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
 import { orphanRoutes } from './orphans/routes.ts'
@@ -33,6 +27,7 @@ import { estimateNeed, makePreloadCheck } from './profiles/check.ts'
 import { profileRoutes } from './profiles/routes.ts'
 import { ProfileRecorder, ProfileStore } from './profiles/service.ts'
 import { createInference } from './proxy/routes.ts'
+import { podRecords } from './records.ts'
 import { InstanceRepo } from './repo.ts'
 import { catalogSource } from './residency/catalog-backend.ts'
 import { ResidencyManager } from './residency/manager.ts'
@@ -42,11 +37,10 @@ import { type GatewayDeps, GatewayService } from './service.ts'
 import { settingsRoutes } from './settings/routes.ts'
 import { SettingsStore } from './settings/service.ts'
 import { TimeSeriesSampler } from './timeseries/sampler.ts'
-import { gpuAvailableView, multiGpuView } from './views.ts'
 
 /**
- * PodGateway: the gateway service with the views and streams a cluster relays from a pod
- * (GatewayPodApi), answered exactly as this pod's own routes answer them.
+ * PodGateway: the gateway service as a pod of a cluster sees it (GatewayPodApi): the records its
+ * routes answer, and the commands a cluster's move gives its instances.
  */
 class PodGateway extends GatewayService implements GatewayPodApi {
   /** inference: the proxy's cluster extension point, set once the proxy is built (in setup). */
@@ -54,56 +48,11 @@ class PodGateway extends GatewayService implements GatewayPodApi {
   /** profiles and presets: set in setup once their stores exist. */
   profiles!: GatewayProfiles
   presets!: GatewayPresets
-
-  instanceLogs(id: string, lines: number): LogRecord {
-    const inst = this.require(id)
-    const recent = inst.events.recentLogs(lines)
-    return { instance_id: inst.id, logs: recent.join('\n'), line_count: recent.length }
-  }
-
-  subscribeInstanceEvents(
-    id: string,
-    opts: InstanceEventsOptions,
-    fn: (e: InstanceEvent) => void,
-    onEnd: () => void,
-  ): () => void {
-    const types = new Set(opts.types ?? INSTANCE_EVENT_TYPES)
-    return this.require(id).events.subscribe(types, opts.replayLogs ?? true, fn, onEnd)
-  }
-
-  gpuAvailable(): Promise<GpuAvailable> {
-    return gpuAvailableView(this)
-  }
-
-  multiGpuMemory(): Promise<MultiGpuMemory> {
-    return multiGpuView(this)
-  }
+  readonly records: PodRecords = podRecords(this)
 
   routingOf(id: string): InstanceRouting {
     const l = this.require(id).lifecycle
     return { state: l.state, operation: l.operation, routing: l.routing, inFlight: l.inFlight }
-  }
-
-  route(id: string, on: boolean): void {
-    this.require(id).lifecycle.route(on)
-  }
-
-  beginMove(id: string): void {
-    this.require(id).lifecycle.begin('move')
-  }
-
-  endMove(id: string): void {
-    const l = this.require(id).lifecycle
-    if (l.operation === 'move') l.end('move')
-  }
-
-  drained(id: string, opts: WaitOptions = {}): Promise<void> {
-    return this.require(id).lifecycle.drained(opts)
-  }
-
-  async engineHealthy(id: string, timeoutMs: number): Promise<boolean> {
-    const inst = this.instances.get(id)
-    return inst ? inst.client.health(timeoutMs, { asleep: inst.status === 'sleeping' }) : false
   }
 }
 
@@ -213,7 +162,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
     service.inference = inference.handlers
     return {
       rawRoutes: inference.rawRoutes,
-      routes: gatewayRoutes(service, cfg.sharedcache.shm_dir)
+      routes: gatewayRoutes(service, service.records, cfg.sharedcache.shm_dir)
         .use(inference.routes)
         .use(moveRoutes(service.moves))
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))
