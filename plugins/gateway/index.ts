@@ -1,13 +1,6 @@
 import { engineDriver } from '../../src/engine/kinds.ts'
 import { definePlugin } from '../../src/host/plugin.ts'
-import type {
-  GatewayInferenceApi,
-  GatewayPodApi,
-  GatewayPresets,
-  GatewayProfiles,
-  InstanceRouting,
-  PodRecords,
-} from './api.ts'
+import type { GatewayPodApi, GatewayProfiles } from './api.ts'
 import { catalogRoutes } from './catalog/routes.ts'
 import { catalogProblems } from './catalog/rules.ts'
 import { CatalogStore } from './catalog/store.ts'
@@ -21,40 +14,22 @@ import { EngineFigures, registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
 import { orphanRoutes } from './orphans/routes.ts'
 import { OrphanService } from './orphans/service.ts'
+import { PodGateway } from './pod-gateway.ts'
 import { presetRoutes } from './presets/routes.ts'
 import { PresetService } from './presets/service.ts'
 import { estimateNeed, makePreloadCheck } from './profiles/check.ts'
 import { profileRoutes } from './profiles/routes.ts'
 import { ProfileRecorder, ProfileStore } from './profiles/service.ts'
 import { createInference } from './proxy/routes.ts'
-import { podRecords } from './records.ts'
 import { InstanceRepo } from './repo.ts'
 import { catalogSource } from './residency/catalog-backend.ts'
 import { ResidencyManager } from './residency/manager.ts'
 import { residencyRoutes } from './residency/routes.ts'
 import { gatewayRoutes } from './routes.ts'
-import { type GatewayDeps, GatewayService } from './service.ts'
+import { type GatewayDeps, gpuProbe } from './service.ts'
 import { settingsRoutes } from './settings/routes.ts'
 import { SettingsStore } from './settings/service.ts'
 import { TimeSeriesSampler } from './timeseries/sampler.ts'
-
-/**
- * PodGateway: the gateway service as a pod of a cluster sees it (GatewayPodApi): the records its
- * routes answer, and the commands a cluster's move gives its instances.
- */
-class PodGateway extends GatewayService implements GatewayPodApi {
-  /** inference: the proxy's cluster extension point, set once the proxy is built (in setup). */
-  inference!: GatewayInferenceApi
-  /** profiles and presets: set in setup once their stores exist. */
-  profiles!: GatewayProfiles
-  presets!: GatewayPresets
-  readonly records: PodRecords = podRecords(this)
-
-  routingOf(id: string): InstanceRouting {
-    const l = this.require(id).lifecycle
-    return { state: l.state, operation: l.operation, routing: l.routing, inFlight: l.inFlight }
-  }
-}
 
 /**
  * The gateway plugin: engine lifecycle, GPU and memory views, sleep and wake, inference proxy.
@@ -79,6 +54,22 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   setup(ctx, cfg) {
     const settings = new SettingsStore(ctx.dataDir, ctx.log.child('settings'))
     const repo = new InstanceRepo(ctx.store.db)
+    const probe = gpuProbe(cfg, ctx.selfCommand)
+    const snapshots = { gpuSnapshot: () => probe.snapshot() }
+    const profiles = new ProfileStore(ctx.store.db)
+    const checkOptions = { defaultUtilization: cfg.engine.gpu_memory_utilization }
+    const estimate: GatewayProfiles['estimate'] = (q) =>
+      estimateNeed(profiles, q, checkOptions.defaultUtilization)
+    const catalog = new CatalogStore({
+      db: ctx.store.db,
+      config: cfg.catalog,
+      configFile: ctx.configFile,
+      bus: ctx.bus,
+      log: ctx.log.child('catalog'),
+      snapshot: snapshots.gpuSnapshot,
+      estimate,
+      engineKind: cfg.engine.kind,
+    })
     // engineEnv reaches launchPlan through the deps (its `where`): HF_TOKEN from the settings.
     const deps: GatewayDeps & { engineEnv: () => Record<string, string> } = {
       config: cfg,
@@ -89,8 +80,52 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       selfCommand: ctx.selfCommand,
       engineEnv: () => settings.engineEnv(),
       telemetry: ctx.telemetry,
+      probe,
+      preloadCheck: makePreloadCheck(profiles, snapshots, checkOptions),
+      catalogue: catalog,
     }
-    const service = new PodGateway(deps)
+    // The gateway, then what is built on it, in order (PodParts).
+    const service = new PodGateway(deps, {
+      profiles: { list: () => profiles.list(), importAll: (ps) => profiles.importAll(ps), estimate },
+      presets: (gateway) =>
+        new PresetService(ctx.store.db, gateway, ctx.bus, ctx.log, {
+          unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
+          readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
+          telemetry: ctx.telemetry,
+        }),
+      // What is resident on this host's GPUs: catalogued models on demand, room made by measured cost.
+      residency: (gateway) => {
+        const residency = new ResidencyManager({
+          service: gateway,
+          catalog: { entries: () => catalog.list(), entry: (name) => catalog.get(name) },
+          config: cfg.residency,
+          defaultUtilization: cfg.engine.gpu_memory_utilization,
+          bus: ctx.bus,
+          log: ctx.log.child('residency'),
+          metrics: ctx.metrics,
+          held: (model) => ctx.directory.held(model),
+        })
+        ctx.directory.addSource(catalogSource(residency))
+        return residency
+      },
+      inference: (gateway) =>
+        createInference({
+          api: gateway,
+          directory: ctx.directory,
+          bus: ctx.bus,
+          metrics: ctx.metrics,
+          log: ctx.log,
+          config: {
+            firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
+            connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+            idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
+            wakeOnRequest: cfg.proxy.wake_on_request,
+            holdTimeoutSeconds: cfg.proxy.hold_timeout,
+            maxJsonDepth: ctx.config.server.max_json_depth,
+          },
+        }),
+    })
+    const { presets, residency, proxy: inference } = service
     const orphans = new OrphanService({
       probe: service.probe,
       managed: () => [...[...service.instances.values()].map((i) => i.row), ...repo.all()],
@@ -105,61 +140,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       figures: new EngineFigures(ctx.metrics),
       log: ctx.log.child('timeseries'),
     })
-    const profiles = new ProfileStore(ctx.store.db)
     const recorder = new ProfileRecorder(profiles, service, ctx.bus, ctx.log)
-    const checkOptions = { defaultUtilization: cfg.engine.gpu_memory_utilization }
-    service.preloadCheck = makePreloadCheck(profiles, service, checkOptions)
-    const presets = new PresetService(ctx.store.db, service, ctx.bus, ctx.log, {
-      unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
-      readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
-      telemetry: ctx.telemetry,
-    })
-    service.profiles = {
-      list: () => profiles.list(),
-      importAll: (ps) => profiles.importAll(ps),
-      estimate: (q) => estimateNeed(profiles, q, checkOptions.defaultUtilization),
-    }
-    service.presets = presets
-    const catalog = new CatalogStore({
-      db: ctx.store.db,
-      config: cfg.catalog,
-      configFile: ctx.configFile,
-      bus: ctx.bus,
-      log: ctx.log.child('catalog'),
-      snapshot: () => service.gpuSnapshot(),
-      estimate: service.profiles.estimate,
-      engineKind: cfg.engine.kind,
-    })
-    service.catalogue = catalog
-    // What is resident on this host's GPUs: catalogued models on demand, room made by measured cost.
-    const residency = new ResidencyManager({
-      service,
-      catalog: { entries: () => catalog.list(), entry: (name) => catalog.get(name) },
-      config: cfg.residency,
-      defaultUtilization: cfg.engine.gpu_memory_utilization,
-      bus: ctx.bus,
-      log: ctx.log.child('residency'),
-      metrics: ctx.metrics,
-      held: (model) => ctx.directory.held(model),
-    })
-    service.residency = residency
-    ctx.directory.addSource(catalogSource(residency))
-    const inference = createInference({
-      api: service,
-      directory: ctx.directory,
-      bus: ctx.bus,
-      metrics: ctx.metrics,
-      log: ctx.log,
-      config: {
-        firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
-        connectTimeoutMs: cfg.proxy.connect_timeout_ms,
-        idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
-        wakeOnRequest: cfg.proxy.wake_on_request,
-        holdTimeoutSeconds: cfg.proxy.hold_timeout,
-        maxJsonDepth: ctx.config.server.max_json_depth,
-      },
-    })
-    service.inference = inference.handlers
     return {
       rawRoutes: inference.rawRoutes,
       routes: gatewayRoutes(service, service.records, cfg.sharedcache.shm_dir)
