@@ -19,7 +19,6 @@ import { PeerClient } from './peer-client.ts'
 import { placementRoutes, presetSyncInternalRoutes } from './placement/routes.ts'
 import { PresetPlacement } from './placement/service.ts'
 import { remoteInternalRoutes } from './remote/internal-routes.ts'
-import { LocalPod } from './remote/local-pod.ts'
 import { remoteRoutes } from './remote/routes.ts'
 import { RemoteLifecycle } from './remote/service.ts'
 import { ClusterStateRepo } from './repo.ts'
@@ -109,8 +108,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       metrics: ctx.metrics,
       log: log.child('hop'),
     })
-    const local = new LocalPod(gateway)
-    const remote = new RemoteLifecycle({ cluster, local, peers, timeoutMs: cfg.request_timeout_ms })
+    const remote = new RemoteLifecycle({ cluster, gateway, peers, timeoutMs: cfg.request_timeout_ms })
     const moves = new ClusterMoves({
       cluster,
       gateway,
@@ -159,7 +157,7 @@ export default definePlugin<typeof ClusterConfig, ClusterService>({
       routes: clusterRoutes(cluster)
         .use(internalRoutes(cluster))
         .use(remoteRoutes(remote))
-        .use(remoteInternalRoutes(local, cluster.fence))
+        .use(remoteInternalRoutes(gateway, cluster.fence))
         .use(clusterMoveRoutes(moves))
         .use(moveInternalRoutes(moves, cluster.fence))
         .use(fleetRoutes(fleet))

@@ -12,18 +12,24 @@ import type { PresetDetail, PresetSummary, PresetSyncResult } from './presets/ty
 import type {
   GpuAvailableSchema,
   InstanceDetailSchema,
+  InstanceEventsQuerySchema,
   InstanceSchema,
   InstanceStatusSchema,
   LoadBody,
   LoadResponseSchema,
+  LogRecordSchema,
+  LogsQuerySchema,
   MoveEventSchema,
   MovePhaseSchema,
   MoveRecordSchema,
   MultiGpuSchema,
   SleepCheckSchema,
   SleepLevelSchema,
+  SleepQuerySchema,
   SleepResultSchema,
   SleepStatusSchema,
+  UnloadResultSchema,
+  WakeBodySchema,
   WakeResultSchema,
 } from './schemas.ts'
 
@@ -77,11 +83,16 @@ export interface SleepOptions {
 }
 
 /** LogRecord: an instance's recent log (recent engine lines, each prefixed with its stream in brackets). */
-export interface LogRecord {
-  instance_id: string
-  logs: string
-  line_count: number
-}
+export type LogRecord = Static<typeof LogRecordSchema>
+
+/** UnloadResult: what an unload answers: the engine is stopping. */
+export type UnloadResult = Static<typeof UnloadResultSchema>
+
+/** The inputs of the relayed routes, as those routes validate them. */
+export type LogsQuery = Static<typeof LogsQuerySchema>
+export type InstanceEventsQuery = Static<typeof InstanceEventsQuerySchema>
+export type SleepQuery = Static<typeof SleepQuerySchema>
+export type WakeRequest = Static<typeof WakeBodySchema>
 
 /** GpuAvailable: the GPU availability view (GET /api/gpu/available). */
 export type GpuAvailable = Static<typeof GpuAvailableSchema>
@@ -89,15 +100,7 @@ export type GpuAvailable = Static<typeof GpuAvailableSchema>
 /** MultiGpuMemory: the multi-GPU memory usage view (GET /api/memory/usage/multi-gpu). */
 export type MultiGpuMemory = Static<typeof MultiGpuSchema>
 
-/** INSTANCE_EVENT_TYPES: every instance event type, the default of a stream's `types`. */
-export { INSTANCE_EVENT_TYPES } from './events.ts'
 export type { InstanceEvent, InstanceEventType, InstanceState, Operation, WaitOptions }
-
-/** InstanceEventsOptions: which event types (default all), and whether buffered logs are replayed first. */
-export interface InstanceEventsOptions {
-  types?: readonly InstanceEventType[]
-  replayLogs?: boolean
-}
 
 /** MovePhase: a blue-green move's phases, in order; it ends in `completed` or `failed`. */
 export type MovePhase = Static<typeof MovePhaseSchema>
@@ -120,7 +123,7 @@ export interface MoveFit {
 }
 
 /**
- * moveFit: the MoveFit of an instance record (what another pod's checkFits is asked with): its
+ * moveFit: the MoveFit of an instance record (what a move's target is checked with): its
  * largest measured per-GPU baseline, else its measured total, else null (never measured).
  */
 export function moveFit(r: {
@@ -143,19 +146,112 @@ export function moveFit(r: {
   }
 }
 
-/** GatewayMoves: a pod's blue-green moves (plugins/gateway/move), as its own move routes drive them. */
+/**
+ * TargetInstance: a move's target instance once loaded: its id, and the engine port it listens on
+ * (what a cluster's routing table lists).
+ */
+export interface TargetInstance {
+  instanceId: string
+  port: number
+}
+
+/** MoveContext: what a move's target is made for (MoveRequest.target): the move, its source, its GPUs. */
+export interface MoveContext {
+  move_id: string
+  source: InstanceRecord
+  target_gpu_ids: number[]
+  drain_timeout_ms: number
+}
+
+/**
+ * MoveTarget: where a move's target runs, and how requests switch over to it. The move saga
+ * (plugins/gateway/move/saga.ts) owns the phases, the cancel table, the events and the rollback, and
+ * drives its source on this pod itself; a target is one of two kinds: GPUs on this pod (the
+ * gateway's own, the default) or another pod of a cluster (plugins/cluster/move/pod-target.ts).
+ * The saga calls each step at most once forward and again only to undo, so a step must be safe to
+ * repeat after a lost answer. A step that waits takes the move's signal: a cancel aborts it with
+ * the cancel as its reason.
+ */
+export interface MoveTarget {
+  /** podId: the pod the target loads on (messages name it); null for GPUs on this pod. */
+  readonly podId: string | null
+  /** check (validating): the target GPUs exist and have room for `fit`. */
+  check(fit: MoveFit): Promise<void>
+  /** load (spawning): the target loads the source's settings out of routing, its move running. */
+  load(req: LoadRequest, trace: SpanBase | null): Promise<TargetInstance>
+  /** ready (spawning): resolves once the target is active, throws why not (failed, stopped, gone). */
+  ready(onProgress: (percent: number, phase: string) => void, signal: AbortSignal): Promise<void>
+  /**
+   * switchTo (switching): the target takes requests wherever the model is routed, and the source
+   * is no longer routed to from anywhere but this pod's own routing (the saga turns that off next).
+   * `null` instead of a signal: a forced completion, which no cancel stops and no slow pod holds up.
+   */
+  switchTo(signal: AbortSignal | null): Promise<void>
+  /** commit (completing): the target's move is over; it is an ordinary instance. */
+  commit(): Promise<void>
+  /** restoreSource (rollback): the source is routed to again wherever switchTo withdrew it. */
+  restoreSource(): Promise<void>
+  /**
+   * release (rollback): the target leaves routing, drains its requests (up to `drainTimeoutMs`; 0 when
+   * it never took any), unloads and is gone. Nothing when it was never loaded.
+   */
+  release(drainTimeoutMs: number): Promise<void>
+}
+
+/** MoveRequest: a move to start (GatewayMoves.start); the target GPUs are validated as `field` names them. */
+export interface MoveRequest {
+  instanceId: string
+  targetGpuIds: number[]
+  drainTimeoutMs: number
+  /** target: the target for this move; default GPUs on this pod. */
+  target?: (move: MoveContext) => MoveTarget
+  /** admit: what must allow the move before its target is checked (a cluster's move lock); throws to refuse. */
+  admit?: () => Promise<void>
+  /** announce: where each event goes besides the move's stream (default the bus's `gateway.move.progress`). */
+  announce?: (e: MoveEvent) => void
+  /** field: the request's name for the target GPUs, in validation messages (default `target_gpu_ids`). */
+  field?: string
+}
+
+/**
+ * MoveSteps: a move target's steps on this pod's GPUs, by instance id. A move to GPUs of this pod
+ * takes them; a cluster's target pod takes them for the pod that runs the move.
+ */
+export interface MoveSteps {
+  /** check: the GPUs exist here and have room for `fit` (400 / 400 INSUFFICIENT_MEMORY / 503). */
+  check(fit: MoveFit, gpuIds: number[]): Promise<void>
+  /** load: the target loads out of routing, its move running (the load's span under `trace`). */
+  load(req: LoadRequest, trace?: SpanBase | null): Promise<TargetInstance>
+  /** ready: resolves once the instance is active, with its load progress; throws when it is not. */
+  ready(id: string, onProgress: (percent: number, phase: string) => void, signal: AbortSignal): Promise<void>
+  /**
+   * serve: the target takes requests (409 INVALID_STATE unless active; 503 TARGET_UNHEALTHY when its
+   * engine does not answer /health, which `health: false` skips); `signal` stops it before it does.
+   */
+  serve(id: string, opts?: { signal?: AbortSignal; health?: boolean }): Promise<void>
+  /** commit: the instance's move is over (nothing when none runs; 404 when unknown). */
+  commit(id: string): void
+  /**
+   * release: the instance out of routing, drained up to `drainTimeoutMs` (0: not at all; past it, it
+   * goes on), its move ended, unloaded and gone (within `budgetMs`, default its engine's stop budget).
+   * Nothing when it is unknown.
+   */
+  release(id: string, drainTimeoutMs: number, budgetMs?: number): Promise<void>
+}
+
+/** GatewayMoves: this pod's blue-green moves (plugins/gateway/move): one saga, any MoveTarget. */
 export interface GatewayMoves {
-  /** inProgress: a move runs on this pod (one at a time). */
+  /** inProgress: a move runs on this pod (one at a time, whatever its target). */
   readonly inProgress: boolean
   /** start validates (400/404/409 as the move route answers) and runs the move in the background. */
-  start(instanceId: string, targetGpuIds: number[], drainTimeoutMs: number): Promise<MoveRecord>
+  start(req: MoveRequest): Promise<MoveRecord>
   get(moveId: string): MoveRecord | undefined
   /** subscribe: the current phase, then each one; `onEnd` after completed or failed; null when unknown. */
   subscribe(moveId: string, fn: (e: MoveEvent) => void, onEnd: () => void): (() => void) | null
-  /** cancel stops a move: 404 unknown, 409 too late. */
+  /** cancel stops a move: 404 unknown, 409 too late (the move's cancel table). */
   cancel(moveId: string, force: boolean): void
-  /** checkFits: the GPUs exist here and have room for `fit` (400 / 400 INSUFFICIENT_MEMORY / 503). */
-  checkFits(fit: MoveFit, targetGpuIds: number[]): Promise<void>
+  /** here: the target steps on this pod's GPUs. */
+  readonly here: MoveSteps
 }
 
 /** GatewayProfiles: this pod's memory profiles, for the cluster's reconcile and bundles. */
@@ -286,30 +382,39 @@ export interface GatewayApi {
 }
 
 /**
- * GatewayPodApi: the gateway as a pod of a cluster sees it: GatewayApi plus what the cluster's remote
- * routes relay from a pod (its logs, its instance event streams, its GPU and memory views), so a peer's
- * answer is the same record this pod's own routes give.
+ * PodRecords: what the gateway's lifecycle and view routes answer, from the very inputs those routes
+ * validate (404 MODEL_NOT_FOUND, 409, 503 … as they answer). The gateway's own routes answer with
+ * them, and a cluster relays them from a pod, so a peer's answer is that pod's own record.
+ */
+export interface PodRecords {
+  /** POST /api/v1/models/load (202 there). */
+  load(req: LoadRequest): Promise<LoadResponse>
+  /** POST /api/v1/models/{id}/unload (202 there). */
+  unload(id: string): Promise<UnloadResult>
+  /** POST /api/models/instances/{id}/sleep. */
+  sleep(id: string, query: SleepQuery): Promise<SleepResult>
+  /** POST /api/models/instances/{id}/wake. */
+  wake(id: string, body: WakeRequest | undefined): Promise<WakeResult>
+  /** GET /api/v1/models/instances/{id}/logs. */
+  logs(id: string, query: LogsQuery): LogRecord
+  /** GET /api/v1/models/instances/{id}/events: its SSE response, which ends when the instance is gone or `signal` aborts. */
+  events(id: string, query: InstanceEventsQuery, signal: AbortSignal): Response
+  /** GET /api/gpu/available (503 GPU_PROBE_UNAVAILABLE without a probe). */
+  gpuAvailable(): Promise<GpuAvailable>
+  /** GET /api/memory/usage/multi-gpu (503 without a probe). */
+  multiGpu(): Promise<MultiGpuMemory>
+}
+
+/**
+ * GatewayPodApi: the gateway as a pod of a cluster sees it: GatewayApi plus the records its routes
+ * answer (relayed from a pod by the cluster's remote routes), its moves, profiles and presets.
  */
 export interface GatewayPodApi extends GatewayApi {
-  /** instanceLogs: the last `lines` engine log lines of an instance (404 MODEL_NOT_FOUND when unknown). */
-  instanceLogs(id: string, lines: number): LogRecord
-  /**
-   * subscribeInstanceEvents: the instance's event stream as GET .../events sends it (the replay, then
-   * live events); `onEnd` runs when the instance is gone. Returns the unsubscribe. 404 when unknown.
-   */
-  subscribeInstanceEvents(
-    id: string,
-    opts: InstanceEventsOptions,
-    fn: (e: InstanceEvent) => void,
-    onEnd: () => void,
-  ): () => void
-  /** gpuAvailable: GET /api/gpu/available's answer (503 GPU_PROBE_UNAVAILABLE without a probe). */
-  gpuAvailable(): Promise<GpuAvailable>
-  /** multiGpuMemory: GET /api/memory/usage/multi-gpu's answer (503 without a probe). */
-  multiGpuMemory(): Promise<MultiGpuMemory>
+  /** records: what this pod's lifecycle and view routes answer. */
+  readonly records: PodRecords
   /** inference: the inference proxy's extension point for a cluster (GatewayInferenceApi). */
   readonly inference: GatewayInferenceApi
-  /** moves: this pod's blue-green moves, for a cluster move that stays on the owning pod. */
+  /** moves: this pod's blue-green moves: a cluster runs its own through them, with a target on another pod. */
   readonly moves: GatewayMoves
   /** profiles: the memory profiles kept on this pod. */
   readonly profiles: GatewayProfiles
@@ -320,24 +425,13 @@ export interface GatewayPodApi extends GatewayApi {
    * routing with its move running, as the single-pod move's does.
    */
   load(req: LoadRequest, opts?: LoadOptions): Promise<LoadResponse>
-  // What a move across pods does to an instance, as commands (404 MODEL_NOT_FOUND when unknown):
-  /** routingOf: its state, its control operation, whether routing may pick it, its requests in flight. */
+  /** routingOf: an instance's state, its control operation, whether routing may pick it, its requests in flight (404). */
   routingOf(id: string): InstanceRouting
-  /** route: routing may pick it again (409 in a state that cannot take requests), or no longer. */
-  route(id: string, on: boolean): void
-  /** beginMove: its move begins (409 while another operation runs or in a state it cannot move from). */
-  beginMove(id: string): void
-  /** endMove: its move ends (nothing when none runs). */
-  endMove(id: string): void
-  /** drained: resolves once no request is in flight on it; rejects on the signal or deadline (WaitError). */
-  drained(id: string, opts?: WaitOptions): Promise<void>
   /**
-   * waitFor resolves with its state once `ready` accepts it ('removed' once it is gone), woken by its
-   * changes; rejects on the signal or deadline (WaitError).
+   * waitFor resolves with an instance's state once `ready` accepts it ('removed' once it is gone),
+   * woken by its changes; rejects on the signal or deadline (WaitError).
    */
   waitFor(id: string, ready: (s: InstanceState) => boolean, opts?: WaitOptions): Promise<InstanceState>
-  /** engineHealthy: the instance's engine answers /health within `timeoutMs` (false when unknown). */
-  engineHealthy(id: string, timeoutMs: number): Promise<boolean>
 }
 
 /**
@@ -381,8 +475,11 @@ export {
 export {
   GpuAvailableSchema,
   InstanceDetailSchema,
+  InstanceEventsQuerySchema,
   LoadBody,
   LoadResponseSchema,
+  LogRecordSchema,
+  LogsQuerySchema,
   MoveEventSchema,
   MoveRecordSchema,
   MultiGpuSchema,
@@ -391,7 +488,10 @@ export {
   PresetDetailSchema,
   ProfileBundleSchema,
   ProfileSchema,
+  SleepQuerySchema,
   SleepResultSchema,
+  UnloadResultSchema,
+  WakeBodySchema,
   WakeResultSchema,
 } from './schemas.ts'
 

@@ -1,18 +1,6 @@
 import { engineDriver } from '../../src/engine/kinds.ts'
 import { definePlugin } from '../../src/host/plugin.ts'
-import type {
-  GatewayInferenceApi,
-  GatewayPodApi,
-  GatewayPresets,
-  GatewayProfiles,
-  GpuAvailable,
-  InstanceEvent,
-  InstanceEventsOptions,
-  InstanceRouting,
-  LogRecord,
-  MultiGpuMemory,
-  WaitOptions,
-} from './api.ts'
+import type { GatewayPodApi, GatewayProfiles } from './api.ts'
 import { catalogRoutes } from './catalog/routes.ts'
 import { catalogProblems } from './catalog/rules.ts'
 import { CatalogStore } from './catalog/store.ts'
@@ -24,11 +12,11 @@ import instancesSql from './db/migrations/0001_instances.sql' with { type: 'text
 import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with { type: 'text' }
 import catalogSql from './db/migrations/0003_catalog.sql' with { type: 'text' }
 import engineKindSql from './db/migrations/0004_engine_kind.sql' with { type: 'text' }
-import { INSTANCE_EVENT_TYPES } from './events.ts'
 import { EngineFigures, registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
 import { orphanRoutes } from './orphans/routes.ts'
 import { OrphanService } from './orphans/service.ts'
+import { PodGateway } from './pod-gateway.ts'
 import { presetRoutes } from './presets/routes.ts'
 import { PresetService } from './presets/service.ts'
 import { estimateNeed, makePreloadCheck } from './profiles/check.ts'
@@ -40,74 +28,10 @@ import { catalogSource } from './residency/catalog-backend.ts'
 import { ResidencyManager } from './residency/manager.ts'
 import { residencyRoutes } from './residency/routes.ts'
 import { gatewayRoutes } from './routes.ts'
-import { type GatewayDeps, GatewayService } from './service.ts'
+import { type GatewayDeps, gpuProbe } from './service.ts'
 import { settingsRoutes } from './settings/routes.ts'
 import { SettingsStore } from './settings/service.ts'
 import { TimeSeriesSampler } from './timeseries/sampler.ts'
-import { gpuAvailableView, multiGpuView } from './views.ts'
-
-/**
- * PodGateway: the gateway service with the views and streams a cluster relays from a pod
- * (GatewayPodApi), answered exactly as this pod's own routes answer them.
- */
-class PodGateway extends GatewayService implements GatewayPodApi {
-  /** inference: the proxy's cluster extension point, set once the proxy is built (in setup). */
-  inference!: GatewayInferenceApi
-  /** profiles and presets: set in setup once their stores exist. */
-  profiles!: GatewayProfiles
-  presets!: GatewayPresets
-
-  instanceLogs(id: string, lines: number): LogRecord {
-    const inst = this.require(id)
-    const recent = inst.events.recentLogs(lines)
-    return { instance_id: inst.id, logs: recent.join('\n'), line_count: recent.length }
-  }
-
-  subscribeInstanceEvents(
-    id: string,
-    opts: InstanceEventsOptions,
-    fn: (e: InstanceEvent) => void,
-    onEnd: () => void,
-  ): () => void {
-    const types = new Set(opts.types ?? INSTANCE_EVENT_TYPES)
-    return this.require(id).events.subscribe(types, opts.replayLogs ?? true, fn, onEnd)
-  }
-
-  gpuAvailable(): Promise<GpuAvailable> {
-    return gpuAvailableView(this)
-  }
-
-  multiGpuMemory(): Promise<MultiGpuMemory> {
-    return multiGpuView(this)
-  }
-
-  routingOf(id: string): InstanceRouting {
-    const l = this.require(id).lifecycle
-    return { state: l.state, operation: l.operation, routing: l.routing, inFlight: l.inFlight }
-  }
-
-  route(id: string, on: boolean): void {
-    this.require(id).lifecycle.route(on)
-  }
-
-  beginMove(id: string): void {
-    this.require(id).lifecycle.begin('move')
-  }
-
-  endMove(id: string): void {
-    const l = this.require(id).lifecycle
-    if (l.operation === 'move') l.end('move')
-  }
-
-  drained(id: string, opts: WaitOptions = {}): Promise<void> {
-    return this.require(id).lifecycle.drained(opts)
-  }
-
-  async engineHealthy(id: string, timeoutMs: number): Promise<boolean> {
-    const inst = this.instances.get(id)
-    return inst ? inst.client.health(timeoutMs, { asleep: inst.status === 'sleeping' }) : false
-  }
-}
 
 /**
  * The gateway plugin: engine lifecycle, GPU and memory views, sleep and wake, inference proxy.
@@ -133,6 +57,22 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
   setup(ctx, cfg) {
     const settings = new SettingsStore(ctx.dataDir, ctx.log.child('settings'))
     const repo = new InstanceRepo(ctx.store.db)
+    const probe = gpuProbe(cfg, ctx.selfCommand)
+    const snapshots = { gpuSnapshot: () => probe.snapshot() }
+    const profiles = new ProfileStore(ctx.store.db)
+    const checkOptions = { defaultUtilization: cfg.engine.gpu_memory_utilization }
+    const estimate: GatewayProfiles['estimate'] = (q) =>
+      estimateNeed(profiles, q, checkOptions.defaultUtilization)
+    const catalog = new CatalogStore({
+      db: ctx.store.db,
+      config: cfg.catalog,
+      configFile: ctx.configFile,
+      bus: ctx.bus,
+      log: ctx.log.child('catalog'),
+      snapshot: snapshots.gpuSnapshot,
+      estimate,
+      engineKind: cfg.engine.kind,
+    })
     // engineEnv reaches launchPlan through the deps (its `where`): HF_TOKEN from the settings.
     const deps: GatewayDeps & { engineEnv: () => Record<string, string> } = {
       config: cfg,
@@ -143,8 +83,52 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       selfCommand: ctx.selfCommand,
       engineEnv: () => settings.engineEnv(),
       telemetry: ctx.telemetry,
+      probe,
+      preloadCheck: makePreloadCheck(profiles, snapshots, checkOptions),
+      catalogue: catalog,
     }
-    const service = new PodGateway(deps)
+    // The gateway, then what is built on it, in order (PodParts).
+    const service = new PodGateway(deps, {
+      profiles: { list: () => profiles.list(), importAll: (ps) => profiles.importAll(ps), estimate },
+      presets: (gateway) =>
+        new PresetService(ctx.store.db, gateway, ctx.bus, ctx.log, {
+          unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
+          readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
+          telemetry: ctx.telemetry,
+        }),
+      // What is resident on this host's GPUs: catalogued models on demand, room made by measured cost.
+      residency: (gateway) => {
+        const residency = new ResidencyManager({
+          service: gateway,
+          catalog: { entries: () => catalog.list(), entry: (name) => catalog.get(name) },
+          config: cfg.residency,
+          defaultUtilization: cfg.engine.gpu_memory_utilization,
+          bus: ctx.bus,
+          log: ctx.log.child('residency'),
+          metrics: ctx.metrics,
+          held: (model) => ctx.directory.held(model),
+        })
+        ctx.directory.addSource(catalogSource(residency))
+        return residency
+      },
+      inference: (gateway) =>
+        createInference({
+          api: gateway,
+          directory: ctx.directory,
+          bus: ctx.bus,
+          metrics: ctx.metrics,
+          log: ctx.log,
+          config: {
+            firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
+            connectTimeoutMs: cfg.proxy.connect_timeout_ms,
+            idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
+            wakeOnRequest: cfg.proxy.wake_on_request,
+            holdTimeoutSeconds: cfg.proxy.hold_timeout,
+            maxJsonDepth: ctx.config.server.max_json_depth,
+          },
+        }),
+    })
+    const { presets, residency, proxy: inference } = service
     const orphans = new OrphanService({
       probe: service.probe,
       managed: () => [...[...service.instances.values()].map((i) => i.row), ...repo.all()],
@@ -159,64 +143,10 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
       figures: new EngineFigures(ctx.metrics),
       log: ctx.log.child('timeseries'),
     })
-    const profiles = new ProfileStore(ctx.store.db)
     const recorder = new ProfileRecorder(profiles, service, ctx.bus, ctx.log)
-    const checkOptions = { defaultUtilization: cfg.engine.gpu_memory_utilization }
-    service.preloadCheck = makePreloadCheck(profiles, service, checkOptions)
-    const presets = new PresetService(ctx.store.db, service, ctx.bus, ctx.log, {
-      unloadTimeoutMs: (cfg.engine.stop_grace_seconds + 30) * 1000,
-      readyTimeoutMs: (cfg.engine.startup_timeout_seconds + 30) * 1000,
-      telemetry: ctx.telemetry,
-    })
-    service.profiles = {
-      list: () => profiles.list(),
-      importAll: (ps) => profiles.importAll(ps),
-      estimate: (q) => estimateNeed(profiles, q, checkOptions.defaultUtilization),
-    }
-    service.presets = presets
-    const catalog = new CatalogStore({
-      db: ctx.store.db,
-      config: cfg.catalog,
-      configFile: ctx.configFile,
-      bus: ctx.bus,
-      log: ctx.log.child('catalog'),
-      snapshot: () => service.gpuSnapshot(),
-      estimate: service.profiles.estimate,
-      engineKind: cfg.engine.kind,
-    })
-    service.catalogue = catalog
-    // What is resident on this host's GPUs: catalogued models on demand, room made by measured cost.
-    const residency = new ResidencyManager({
-      service,
-      catalog: { entries: () => catalog.list(), entry: (name) => catalog.get(name) },
-      config: cfg.residency,
-      defaultUtilization: cfg.engine.gpu_memory_utilization,
-      bus: ctx.bus,
-      log: ctx.log.child('residency'),
-      metrics: ctx.metrics,
-      held: (model) => ctx.directory.held(model),
-    })
-    service.residency = residency
-    ctx.directory.addSource(catalogSource(residency))
-    const inference = createInference({
-      api: service,
-      directory: ctx.directory,
-      bus: ctx.bus,
-      metrics: ctx.metrics,
-      log: ctx.log,
-      config: {
-        firstByteTimeoutMs: cfg.proxy.first_byte_timeout_ms,
-        connectTimeoutMs: cfg.proxy.connect_timeout_ms,
-        idleTimeoutSeconds: ctx.config.server.idle_timeout_seconds,
-        wakeOnRequest: cfg.proxy.wake_on_request,
-        holdTimeoutSeconds: cfg.proxy.hold_timeout,
-        maxJsonDepth: ctx.config.server.max_json_depth,
-      },
-    })
-    service.inference = inference.handlers
     return {
       rawRoutes: inference.rawRoutes,
-      routes: gatewayRoutes(service, cfg.sharedcache.shm_dir)
+      routes: gatewayRoutes(service, service.records, cfg.sharedcache.shm_dir)
         .use(inference.routes)
         .use(moveRoutes(service.moves))
         .use(profileRoutes(profiles, service, { ...checkOptions, version: ctx.version }))

@@ -1,24 +1,31 @@
 import { Elysia, t } from 'elysia'
-import { badRequest } from '../../src/http/errors.ts'
 import { ControllerError } from '../../src/http/schemas.ts'
-import { sseResponse } from '../../src/http/sse.ts'
-import { INSTANCE_EVENT_TYPES, type InstanceEventType } from './events.ts'
+import type { PodRecords } from './api.ts'
 import {
   GpuAvailableSchema,
   InstanceDetailSchema,
+  InstanceEventsQuerySchema,
   InstanceSchema,
   LoadBody,
   LoadResponseSchema,
+  LogRecordSchema,
+  LogsQuerySchema,
   MemoryUsageSchema,
   MultiGpuSchema,
+  SleepQuerySchema,
   SleepResultSchema,
   SleepStatusSchema,
+  UnloadResultSchema,
+  WakeBodySchema,
   WakeResultSchema,
 } from './schemas.ts'
 import type { GatewayService } from './service.ts'
-import { gpuAvailableView, memoryUsageView, multiGpuView } from './views.ts'
+import { memoryUsageView } from './views.ts'
 
-/** gatewayRoutes: the controller routes of the lifecycle, GPU/memory and sleep sections. Thin: the service decides. */
+/**
+ * gatewayRoutes: the controller routes of the lifecycle, GPU/memory and sleep sections. Thin: the
+ * service decides, and the answers a cluster also relays from a pod are its `records` (records.ts).
+ */
 const tags = ['gateway']
 const Errors = { 400: ControllerError, 404: ControllerError, 409: ControllerError, 502: ControllerError }
 
@@ -29,27 +36,13 @@ function basic<
   return rest
 }
 
-function parseTypes(raw: string | undefined): Set<InstanceEventType> {
-  if (!raw || raw === 'all') return new Set(INSTANCE_EVENT_TYPES)
-  const out = new Set<InstanceEventType>()
-  for (const part of raw
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean)) {
-    if (!(INSTANCE_EVENT_TYPES as readonly string[]).includes(part))
-      throw badRequest(`query.types: unknown event type '${part}' (use ${INSTANCE_EVENT_TYPES.join(', ')})`)
-    out.add(part as InstanceEventType)
-  }
-  return out
-}
-
-export function gatewayRoutes(service: GatewayService, shmDir: string) {
+export function gatewayRoutes(service: GatewayService, records: PodRecords, shmDir: string) {
   return new Elysia({ name: 'gateway-routes' })
     .post(
       '/api/v1/models/load',
       async ({ body, set }) => {
         set.status = 202
-        return service.load(body)
+        return records.load(body)
       },
       {
         body: LoadBody,
@@ -85,14 +78,14 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
     .post(
       '/api/v1/models/:id/unload',
       async ({ params, set }) => {
-        await service.unload(params.id)
+        const record = await records.unload(params.id)
         set.status = 202
-        return { status: 'stopping' as const, instance_id: params.id, message: 'unload started' }
+        return record
       },
       {
         params: t.Object({ id: t.String() }),
         response: {
-          202: t.Object({ status: t.Literal('stopping'), instance_id: t.String(), message: t.String() }),
+          202: UnloadResultSchema,
           404: ControllerError,
           409: ControllerError,
         },
@@ -108,34 +101,10 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
     )
     .get(
       '/api/v1/models/instances/:instance_id/events',
-      ({ params, query, request }) => {
-        const inst = service.require(params.instance_id)
-        const types = parseTypes(query.types)
-        const replay = query.replay_logs !== 'false'
-        return sseResponse(
-          (sink) =>
-            inst.events.subscribe(
-              types,
-              replay,
-              (e) => sink.send(e.eventType, e, e.id),
-              () => sink.close(),
-            ),
-          { signal: request.signal },
-        )
-      },
+      ({ params, query, request }) => records.events(params.instance_id, query, request.signal),
       {
         params: t.Object({ instance_id: t.String() }),
-        query: t.Object({
-          types: t.Optional(
-            t.String({ description: 'comma list of log,status,memory,progress,error (default all)' }),
-          ),
-          replay_logs: t.Optional(
-            t.String({ description: "'true' (default) replays buffered logs on connect" }),
-          ),
-          token: t.Optional(
-            t.String({ description: 'admin JWT for browsers (EventSource cannot set headers)' }),
-          ),
-        }),
+        query: InstanceEventsQuerySchema,
         detail: {
           tags,
           summary: 'Instance event stream (SSE)',
@@ -151,27 +120,19 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
     )
     .get(
       '/api/v1/models/instances/:instance_id/logs',
-      ({ params, query }) => {
-        const inst = service.require(params.instance_id)
-        const lines = inst.events.recentLogs(query.lines ?? 100)
-        return { instance_id: inst.id, logs: lines.join('\n'), line_count: lines.length }
-      },
+      ({ params, query }) => records.logs(params.instance_id, query),
       {
         params: t.Object({ instance_id: t.String() }),
-        query: t.Object({
-          lines: t.Optional(
-            t.Numeric({ minimum: 1, maximum: 500, error: 'query.lines: must be an integer from 1 to 500' }),
-          ),
-        }),
+        query: LogsQuerySchema,
         response: {
-          200: t.Object({ instance_id: t.String(), logs: t.String(), line_count: t.Number() }),
+          200: LogRecordSchema,
           400: ControllerError,
           404: ControllerError,
         },
         detail: { tags, summary: 'Recent engine log lines, prefixed [stdout]/[stderr]' },
       },
     )
-    .get('/api/gpu/available', () => gpuAvailableView(service), {
+    .get('/api/gpu/available', () => records.gpuAvailable(), {
       response: { 200: GpuAvailableSchema, 503: ControllerError },
       detail: {
         tags,
@@ -191,7 +152,7 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
           'its KV cache. kvcache is omitted when no model is loaded.',
       },
     })
-    .get('/api/memory/usage/multi-gpu', () => multiGpuView(service, shmDir), {
+    .get('/api/memory/usage/multi-gpu', () => records.multiGpu(), {
       response: { 200: MultiGpuSchema, 503: ControllerError },
       detail: {
         tags,
@@ -203,28 +164,10 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
     })
     .post(
       '/api/models/instances/:instance_id/sleep',
-      ({ params, query }) =>
-        service.sleep(
-          params.instance_id,
-          (query.level ?? 1) as 1 | 2,
-          query.drain_timeout_ms === undefined ? {} : { drainTimeoutMs: query.drain_timeout_ms },
-        ),
+      ({ params, query }) => records.sleep(params.instance_id, query),
       {
         params: t.Object({ instance_id: t.String() }),
-        query: t.Object({
-          level: t.Optional(
-            t.Numeric({ minimum: 1, maximum: 2, multipleOf: 1, error: 'query.level: must be 1 or 2' }),
-          ),
-          drain_timeout_ms: t.Optional(
-            t.Numeric({
-              minimum: 0,
-              maximum: 86_400_000,
-              multipleOf: 1,
-              error: 'query.drain_timeout_ms: must be an integer from 0 to 86400000',
-              description: 'default plugins.gateway.sleep.drain_timeout_ms; 0: refuse at once when busy',
-            }),
-          ),
-        }),
+        query: SleepQuerySchema,
         response: { 200: SleepResultSchema, ...Errors },
         detail: {
           tags,
@@ -244,26 +187,10 @@ export function gatewayRoutes(service: GatewayService, shmDir: string) {
     )
     .post(
       '/api/models/instances/:instance_id/wake',
-      ({ params, body }) => {
-        const raw = body?.tags
-        const list = raw === undefined ? [] : Array.isArray(raw) ? raw : [raw]
-        return service.wake(params.instance_id, list)
-      },
+      ({ params, body }) => records.wake(params.instance_id, body ?? undefined),
       {
         params: t.Object({ instance_id: t.String() }),
-        body: t.Optional(
-          t.Object(
-            {
-              tags: t.Optional(
-                t.Union([
-                  t.Union([t.Literal('weights'), t.Literal('kv_cache')]),
-                  t.Array(t.Union([t.Literal('weights'), t.Literal('kv_cache')])),
-                ]),
-              ),
-            },
-            { additionalProperties: false },
-          ),
-        ),
+        body: t.Optional(WakeBodySchema),
         response: { 200: WakeResultSchema, ...Errors },
         detail: {
           tags,

@@ -224,6 +224,61 @@ export const WakeResultSchema = t.Object({
   phases: t.Array(WakePhaseSchema, { description: 'the phases this wake ran, in order' }),
 })
 
+/**
+ * The inputs and answers of the lifecycle routes a cluster relays from a pod (PodRecords), declared
+ * once for the gateway's routes and the cluster's.
+ */
+
+/** UnloadResultSchema: what an unload answers (202): the engine is stopping. */
+export const UnloadResultSchema = t.Object({
+  status: t.Literal('stopping'),
+  instance_id: t.String(),
+  message: t.String(),
+})
+
+export const LogRecordSchema = t.Object({
+  instance_id: t.String(),
+  logs: t.String({ description: 'lines prefixed [stdout] / [stderr], joined by newline' }),
+  line_count: t.Number(),
+})
+
+export const LogsQuerySchema = t.Object({
+  lines: t.Optional(
+    t.Numeric({ minimum: 1, maximum: 500, error: 'query.lines: must be an integer from 1 to 500' }),
+  ),
+})
+
+export const InstanceEventsQuerySchema = t.Object({
+  types: t.Optional(
+    t.String({ description: 'comma list of log,status,memory,progress,error (default all)' }),
+  ),
+  replay_logs: t.Optional(t.String({ description: "'true' (default) replays buffered logs on connect" })),
+  token: t.Optional(t.String({ description: 'admin JWT for browsers (EventSource cannot set headers)' })),
+})
+
+export const SleepQuerySchema = t.Object({
+  level: t.Optional(
+    t.Numeric({ minimum: 1, maximum: 2, multipleOf: 1, error: 'query.level: must be 1 or 2' }),
+  ),
+  drain_timeout_ms: t.Optional(
+    t.Numeric({
+      minimum: 0,
+      maximum: 86_400_000,
+      multipleOf: 1,
+      error: 'query.drain_timeout_ms: must be an integer from 0 to 86400000',
+      description: 'default plugins.gateway.sleep.drain_timeout_ms; 0: refuse at once when busy',
+    }),
+  ),
+})
+
+const WakeTag = t.Union([t.Literal('weights'), t.Literal('kv_cache')])
+
+/** WakeBodySchema: {tags}: one tag or a list; none wakes everything. */
+export const WakeBodySchema = t.Object(
+  { tags: t.Optional(t.Union([WakeTag, t.Array(WakeTag)])) },
+  { additionalProperties: false },
+)
+
 /** WakeProgressSchema: the wakes since the last sleep: what finished, and where the last one failed. */
 export const WakeProgressSchema = t.Object({
   phases_done: t.Array(WakePhaseSchema),

@@ -43,13 +43,6 @@ import { SharedCache } from './shared-cache.ts'
 import { SleepWake } from './sleep-wake.ts'
 import { Supervision } from './supervision.ts'
 
-/**
- * GatewayService owns every engine instance: it validates and places loads, spawns engine process
- * groups, unloads them, hands out routing leases to the proxy, and reports every lifecycle change
- * (persisted row, the instance's event stream, the bus, the log). The jobs around it live beside it:
- * launch.ts (command line and row), supervision.ts (logs, readiness, footprint, exits),
- * sleep-wake.ts, shared-cache.ts, recovery.ts (engines left by a previous run), move/.
- */
 /** PreloadCheck runs after placement and before spawning; it throws an AppError to refuse a load. */
 export type PreloadCheck = (req: LoadRequest, gpuIds: number[]) => Promise<void>
 
@@ -64,6 +57,18 @@ export interface GatewayDeps {
   engineEnv?: () => Record<string, string>
   /** telemetry: spans of loads, sleeps, wakes and moves (default off). */
   telemetry?: Telemetry
+  /** probe: this host's nvidia-smi (gpuProbe), which the catalogue and the pre-load check read too. */
+  probe: GpuProbe
+  /** preloadCheck: the memory-profile feature's check of a load (a seam: placement stays independent of it). */
+  preloadCheck: PreloadCheck | null
+  /** catalogue: the models this host may serve on demand (catalog/store.ts). */
+  catalogue: CatalogStore
+}
+
+/** gpuProbe: this host's nvidia-smi as the gateway's configuration describes it. */
+export function gpuProbe(config: GatewayConfig, selfCommand: readonly string[]): GpuProbe {
+  const smi = config.gpu.smi_command ? expandSelf(config.gpu.smi_command, selfCommand) : null
+  return new GpuProbe(smi, { timeoutMs: config.gpu.timeout_ms, cacheMs: config.gpu.cache_ms })
 }
 
 /** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
@@ -76,7 +81,17 @@ export interface LoadOptions {
 
 const NONE: readonly Backend[] = Object.freeze([])
 
-export class GatewayService implements GatewayApi {
+/**
+ * GatewayService owns every engine instance: it validates and places loads, spawns engine process
+ * groups, unloads them, hands out routing leases to the proxy, and reports every lifecycle change
+ * (persisted row, the instance's event stream, the bus, the log). The jobs around it live beside it:
+ * launch.ts (command line and row), supervision.ts (logs, readiness, footprint, exits),
+ * sleep-wake.ts, shared-cache.ts, recovery.ts (engines left by a previous run), move/.
+ *
+ * It is abstract in one part only, its residency hooks: the residency manager is built on the
+ * service, so the plugin's gateway (pod-gateway.ts) builds it in its own constructor.
+ */
+export abstract class GatewayService implements GatewayApi {
   readonly instances = new Map<string, ManagedInstance>()
   readonly probe: GpuProbe
   readonly supervision: Supervision
@@ -84,20 +99,20 @@ export class GatewayService implements GatewayApi {
   private readonly sleepWake: SleepWake
   private readonly ports: PortAllocator
   private stopping = false
-  /** preloadCheck is set by the memory-profile feature (a seam, so placement stays independent of it). */
-  preloadCheck: PreloadCheck | null = null
+  private readonly preloadCheck: PreloadCheck | null
   /** moves runs blue-green moves of this service's instances. */
   readonly moves: MoveManager
-  /** catalogue: the models this host may serve on demand (catalog/store.ts), set by the plugin's setup. */
-  catalogue!: CatalogStore
+  /** catalogue: the models this host may serve on demand (catalog/store.ts). */
+  readonly catalogue: CatalogStore
   private readonly background = new Set<Promise<unknown>>()
   readonly telemetry: Telemetry
 
   constructor(private readonly deps: GatewayDeps) {
     const { config } = deps
     this.telemetry = deps.telemetry ?? Telemetry.OFF
-    const smi = config.gpu.smi_command ? expandSelf(config.gpu.smi_command, deps.selfCommand) : null
-    this.probe = new GpuProbe(smi, { timeoutMs: config.gpu.timeout_ms, cacheMs: config.gpu.cache_ms })
+    this.probe = deps.probe
+    this.preloadCheck = deps.preloadCheck
+    this.catalogue = deps.catalogue
     this.ports = new PortAllocator(
       config.engine.host,
       config.engine.port_range.start,
@@ -310,17 +325,17 @@ export class GatewayService implements GatewayApi {
   private readonly control: InstanceControl = {
     sleep: (inst, level, opts) => this.sleep(inst.id, level, opts),
     wake: (inst, trace) => this.wakeWithRoom(inst, trace),
-    queue: (inst) => this.residency?.queue(inst.row.served_model_name) ?? null,
-    abandoned: (inst) => this.residency?.abandoned(inst.row.served_model_name),
-    pinned: (inst) => this.residency?.pinned(inst.row.served_model_name) ?? false,
+    queue: (inst) => this.residency.queue(inst.row.served_model_name),
+    abandoned: (inst) => this.residency.abandoned(inst.row.served_model_name),
+    pinned: (inst) => this.residency.pinned(inst.row.served_model_name),
   }
 
-  /** residency: the manager of what is resident (set in setup when the gateway has one). */
-  residency: ResidencyHooks | null = null
+  /** residency: the manager of what is resident, built on this service (pod-gateway.ts). */
+  protected abstract readonly residency: ResidencyHooks
 
   /** wakeWithRoom: the instance's one wake, with room made first on its GPUs (residency). */
   private wakeWithRoom(inst: ManagedInstance, trace: SpanBase | null = null): Promise<WakeResult> {
-    return this.residency?.active ? this.residency.wake(inst) : this.sleepWake.wake(inst, [], trace)
+    return this.residency.active ? this.residency.wake(inst) : this.sleepWake.wake(inst, [], trace)
   }
 
   /** wakeEngine: the gateway's own wake of an instance, joinable (what residency runs once room is made). */
@@ -571,7 +586,7 @@ export class GatewayService implements GatewayApi {
   /** sleep: drain, sleep, check; an idle sleep (`why: 'idle'`) is the residency manager's rule. */
   sleep(id: string, level: 1 | 2, opts: SleepOptions = {}): Promise<SleepResult> {
     const inst = this.require(id)
-    if (opts.why === 'idle' && this.residency) return this.residency.sleepIdle(inst, level, opts)
+    if (opts.why === 'idle') return this.residency.sleepIdle(inst, level, opts)
     return this.sleepWake.sleep(inst, level, opts)
   }
 

@@ -191,6 +191,49 @@ describe('blue-green move', () => {
     })
   }
 
+  it('a cancel after the switch lets the requests the target took finish before it unloads', async () => {
+    const name = 'cancel-after-switch'
+    const id = await gw.load({ ...OPT, gpu_ids: [0], served_model_name: name })
+    await gw.waitStatus(id, 'active')
+    // A request held on the source keeps the move draining.
+    const held = service.acquire(name)
+    const res = await move(id, { target_gpu_ids: [1], drain_timeout_ms: 20000 })
+    expect(res.status).toBe(202)
+    const moveId = res.body.move_id as string
+    await waitFor(`move ${moveId} to reach draining`, () => service.moves.get(moveId)?.phase === 'draining', {
+      timeoutMs: 15_000,
+      wake: (notify) => gw.host.bus.on('gateway.move.progress', notify),
+    })
+    // The source takes no new request now: this stream (2 s at 200 tokens/s) runs on the target.
+    const chat = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: name,
+        messages: [{ role: 'user', content: 'count' }],
+        max_tokens: 400,
+        ignore_eos: true,
+        stream: true,
+      }),
+    })
+    expect(chat.status).toBe(200)
+    const text = chat.text().catch((err) => `cut: ${err}`)
+    const target = service.moves.get(moveId)!.target_instance_id!
+    expect(service.inFlight(target)).toBe(1)
+    const del = await fetch(`${gw.url}/api/models/moves/${moveId}`, { method: 'DELETE' })
+    expect(del.status).toBe(204)
+    held.release()
+    // Every token it asked for, then [DONE]: not cut by an error event when the target unloads.
+    const got = await text
+    expect(got).not.toContain('"error"')
+    expect(got).toContain('"finish_reason":"length"')
+    expect(got.trimEnd().endsWith('data: [DONE]')).toBe(true)
+    const events = await finished(gw, moveId)
+    expect(events.at(-1)).toMatchObject({ phase: 'failed', error: 'cancelled' })
+    expect((await models(gw)).map((m) => m.id)).toEqual([id])
+    await unloadAll(gw)
+  })
+
   it('refuses to cancel when completing (too late), completed, failed or unknown', async () => {
     const r = await cancelAt('completing', false)
     expect(r.outcome).toBe(409)

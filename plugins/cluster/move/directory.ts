@@ -5,7 +5,6 @@ import type { PeerCalls } from '../peer-client.ts'
 import { relaySse } from '../remote/relay.ts'
 import { peerFailure } from '../remote/service.ts'
 import type { Pod } from '../schemas.ts'
-import type { CrossPodMove } from './cross-pod.ts'
 import type { ClusterMoveRecord } from './schemas.ts'
 
 /** DirectoryCluster: the pods a move may run on (ClusterService). */
@@ -18,8 +17,8 @@ export interface DirectoryCluster {
 type Located = { pod: { podId: string; address: string }; record: ClusterMoveRecord } | null
 
 /**
- * MoveDirectory finds a move from any pod: a move runs on the pod that holds its source (a cross-pod
- * move of this pod, or a single-pod move of its gateway), so a pod that does not run it asks every
+ * MoveDirectory finds a move from any pod: a move runs on the pod that holds its source (its
+ * gateway's move saga, whatever the target), so a pod that does not run it asks every
  * other pod at once (`GET /internal/moves/:moveId`) and the one that answers is the one to follow
  * (its `/internal/moves/:moveId/events`, relayed byte for byte) or cancel. Moves are rare and pods
  * few: asking all of them beats keeping a cluster-wide index that a restart would lose.
@@ -29,28 +28,21 @@ export class MoveDirectory {
     private readonly cluster: DirectoryCluster,
     private readonly peers: PeerCalls,
     private readonly gateway: GatewayPodApi,
-    private readonly moves: ReadonlyMap<string, CrossPodMove>,
+    /** targetPodOf: the target pod of a move across pods this pod runs (undefined: one on this pod). */
+    private readonly targetPodOf: (moveId: string) => string | undefined,
     private readonly requestMs: number,
   ) {}
 
-  /** localRecord: a move this pod runs, cross-pod or its gateway's own, as the cluster shows it. */
+  /** localRecord: a move this pod runs (its gateway's, to this pod or another), as the cluster shows it. */
   localRecord(moveId: string): ClusterMoveRecord | undefined {
-    const move = this.moves.get(moveId)
-    if (move) return { ...move.record }
     const own = this.gateway.moves.get(moveId)
-    if (own) return { ...own, podId: this.cluster.podId, targetPodId: this.cluster.podId }
-    return undefined
+    if (!own) return undefined
+    const podId = this.cluster.podId
+    return { ...own, podId, targetPodId: this.targetPodOf(moveId) ?? podId }
   }
 
   /** localEvents: the `move_progress` stream of a move this pod runs (404 MOVE_NOT_FOUND otherwise). */
   localEvents(moveId: string, signal: AbortSignal): Response {
-    const move = this.moves.get(moveId)
-    if (move)
-      return sseResponse(
-        (sink) =>
-          move.progress.subscribe((e) => sink.send('move_progress', e), { onEnd: () => sink.close() }),
-        { signal },
-      )
     if (!this.gateway.moves.get(moveId)) throw unknownMove(moveId)
     return sseResponse(
       (sink) =>

@@ -1,18 +1,25 @@
 import { randomBytes } from 'node:crypto'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
-import { AppError, badRequest, modelNotFound, notFound } from '../../../src/http/errors.ts'
-import { type GatewayPodApi, moveFit } from '../../gateway/api.ts'
+import { AppError, modelNotFound, notFound } from '../../../src/http/errors.ts'
+import type { GatewayPodApi, MoveContext, MoveEvent, MoveRecord } from '../../gateway/api.ts'
 import type { Leadership } from '../coordination/types.ts'
 import type { PeerCalls } from '../peer-client.ts'
 import { peerFailure } from '../remote/service.ts'
 import type { Pod } from '../schemas.ts'
-import { CrossPodMove } from './cross-pod.ts'
 import { MoveDirectory } from './directory.ts'
 import type { MoveTimeouts } from './links.ts'
 import { MoveLock } from './lock.ts'
 import { MovePod, type StandbyCluster } from './pod-side.ts'
+import { PodTarget } from './pod-target.ts'
 import type { ActiveMoves, ClusterMoveRecord, ClusterMoveRequest, StartRequest } from './schemas.ts'
+
+declare module '../../../src/host/bus.ts' {
+  interface BusEvents {
+    /** cluster.move.progress: a move this pod runs across pods went to a phase (as `move_progress`). */
+    'cluster.move.progress': MoveEvent
+  }
+}
 
 /** MoveCluster: what cluster moves read of the cluster (ClusterService). */
 export interface MoveCluster extends StandbyCluster {
@@ -39,31 +46,36 @@ export interface ClusterMovesDeps {
  */
 const DEFAULT_TIMEOUTS = { tableMs: 10_000, unloadMs: 120_000, idleMs: 45_000 }
 
-/** How many finished moves across pods a pod keeps for late readers of their events. */
-const KEEP_FINISHED = 50
-
 /**
  * ClusterMoves: the cluster's `POST /api/cluster/models/:instanceId/move`. The move runs on the pod
- * that holds the instance (any pod forwards the request there): without `targetPodId`, or with the
- * owning pod's, it is that pod's own single-pod move (plugins/gateway/move); with another pod it is a
- * CrossPodMove. Either way the leader's MoveLock is taken first (one move at a time, cluster-wide) and
- * let go when the move ends. Its events and its cancel are reached from any pod (MoveDirectory).
+ * that holds the instance (any pod forwards the request there), as that pod's gateway move saga
+ * (GatewayMoves): without `targetPodId`, or with the owning pod's, to GPUs of that pod; with another
+ * pod, to a PodTarget there. Either way the leader's MoveLock is taken in the validating phase (one
+ * move at a time, cluster-wide) and let go when the move ends. Its events and its cancel are reached
+ * from any pod (MoveDirectory).
  */
 export class ClusterMoves {
   readonly local: MovePod
   readonly lock: MoveLock
   readonly directory: MoveDirectory
-  private readonly moves = new Map<string, CrossPodMove>()
-  /** Holds of the moves this pod runs (a cross-pod move's id, or the hold of a single-pod one). */
+  /** The target pod of each move across pods this pod runs (pruned with the gateway's moves). */
+  private readonly across = new Map<string, string>()
+  /** Holds of the moves this pod runs, one per move. */
   private readonly holds = new Set<string>()
   private readonly running = new Set<Promise<void>>()
   readonly timeouts: MoveTimeouts
 
   constructor(private readonly d: ClusterMovesDeps) {
     this.timeouts = { ...DEFAULT_TIMEOUTS, ...d.timeouts }
-    this.local = new MovePod(d.gateway, d.cluster, d.bus, d.log)
+    this.local = new MovePod(d.gateway, d.cluster, d.bus)
     this.lock = new MoveLock(d.cluster, () => this.activity())
-    this.directory = new MoveDirectory(d.cluster, d.peers, d.gateway, this.moves, this.timeouts.requestMs)
+    this.directory = new MoveDirectory(
+      d.cluster,
+      d.peers,
+      d.gateway,
+      (moveId) => this.across.get(moveId),
+      this.timeouts.requestMs,
+    )
   }
 
   get podId(): string {
@@ -93,98 +105,62 @@ export class ClusterMoves {
 
   /** startHere: the move of an instance this pod holds (404 MODEL_NOT_FOUND otherwise: no second hop). */
   async startHere(req: StartRequest): Promise<ClusterMoveRecord> {
-    const source = this.d.gateway.get(req.instanceId)
-    if (!source) throw modelNotFound(req.instanceId)
-    const drainMs = req.drainTimeoutMs ?? 60000
-    if (req.targetPodId === undefined || req.targetPodId === this.podId) return this.startOnPod(req, drainMs)
-    const targetPodId = req.targetPodId
-    const address = this.d.cluster.peerAddress(targetPodId)
-    if (!address) throw notFound(`No pod '${targetPodId}' in the cluster`, 'POD_NOT_FOUND')
-    if (this.d.cluster.pods().find((p) => p.podId === targetPodId)?.status !== 'healthy')
-      throw new AppError(503, 'POD_UNHEALTHY', `Pod '${targetPodId}' has not been heard from lately`)
-    if (source.status !== 'active' && source.status !== 'sleeping')
-      throw badRequest(
-        `Instance ${source.id} is ${source.status}; only a running or sleeping instance can move`,
-      )
-    const gpus = [...new Set(req.targetGpuIds)].sort((a, b) => a - b)
-    if (gpus.length !== req.targetGpuIds.length) throw badRequest('targetGpuIds must not repeat a GPU')
-    if (gpus.length !== source.tensor_parallel_size)
-      throw badRequest(
-        `targetGpuIds has ${gpus.length} GPU(s) but the instance uses tensor_parallel_size ${source.tensor_parallel_size}`,
-      )
-    // The source's move runs from here: its sleep, wake, unload or another move gets 409.
-    this.d.gateway.beginMove(source.id)
-    const move = new CrossPodMove(
-      {
-        ...this.d,
-        timeouts: this.timeouts,
-        podId: this.podId,
-        local: this.local,
-        pods: () => this.d.cluster.pods(),
-      },
-      {
-        move_id: `mv-${randomBytes(4).toString('hex')}`,
-        instance_id: source.id,
-        target_instance_id: null,
-        source_gpu_ids: [...source.gpu_ids].sort((a, b) => a - b),
-        target_gpu_ids: gpus,
-        drain_timeout_ms: drainMs,
-        phase: 'validating',
-        message: 'checking the move',
-        progress: null,
-        error: null,
-        started_at: new Date().toISOString(),
-        finished_at: null,
-        podId: this.podId,
-        targetPodId,
-      },
-      source,
-      address,
-    )
-    const id = move.record.move_id
-    this.moves.set(id, move)
-    this.holds.add(id)
-    try {
-      await this.acquire(id)
-      await move.validate(moveFit(source))
-    } catch (err) {
-      this.moves.delete(id)
-      this.holds.delete(id)
-      this.d.gateway.endMove(source.id)
-      this.releaseHold(id)
-      throw err
-    }
-    this.prune()
-    const record = { ...move.record }
-    this.track(move.run().finally(() => this.finish(id)))
-    return record
-  }
-
-  /** startOnPod: the owning pod's own single-pod move, under the cluster's lock. */
-  private async startOnPod(req: StartRequest, drainMs: number): Promise<ClusterMoveRecord> {
+    if (!this.d.gateway.get(req.instanceId)) throw modelNotFound(req.instanceId)
+    const targetPodId = req.targetPodId ?? this.podId
+    const target = targetPodId === this.podId ? undefined : this.podTarget(targetPodId)
     const hold = `hold-${randomBytes(4).toString('hex')}`
     this.holds.add(hold)
-    let record: ClusterMoveRecord
+    let record: MoveRecord
     try {
-      await this.acquire(hold)
-      const r = await this.d.gateway.moves.start(req.instanceId, req.targetGpuIds, drainMs)
-      record = { ...r, podId: this.podId, targetPodId: this.podId }
+      record = await this.d.gateway.moves.start({
+        instanceId: req.instanceId,
+        targetGpuIds: req.targetGpuIds,
+        drainTimeoutMs: req.drainTimeoutMs ?? 60000,
+        field: 'targetGpuIds',
+        admit: () => this.acquire(hold),
+        ...(target
+          ? { target, announce: (e: MoveEvent) => this.d.bus.emit('cluster.move.progress', e) }
+          : {}),
+      })
     } catch (err) {
       this.finish(hold)
       throw err
     }
-    const off = this.d.gateway.moves.subscribe(
-      record.move_id,
-      () => {},
-      () => this.finish(hold),
-    )
-    if (!off) this.finish(hold)
-    return record
+    if (target) {
+      for (const id of this.across.keys()) if (!this.d.gateway.moves.get(id)) this.across.delete(id)
+      this.across.set(record.move_id, targetPodId)
+    }
+    const ended = new Promise<void>((resolve) => {
+      const off = this.d.gateway.moves.subscribe(record.move_id, () => {}, resolve)
+      if (!off) resolve()
+    }).finally(() => this.finish(hold))
+    // Shutdown waits for a move across pods to roll back (it needs the peers); one on this pod ends with its gateway.
+    if (target) this.track(ended)
+    return { ...record, podId: this.podId, targetPodId }
+  }
+
+  /** podTarget: the target of a move to another pod (404 POD_NOT_FOUND, 503 POD_UNHEALTHY). */
+  private podTarget(podId: string): (move: MoveContext) => PodTarget {
+    const address = this.d.cluster.peerAddress(podId)
+    if (!address) throw notFound(`No pod '${podId}' in the cluster`, 'POD_NOT_FOUND')
+    if (this.d.cluster.pods().find((p) => p.podId === podId)?.status !== 'healthy')
+      throw new AppError(503, 'POD_UNHEALTHY', `Pod '${podId}' has not been heard from lately`)
+    const deps = {
+      ...this.d,
+      timeouts: this.timeouts,
+      podId: this.podId,
+      local: this.local,
+      pods: () => this.d.cluster.pods(),
+    }
+    return (move) => new PodTarget(deps, move, { podId, address })
   }
 
   /** active: what this pod runs, for the leader's lock. */
   active(): ActiveMoves {
-    return { podId: this.podId, holds: [...this.holds], gatewayMove: this.d.gateway.moves.inProgress }
+    // The gateway's move while this pod holds a hold is that hold's move (one move at a time per pod):
+    // only a move of the gateway's own API, which no hold covers, is reported as `gatewayMove`.
+    const gatewayMove = this.holds.size === 0 && this.d.gateway.moves.inProgress
+    return { podId: this.podId, holds: [...this.holds], gatewayMove }
   }
 
   /** activity: as leader, what every healthy pod runs (a pod that cannot be reached is left out). */
@@ -261,19 +237,16 @@ export class ClusterMoves {
 
   /** cancelLocal: a cancel of a move this pod runs (404 when it runs none by that id). */
   cancelLocal(moveId: string, force: boolean): void {
-    const move = this.moves.get(moveId)
-    if (move) move.cancel(force)
-    else if (this.d.gateway.moves.get(moveId)) this.d.gateway.moves.cancel(moveId, force)
-    else throw notFound(`No move with id '${moveId}'`, 'MOVE_NOT_FOUND')
+    this.d.gateway.moves.cancel(moveId, force)
   }
 
-  /** stop cancels a move still running here (it rolls back) and waits for it, within the deadline. */
+  /** stop cancels a move across pods still running here (it rolls back) and waits for it, within the deadline. */
   async stop(deadline: AbortSignal): Promise<void> {
-    for (const m of this.moves.values()) {
+    for (const id of this.across.keys()) {
       try {
-        if (!m.finished) m.cancel(false)
+        this.d.gateway.moves.cancel(id, false)
       } catch {
-        // Completing: it finishes on its own.
+        // Completing: it finishes on its own; finished or forgotten: nothing to do.
       }
     }
     await Promise.race([
@@ -286,11 +259,5 @@ export class ClusterMoves {
     this.running.add(p)
     void p.catch((err) => this.d.log.error('move failed unexpectedly', { error: String(err) }))
     void p.finally(() => this.running.delete(p))
-  }
-
-  private prune(): void {
-    const done = [...this.moves.values()].filter((m) => m.finished)
-    for (const m of done.slice(0, Math.max(0, done.length - KEEP_FINISHED)))
-      this.moves.delete(m.record.move_id)
   }
 }

@@ -1,5 +1,6 @@
 import { Elysia, t } from 'elysia'
 import { ControllerError } from '../../../src/http/schemas.ts'
+import { LogsQuerySchema, WakeBodySchema } from '../../gateway/api.ts'
 import {
   ClusterLoadBody,
   ClusterLoadResultSchema,
@@ -9,12 +10,10 @@ import {
   ClusterUnloadResultSchema,
   ClusterWakeResultSchema,
   EventsQuery,
-  LogsQuery,
   PodGpuAvailableSchema,
   PodGpuInfoSchema,
   PodMemorySchema,
   PodModelsFullSchema,
-  WakeBody,
 } from './schemas.ts'
 import type { RemoteLifecycle } from './service.ts'
 
@@ -87,7 +86,7 @@ export function remoteRoutes(remote: RemoteLifecycle) {
       ({ params, body }) => remote.wake(params.instanceId, body.tags),
       {
         params: Instance,
-        body: WakeBody,
+        body: WakeBodySchema,
         response: { 200: ClusterWakeResultSchema, ...Errors },
         detail: {
           tags,
@@ -101,7 +100,7 @@ export function remoteRoutes(remote: RemoteLifecycle) {
       ({ params, query }) => remote.logs(params.instanceId, query.lines ?? 100),
       {
         params: Instance,
-        query: LogsQuery,
+        query: LogsQuerySchema,
         response: { 200: ClusterLogRecordSchema, ...Errors },
         detail: {
           tags,

@@ -2,9 +2,12 @@ import { type Static, t } from 'elysia'
 import {
   GpuAvailableSchema,
   InstanceDetailSchema,
+  InstanceEventsQuerySchema,
   LoadResponseSchema,
+  LogRecordSchema,
   MultiGpuSchema,
   SleepResultSchema,
+  UnloadResultSchema,
   WakeResultSchema,
 } from '../../gateway/api.ts'
 
@@ -48,13 +51,6 @@ export const ClusterLoadResultSchema = withPod(
   'the load response record of the target pod (status starting), with the pod it loads on',
 )
 
-/** UnloadResultSchema: what POST /api/v1/models/{id}/unload answers (202 there). */
-export const UnloadResultSchema = t.Object({
-  status: t.Literal('stopping'),
-  instance_id: t.String(),
-  message: t.String(),
-})
-
 export const ClusterUnloadResultSchema = withPod(UnloadResultSchema, 'the unload started on the owning pod')
 
 const SleepLevel = t.Union([t.Literal(1), t.Literal(2)], {
@@ -76,41 +72,18 @@ export const ClusterSleepBody = t.Object(
   { additionalProperties: false },
 )
 
-const WakeTag = t.Union([t.Literal('weights'), t.Literal('kv_cache')])
-
-/** WakeBody: {tags}, as the single-pod wake takes it (one tag or a list; none wakes everything). */
-export const WakeBody = t.Object(
-  { tags: t.Optional(t.Union([WakeTag, t.Array(WakeTag)])) },
-  { additionalProperties: false },
-)
-
 export const ClusterSleepResultSchema = withPod(SleepResultSchema, 'the sleep result of the owning pod')
 export const ClusterWakeResultSchema = withPod(WakeResultSchema, 'the wake result of the owning pod')
 
-export const LogRecordSchema = t.Object({
-  instance_id: t.String(),
-  logs: t.String({ description: 'lines prefixed [stdout] / [stderr], joined by newline' }),
-  line_count: t.Number(),
-})
-
 export const ClusterLogRecordSchema = withPod(LogRecordSchema, "the owning pod's log record")
 
-/** LogsQuery: the single-pod route's `lines`. */
-export const LogsQuery = t.Object({
-  lines: t.Optional(
-    t.Numeric({ minimum: 1, maximum: 500, error: 'query.lines: must be an integer from 1 to 500' }),
-  ),
-})
-
-/** EventsQuery: the single-pod stream's filters, and (on the cluster route) the owning pod as a hint. */
-export const EventsQuery = t.Object({
-  types: t.Optional(
-    t.String({ description: 'comma list of log,status,memory,progress,error (default all)' }),
-  ),
-  replay_logs: t.Optional(t.String({ description: "'true' (default) replays buffered logs on connect" })),
-  podId: t.Optional(t.String({ description: 'the pod believed to hold the instance (tried first)' })),
-  token: t.Optional(t.String({ description: 'admin JWT for browsers (EventSource cannot set headers)' })),
-})
+/** EventsQuery: the single-pod stream's filters, and the owning pod as a hint. */
+export const EventsQuery = t.Composite([
+  InstanceEventsQuerySchema,
+  t.Object({
+    podId: t.Optional(t.String({ description: 'the pod believed to hold the instance (tried first)' })),
+  }),
+])
 
 /** GpuInfoSchema: nvidia-smi's view of a pod, as the driver reports it (the full GPU driver info). */
 export const GpuInfoSchema = t.Object({
@@ -147,7 +120,5 @@ export const PodModelsFullSchema = withPod(ModelsFullSchema, "the pod's full ins
 
 export type ClusterLoad = Static<typeof ClusterLoadBody>
 export type ClusterSleep = Static<typeof ClusterSleepBody>
-export type UnloadResult = Static<typeof UnloadResultSchema>
 export type GpuInfo = Static<typeof GpuInfoSchema>
 export type ModelsFull = Static<typeof ModelsFullSchema>
-export type WakeTags = Static<typeof WakeBody>['tags']

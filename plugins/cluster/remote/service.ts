@@ -1,9 +1,21 @@
 import { AppError, notFound } from '../../../src/http/errors.ts'
-import type { LoadRequest, LoadResponse, SleepLevel, SleepResult, WakeResult } from '../../gateway/api.ts'
+import type {
+  GatewayPodApi,
+  InstanceEventsQuery,
+  LoadRequest,
+  LoadResponse,
+  LogRecord,
+  PodRecords,
+  SleepLevel,
+  SleepResult,
+  UnloadResult,
+  WakeRequest,
+  WakeResult,
+} from '../../gateway/api.ts'
 import type { PeerCalls } from '../peer-client.ts'
-import type { EventsFilter, LocalPod } from './local-pod.ts'
+import { gpuInfo, modelsFull } from './pod-views.ts'
 import { relaySse } from './relay.ts'
-import type { ClusterLoad, GpuInfo, ModelsFull, UnloadResult, WakeTags } from './schemas.ts'
+import type { ClusterLoad, GpuInfo, ModelsFull } from './schemas.ts'
 
 /** PodDirectory: which pod holds an instance and where a pod is (the cluster's ClusterService). */
 export interface PodDirectory {
@@ -14,7 +26,8 @@ export interface PodDirectory {
 
 export interface RemoteDeps {
   cluster: PodDirectory
-  local: LocalPod
+  /** gateway: this pod's own, whose records (GatewayPodApi.records) a pod answers with. */
+  gateway: GatewayPodApi
   /** How RemoteLifecycle reaches a peer's signed /internal API (PeerClient). */
   peers: PeerCalls
   /** Deadline of a call that does not wait on an engine (plugins.cluster.request_timeout_ms). */
@@ -28,6 +41,14 @@ interface Pod {
 }
 
 type WithPod<T> = T & { podId: string }
+
+/** PeerAsk: how another pod is asked for a record: its internal route, body and deadline. */
+interface PeerAsk {
+  method: 'GET' | 'POST'
+  path: string
+  body?: unknown
+  timeoutMs?: number
+}
 
 /**
  * A sleep waits for the instance's in-flight requests (up to its drain deadline: the body's, else
@@ -63,48 +84,39 @@ export class RemoteLifecycle {
   async load(body: ClusterLoad): Promise<WithPod<LoadResponse>> {
     const pod = this.pod(body.targetPodId ?? this.podId)
     const req = gatewayLoad(body)
-    const res = pod.address
-      ? await this.call<LoadResponse>(pod, 'POST', '/internal/models/load', req)
-      : await this.deps.local.load(req)
+    const res = await this.relay(pod, { method: 'POST', path: '/internal/models/load', body: req }, (r) =>
+      r.load(req),
+    )
     if (pod.address) this.remember(res.instance_id, pod.podId)
     return { ...res, podId: pod.podId }
   }
 
   unload(id: string): Promise<WithPod<UnloadResult>> {
-    return this.onOwner(id, (pod) =>
-      pod.address ? this.call(pod, 'POST', `/internal/models/${enc(id)}/unload`) : this.deps.local.unload(id),
-    )
+    const path = `/internal/models/${enc(id)}/unload`
+    return this.onOwner(id, (pod) => this.relay(pod, { method: 'POST', path }, (r) => r.unload(id)))
   }
 
   sleep(id: string, level: SleepLevel, drainTimeoutMs?: number): Promise<WithPod<SleepResult>> {
-    const query = `level=${level}${drainTimeoutMs === undefined ? '' : `&drain_timeout_ms=${drainTimeoutMs}`}`
+    const query = drainTimeoutMs === undefined ? { level } : { level, drain_timeout_ms: drainTimeoutMs }
+    const drain = drainTimeoutMs === undefined ? '' : `&drain_timeout_ms=${drainTimeoutMs}`
+    const path = `/internal/models/${enc(id)}/sleep?level=${level}${drain}`
     const timeoutMs = (drainTimeoutMs ?? SLEEP_DRAIN_DEFAULT_MS) + ENGINE_WORK_MS
     return this.onOwner(id, (pod) =>
-      pod.address
-        ? this.call(pod, 'POST', `/internal/models/${enc(id)}/sleep?${query}`, undefined, timeoutMs)
-        : this.deps.local.sleep(id, level, drainTimeoutMs),
+      this.relay(pod, { method: 'POST', path, timeoutMs }, (r) => r.sleep(id, query)),
     )
   }
 
-  wake(id: string, tags: WakeTags): Promise<WithPod<WakeResult>> {
+  wake(id: string, tags: WakeRequest['tags']): Promise<WithPod<WakeResult>> {
     const body = tags === undefined ? {} : { tags }
+    const path = `/internal/models/${enc(id)}/wake`
     return this.onOwner(id, (pod) =>
-      pod.address
-        ? this.call(pod, 'POST', `/internal/models/${enc(id)}/wake`, body, ENGINE_WORK_MS)
-        : this.deps.local.wake(id, tags),
+      this.relay(pod, { method: 'POST', path, body, timeoutMs: ENGINE_WORK_MS }, (r) => r.wake(id, body)),
     )
   }
 
-  logs(id: string, lines = 100) {
-    return this.onOwner(id, async (pod) =>
-      pod.address
-        ? this.call<ReturnType<LocalPod['logs']>>(
-            pod,
-            'GET',
-            `/internal/models/${enc(id)}/logs?lines=${lines}`,
-          )
-        : this.deps.local.logs(id, lines),
-    )
+  logs(id: string, lines = 100): Promise<WithPod<LogRecord>> {
+    const path = `/internal/models/${enc(id)}/logs?lines=${lines}`
+    return this.onOwner(id, (pod) => this.relay(pod, { method: 'GET', path }, (r) => r.logs(id, { lines })))
   }
 
   /**
@@ -114,7 +126,7 @@ export class RemoteLifecycle {
    */
   async events(
     id: string,
-    filter: EventsFilter,
+    filter: InstanceEventsQuery,
     hint: string | undefined,
     signal: AbortSignal,
   ): Promise<Response> {
@@ -123,7 +135,7 @@ export class RemoteLifecycle {
     if (filter.replay_logs !== undefined) query.set('replay_logs', filter.replay_logs)
     const qs = query.size ? `?${query}` : ''
     return this.tryOwners(id, hint, async (pod) => {
-      if (!pod.address) return this.deps.local.events(id, filter, signal)
+      if (!pod.address) return this.deps.gateway.records.events(id, filter, signal)
       const cancel = new AbortController()
       const stop = () => cancel.abort()
       signal.addEventListener('abort', stop, { once: true })
@@ -144,25 +156,38 @@ export class RemoteLifecycle {
 
   /** The per-pod views: this pod answers itself, another pod over one hop. */
   gpuAvailable(podId: string) {
-    return this.view(podId, '/internal/gpu/available', () => this.deps.local.gpuAvailable())
+    return this.view(podId, '/internal/gpu/available', (r) => r.gpuAvailable())
   }
 
   memory(podId: string) {
-    return this.view(podId, '/internal/memory/multi-gpu', () => this.deps.local.memory())
+    return this.view(podId, '/internal/memory/multi-gpu', (r) => r.multiGpu())
   }
 
   gpuInfo(podId: string) {
-    return this.view<GpuInfo>(podId, '/internal/gpu/info', () => this.deps.local.gpuInfo())
+    return this.view<GpuInfo>(podId, '/internal/gpu/info', () => gpuInfo(this.deps.gateway))
   }
 
   modelsFull(podId: string) {
-    return this.view<ModelsFull>(podId, '/internal/models', async () => this.deps.local.models())
+    return this.view<ModelsFull>(podId, '/internal/models', () => modelsFull(this.deps.gateway))
   }
 
-  private async view<T>(podId: string, path: string, local: () => Promise<T>): Promise<WithPod<T>> {
+  private async view<T>(
+    podId: string,
+    path: string,
+    here: (r: PodRecords) => T | Promise<T>,
+  ): Promise<WithPod<T>> {
     const pod = this.pod(podId)
-    const res = pod.address ? await this.call<T>(pod, 'GET', path) : await local()
+    const res = await this.relay(pod, { method: 'GET', path }, here)
     return { ...res, podId: pod.podId }
+  }
+
+  /**
+   * relay: one record of a pod's gateway: this pod's own (`here`, from its records), or another
+   * pod's over one signed hop to the internal route that answers it with that pod's records.
+   */
+  private relay<T>(pod: Pod, peer: PeerAsk, here: (r: PodRecords) => T | Promise<T>): Promise<T> {
+    if (!pod.address) return Promise.resolve(here(this.deps.gateway.records))
+    return this.call<T>(pod, peer.method, peer.path, peer.body, peer.timeoutMs)
   }
 
   /** pod: a known pod (404 POD_NOT_FOUND otherwise); this pod has no address (no hop). */

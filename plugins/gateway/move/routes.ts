@@ -13,11 +13,11 @@ export function moveRoutes(moves: MoveManager) {
     .post(
       '/api/models/instances/:instance_id/move',
       async ({ params, body, set }) => {
-        const record = await moves.start(
-          params.instance_id,
-          body.target_gpu_ids,
-          body.drain_timeout_ms ?? 60000,
-        )
+        const record = await moves.start({
+          instanceId: params.instance_id,
+          targetGpuIds: body.target_gpu_ids,
+          drainTimeoutMs: body.drain_timeout_ms ?? 60000,
+        })
         set.status = 202
         return record
       },
