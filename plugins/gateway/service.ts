@@ -335,12 +335,14 @@ export abstract class GatewayService implements GatewayApi {
 
   /** wakeWithRoom: the instance's one wake, with room made first on its GPUs (residency). */
   private wakeWithRoom(inst: ManagedInstance, trace: SpanBase | null = null): Promise<WakeResult> {
-    return this.residency.active ? this.residency.wake(inst) : this.sleepWake.wake(inst, [], trace)
+    return this.residency.active
+      ? this.residency.wake(inst, undefined, trace)
+      : this.sleepWake.wake(inst, [], trace)
   }
 
   /** wakeEngine: the gateway's own wake of an instance, joinable (what residency runs once room is made). */
-  wakeEngine(inst: ManagedInstance): Promise<WakeResult> {
-    return this.sleepWake.wake(inst)
+  wakeEngine(inst: ManagedInstance, trace: SpanBase | null = null): Promise<WakeResult> {
+    return this.sleepWake.wake(inst, [], trace)
   }
 
   private track<T>(p: Promise<T>): void {

@@ -329,6 +329,52 @@ describe('request traces on the router', () => {
   })
 })
 
+describe('request traces of a model served on demand', () => {
+  it('draws the queued wait and, under it, the load it started with its phases, then the engine call', async () => {
+    const r = new OtlpReceiver()
+    const od = await startGateway({
+      ports: [23650, 23659],
+      env: { SIM_LOAD_DELAY_MS: '300' },
+      hostEnv: { INFERENCE_API_KEY: KEY },
+      extraYaml:
+        '    residency: { policy: cost }\n' +
+        '    catalog:\n' +
+        '      - { name: on-demand, model_path: Qwen/Qwen2.5-0.5B, gpu_memory_utilization: 0.5 }\n' +
+        `telemetry: { otlp_endpoint: '${r.url}', service_name: gw-on-demand }\n`,
+    })
+    try {
+      const res = await chat(od.url, { model: 'on-demand' })
+      expect(res.status).toBe(200)
+      await res.text()
+      const inst = (await od.json<{ models: { id: string; port: number }[] }>('/api/v1/models')).body
+        .models[0]!
+      const { server, call } = await requestTrace(od.simDir, Number(inst.port), 0, r)
+      await r.waitForSpans(
+        (all) => all.some((x) => x.traceId === server.traceId && x.name === 'load.ready'),
+        "the load and its last phase in the request's trace",
+      )
+      const spans = r.trace(server.traceId)
+      const hold = spans.find((x) => x.name === 'modelgate.hold')!
+      expect(hold.parentSpanId).toBe(server.spanId)
+      expect(hold.attributes).toMatchObject({
+        'modelgate.hold.outcome': 'awake',
+        'modelgate.hold.queued': true,
+      })
+      const load = spans.find((x) => x.name === 'gateway.load')!
+      expect(load.parentSpanId).toBe(hold.spanId)
+      expect(load.attributes['modelgate.instance_id']).toBe(inst.id)
+      const phases = childrenOf(spans, load).map((x) => x.name)
+      expect(phases.slice(0, 2)).toEqual(['load.place', 'load.spawn'])
+      expect(phases.at(-1)).toBe('load.ready')
+      expect(childrenOf(spans, server).map((x) => x.name)).toEqual(['modelgate.hold', 'engine.call'])
+      expect(call.start).toBeGreaterThanOrEqual(hold.end - CLOCK_MS)
+    } finally {
+      await od.stop()
+      r.stop()
+    }
+  }, 60_000)
+})
+
 describe('tracing off', () => {
   it('sends nothing (even with the OpenTelemetry environment set) and passes the client traceparent on as it came', async () => {
     const quiet = new OtlpReceiver()

@@ -1,5 +1,6 @@
 import type { Backend, BackendRequest, LeaseHandle, Readiness } from '../../../src/directory/backend.ts'
 import type { BackendSource } from '../../../src/directory/directory.ts'
+import type { SpanBase } from '../../../src/host/telemetry/spans.ts'
 import { proxyError } from '../../../src/http/errors.ts'
 import type { WireAction } from '../../../src/wire/route.ts'
 import type { ResidencyManager } from './manager.ts'
@@ -35,10 +36,11 @@ class CatalogBackend implements Backend {
 
   release(): void {}
 
-  wake(): Promise<void> {
+  /** wake: the model's bring-up (a load here); `trace`: the waiting request's span, the load's parent. */
+  wake(trace?: SpanBase | null): Promise<void> {
     this.manager.queued(this.model)
     const q = this.manager.queue(this.model)
-    return this.manager.bringUp(this.model, AbortSignal.timeout(q?.timeoutMs ?? 300_000))
+    return this.manager.bringUp(this.model, AbortSignal.timeout(q?.timeoutMs ?? 300_000), true, trace ?? null)
   }
 
   queue() {

@@ -1,3 +1,4 @@
+import type { SpanBase } from '../../../src/host/telemetry/spans.ts'
 import type { SleepOptions, SleepResult, WakeResult } from '../api.ts'
 import type { ManagedInstance } from '../instance.ts'
 
@@ -9,7 +10,8 @@ import type { ManagedInstance } from '../instance.ts'
 export interface ResidencyHooks {
   /** active: the manager runs (the catalogue has entries). */
   readonly active: boolean
-  wake(inst: ManagedInstance): Promise<WakeResult>
+  /** wake: with room made first; `trace`: the waiting request's span, the wake's parent. */
+  wake(inst: ManagedInstance, signal?: AbortSignal, trace?: SpanBase | null): Promise<WakeResult>
   queue(name: string): { max: number; timeoutMs: number } | null
   abandoned(name: string): void
   /** sleepIdle: an idle instance's sleep, refused for a pinned model, recorded as a decision. */

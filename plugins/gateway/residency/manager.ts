@@ -2,6 +2,7 @@ import type { Registry } from 'prom-client'
 import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
+import type { SpanBase } from '../../../src/host/telemetry/spans.ts'
 import { AppError, conflict } from '../../../src/http/errors.ts'
 import type { CatalogEntry, InstanceRecord, SleepOptions, SleepResult, WakeResult } from '../api.ts'
 import { catalogLoadRequest } from '../catalog/rules.ts'
@@ -190,11 +191,12 @@ export class ResidencyManager implements ResidencyHooks {
    * joined by every request for it. `onDemand`: a request asked (it is cancelled when every waiter
    * leaves); an operator's or the preload's is not.
    */
-  bringUp(name: string, signal: AbortSignal, onDemand = true): Promise<void> {
+  bringUp(name: string, signal: AbortSignal, onDemand = true, trace: SpanBase | null = null): Promise<void> {
     let p = this.bringing.get(name)
     if (!p) {
       if (onDemand) this.onDemand.add(name)
-      p = this.doBringUp(name, signal).finally(() => {
+      // The first request's span is the parent of the load's or wake's (the others join it).
+      p = this.doBringUp(name, signal, trace).finally(() => {
         this.bringing.delete(name)
         this.onDemand.delete(name)
       })
@@ -214,7 +216,7 @@ export class ResidencyManager implements ResidencyHooks {
     }
   }
 
-  private async doBringUp(name: string, signal: AbortSignal): Promise<void> {
+  private async doBringUp(name: string, signal: AbortSignal, trace: SpanBase | null): Promise<void> {
     for (;;) {
       if (signal.aborted) throw signal.reason
       const insts = this.instancesOf(name)
@@ -232,7 +234,7 @@ export class ResidencyManager implements ResidencyHooks {
       }
       const sleeping = insts.find((i) => i.status === 'sleeping')
       if (sleeping) {
-        const woke = await this.wake(this.d.service.require(sleeping.id), signal)
+        const woke = await this.wake(this.d.service.require(sleeping.id), signal, trace)
         if (woke.status === 'sleeping') throw new Error('the engine still reports sleeping after waking up')
         return
       }
@@ -241,12 +243,12 @@ export class ResidencyManager implements ResidencyHooks {
       // A failed instance of it holds nothing: it goes, and the model loads again.
       for (const f of insts.filter((x) => x.status === 'failed'))
         await this.d.service.unload(f.id).catch(() => {})
-      await this.load(entry, signal)
+      await this.load(entry, signal, trace)
     }
   }
 
   /** load: room on some GPUs for the entry, then the gateway's own load there. */
-  private async load(entry: CatalogEntry, signal: AbortSignal): Promise<void> {
+  private async load(entry: CatalogEntry, signal: AbortSignal, trace: SpanBase | null): Promise<void> {
     const tp = entry.tensor_parallel_size
     const util = entry.gpu_memory_utilization ?? this.d.defaultUtilization
     const fixed = entry.gpu_ids ?? undefined
@@ -268,7 +270,7 @@ export class ResidencyManager implements ResidencyHooks {
           evictable: !entry.pin,
           force: true,
         }
-        return (await this.d.service.load(req)).instance_id
+        return (await this.d.service.load(req, { trace })).instance_id
       },
     )
     // Another load of it got there first: the bring-up's loop waits for that one.
@@ -285,12 +287,16 @@ export class ResidencyManager implements ResidencyHooks {
    * wake: the instance's wake, with room made first when its GPUs lack what it frees when it
    * sleeps. The gateway's wake is joinable, so a request, an operator and the router share it.
    */
-  async wake(inst: ManagedInstance, signal?: AbortSignal): Promise<WakeResult> {
+  async wake(
+    inst: ManagedInstance,
+    signal?: AbortSignal,
+    trace: SpanBase | null = null,
+  ): Promise<WakeResult> {
     const rec = inst.record()
     const need = this.wakeNeedMib(rec)
     // A wake already under way is joined as it is (its room was made when it began).
     if (this.d.config.policy === 'off' || need === 0 || inst.lifecycle.operation === 'wake')
-      return this.d.service.wakeEngine(inst)
+      return this.d.service.wakeEngine(inst, trace)
     let result: WakeResult | null = null
     await this.withRoom(
       {
@@ -305,13 +311,13 @@ export class ResidencyManager implements ResidencyHooks {
       async () => {
         // Woken by someone else while room was made (an operator's wake joins none of this one's):
         // the instance serves, which is all the caller asked for.
-        if (inst.lifecycle.state === 'sleeping') result = await this.d.service.wakeEngine(inst)
+        if (inst.lifecycle.state === 'sleeping') result = await this.d.service.wakeEngine(inst, trace)
         return inst.id
       },
     )
     // A wake under way meanwhile is joined; one already done answers the instance as it is now.
     if (result) return result
-    if (inst.lifecycle.state === 'sleeping') return this.d.service.wakeEngine(inst)
+    if (inst.lifecycle.state === 'sleeping') return this.d.service.wakeEngine(inst, trace)
     return {
       status: 'running',
       instance_id: inst.id,
