@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
 import type { Page } from 'playwright-core'
 import { freePort } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { startStaticPods } from '../support/pods.ts'
 import { waitFor } from '../support/wait.ts'
 import { browserMissing, openBrowser, type TestBrowser, visit } from './browser.ts'
 
@@ -90,27 +91,14 @@ describe.skipIf(skip !== null)('the cluster page follows the live stream', () =>
   let token = ''
 
   beforeAll(async () => {
-    const ports = [await freePort(), await freePort()]
-    const ids = ['north', 'south']
-    const peers = ids.map((id, i) => `{ pod_id: ${id}, address: 'http://127.0.0.1:${ports[i]}' }`).join(', ')
-    for (const [i, id] of ids.entries())
-      pods.push(
-        await startGateway({
-          ports: [21370 + i * 10, 21379 + i * 10],
-          hostEnv: { ...AUTH, CLUSTER_SECRET: 'dashboard-live-cluster-secret-01' },
-          server: { port: ports[i]! },
-          extraYaml: [
-            '  cluster:',
-            `    pod_id: ${id}`,
-            `    advertise_address: http://127.0.0.1:${ports[i]}`,
-            '    expected_size: 2',
-            '    coordination:',
-            '      kind: static',
-            `      static: { leader: north, peers: [${peers}] }`,
-            '',
-          ].join('\n'),
-        }),
-      )
+    pods.push(
+      ...(await startStaticPods({
+        ids: ['north', 'south'],
+        enginePortBase: 21370,
+        hostEnv: AUTH,
+        secret: 'dashboard-live-cluster-secret-01',
+      })),
+    )
     token = (await pods[0]!.host.auth.issueToken('ops', ['admin'])).token
     await waitFor(
       'north to hear south',

@@ -3,6 +3,7 @@ import type { Page, Response } from 'playwright-core'
 import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
 import { freePort } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { startStaticPods } from '../support/pods.ts'
 import { waitFor } from '../support/wait.ts'
 import { browserMissing, openBrowser, screenshot, type TestBrowser, visit } from './browser.ts'
 
@@ -246,27 +247,14 @@ describe.skipIf(skip !== null)('the cluster page in a browser', () => {
   let browser: TestBrowser
 
   beforeAll(async () => {
-    const ports = [await freePort(), await freePort()]
-    const ids = ['east', 'west']
-    const peers = ids.map((id, i) => `{ pod_id: ${id}, address: 'http://127.0.0.1:${ports[i]}' }`).join(', ')
-    for (const [i, id] of ids.entries())
-      pods.push(
-        await startGateway({
-          ports: [21230 + i * 10, 21239 + i * 10],
-          hostEnv: { ...AUTH, CLUSTER_SECRET: 'dashboard-cluster-secret-0123456' },
-          server: { port: ports[i]! },
-          extraYaml: [
-            '  cluster:',
-            `    pod_id: ${id}`,
-            `    advertise_address: http://127.0.0.1:${ports[i]}`,
-            '    expected_size: 2',
-            '    coordination:',
-            '      kind: static',
-            `      static: { leader: east, peers: [${peers}] }`,
-            '',
-          ].join('\n'),
-        }),
-      )
+    pods.push(
+      ...(await startStaticPods({
+        ids: ['east', 'west'],
+        enginePortBase: 21230,
+        hostEnv: AUTH,
+        secret: 'dashboard-cluster-secret-0123456',
+      })),
+    )
     const token = (await pods[1]!.host.auth.issueToken('ops', ['admin'])).token
     const r = await pods[1]!.json<{ instance_id: string }>('/api/v1/models/load', {
       method: 'POST',

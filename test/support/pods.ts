@@ -1,6 +1,8 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
+import { freePort } from '../sim/helpers.ts'
+import { startGateway, type TestGateway } from './gateway.ts'
 import { waitFor } from './wait.ts'
 
 /**
@@ -182,4 +184,40 @@ export function killEngines(simDir: string): void {
         process.kill(target, 'SIGKILL')
       } catch {}
   }
+}
+
+/**
+ * startStaticPods: gateway pods in one `static` cluster, the first named leading, each on a port of
+ * its own (its advertised address) with its engines' ports from `enginePortBase + 10 × i`, sharing
+ * `secret` as the cluster secret beside `hostEnv`. The caller stops them.
+ */
+export async function startStaticPods(o: {
+  ids: readonly string[]
+  enginePortBase: number
+  hostEnv: Record<string, string>
+  secret: string
+}): Promise<TestGateway[]> {
+  const ports: number[] = []
+  for (const _ of o.ids) ports.push(await freePort())
+  const peers = o.ids.map((id, i) => `{ pod_id: ${id}, address: 'http://127.0.0.1:${ports[i]}' }`).join(', ')
+  const pods: TestGateway[] = []
+  for (const [i, id] of o.ids.entries())
+    pods.push(
+      await startGateway({
+        ports: [o.enginePortBase + i * 10, o.enginePortBase + 9 + i * 10],
+        hostEnv: { ...o.hostEnv, CLUSTER_SECRET: o.secret },
+        server: { port: ports[i]! },
+        extraYaml: [
+          '  cluster:',
+          `    pod_id: ${id}`,
+          `    advertise_address: http://127.0.0.1:${ports[i]}`,
+          `    expected_size: ${o.ids.length}`,
+          '    coordination:',
+          '      kind: static',
+          `      static: { leader: ${o.ids[0]}, peers: [${peers}] }`,
+          '',
+        ].join('\n'),
+      }),
+    )
+  return pods
 }
