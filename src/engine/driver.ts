@@ -73,4 +73,17 @@ export interface EngineDriver {
   logs(hints: MemoryHints): EngineLogs
   /** client: the control client of an engine at `baseUrl`. */
   client(baseUrl: string, timeoutMs?: number, opts?: EngineClientOptions): EngineClient
+  /**
+   * looksLike: what in a process's kernel name (`comm`, 15 characters) or command line says it is
+   * this engine, for the orphans listing: its launch `command` (the program or the module an
+   * interpreter runs, never a mere argument, so `grep vllm serve` is none) and its workers'
+   * `process_name` (the titles the engine gives its child processes).
+   */
+  looksLike(p: { comm: string; argv: readonly string[] }): ('command' | 'process_name')[]
+}
+
+/** programBase: the file name of argv[i] (the program, or the script an interpreter runs). */
+export function programBase(argv: readonly string[], i: number): string {
+  const a = argv[i] ?? ''
+  return a.slice(a.lastIndexOf('/') + 1)
 }

@@ -31,4 +31,17 @@ export const sglangDriver: EngineDriver = {
   /** The launch hints are not needed: SGLang's logs carry the figures its flags would only estimate. */
   logs: () => new SglangLogAccumulator(),
   client: (baseUrl, timeoutMs, opts) => new SglangClient(baseUrl, timeoutMs, opts),
+  /**
+   * `python -m sglang.launch_server` (or `sglang.launch_server` as a script), and the titles SGLang
+   * gives its processes with setproctitle (`sglang::scheduler`, `sglang::detokenizer`, …; the
+   * scheduler holds the GPU memory).
+   */
+  looksLike: ({ comm, argv }) => {
+    const out: ('command' | 'process_name')[] = []
+    if (comm.startsWith('sglang::') || (argv[0] ?? '').startsWith('sglang::')) out.push('process_name')
+    const module = argv[1] === '-m' ? (argv[2] ?? '') : ''
+    if (module.startsWith('sglang.launch_server') || (argv[0] ?? '').endsWith('sglang/launch_server.py'))
+      out.push('command')
+    return out
+  },
 }

@@ -1,4 +1,4 @@
-import type { EngineDriver, LaunchSpec } from './driver.ts'
+import { type EngineDriver, type LaunchSpec, programBase } from './driver.ts'
 import { VLLM_WAKE_PHASES, VllmClient } from './vllm-client.ts'
 import { buildEngineEnv, buildVllmArgs } from './vllm-command.ts'
 import { VllmLogAccumulator } from './vllm-log.ts'
@@ -56,4 +56,22 @@ export const vllmDriver: EngineDriver = {
     }),
   logs: (hints) => new VllmLogAccumulator(hints),
   client: (baseUrl, timeoutMs, opts) => new VllmClient(baseUrl, timeoutMs, opts),
+  /**
+   * `vllm serve`, vLLM's OpenAI entry point (`python -m vllm.entrypoints.openai.api_server`), and
+   * the names vLLM gives its children (`VLLM::EngineCore`, `VLLM::Worker_TP0`, …).
+   */
+  looksLike: ({ comm, argv }) => {
+    const out: ('command' | 'process_name')[] = []
+    if (comm.startsWith('VLLM::') || (argv[0] ?? '').startsWith('VLLM::')) out.push('process_name')
+    for (let i = 0; i <= 1 && i < argv.length; i++)
+      if (
+        (programBase(argv, i) === 'vllm' && argv[i + 1] === 'serve') ||
+        (argv[i] ?? '').startsWith('vllm.entrypoints')
+      ) {
+        out.push('command')
+        return out
+      }
+    if (argv[1] === '-m' && (argv[2] ?? '').startsWith('vllm.entrypoints')) out.push('command')
+    return out
+  },
 }

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
+import { engineReasons } from '../../plugins/gateway/orphans/engines.ts'
 import { groupPids, isAlive, processStartTime } from '../../src/engine/process.ts'
 import { baseEnv, freePort, groupAlive } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
@@ -170,6 +172,51 @@ describe('orphan engines', () => {
     expect(body.orphans.some((x) => x.pid === core!.pid)).toBe(false)
   })
 
+  it('lists an SGLang server started by hand, with its scheduler in its group', async () => {
+    const port = await freePort()
+    const proc = Bun.spawn(
+      [
+        ...SELF,
+        'sim',
+        'sglang',
+        '--model-path',
+        MODEL,
+        '--port',
+        String(port),
+        '--mem-fraction-static',
+        '0.2',
+      ],
+      {
+        env: {
+          ...baseEnv(),
+          SIM_LOAD_DELAY_MS: '50',
+          CUDA_VISIBLE_DEVICES: '1',
+          MODELGATE_SIM_DIR: gw.simDir,
+          MODELGATE_SIM_GPUS: '2x80',
+        },
+        stdin: 'ignore',
+        stdout: 'ignore',
+        stderr: 'ignore',
+        detached: true,
+      },
+    )
+    spawned.push(proc)
+    await waitFor(`hand-started SGLang ${proc.pid} to answer /health`, async () => {
+      if (proc.exitCode !== null) throw new Error(`SGLang ${proc.pid} exited ${proc.exitCode}`)
+      return healthy(port)
+    })
+    const o = await waitFor('the SGLang server listed with its scheduler', async () => {
+      const found = await find(proc.pid)
+      return found?.processes.some((p) => p.command.startsWith('sglang::scheduler')) ? found : undefined
+    })
+    expect(o.reasons).toContain('simulator')
+    expect(o.reasons).toContain('gpu_memory')
+    expect(o.command).toContain(`sim sglang --model-path ${MODEL}`)
+    const scheduler = o.processes.find((p) => p.command.startsWith('sglang::scheduler'))!
+    expect((await list()).orphans.some((x) => x.pid === scheduler.pid)).toBe(false)
+    process.kill(-proc.pid, 'SIGKILL')
+  })
+
   it('never lists a managed engine, whose environment carries this gateway’s marker, and refuses to kill it', async () => {
     const body = await list()
     expect(body.orphans.some((o) => o.pid === managedPid || o.pgid === managedPid)).toBe(false)
@@ -265,7 +312,19 @@ describe('orphan engines', () => {
       },
     )
     spawned.push(leader)
-    await waitFor(`the three processes of group ${leader.pid}`, () => groupPids(leader.pid).length === 3)
+    // Three processes, and the subshell has become the EngineCore (exec after fork: until then it is a
+    // second copy of the wrapper).
+    const cmdline = (pid: number) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+      } catch {
+        return ''
+      }
+    }
+    await waitFor(`the three processes of group ${leader.pid}, one of them the EngineCore`, () => {
+      const pids = groupPids(leader.pid)
+      return pids.length === 3 && pids.some((pid) => cmdline(pid).startsWith('VLLM::EngineCore'))
+    })
     const listed = (await find(leader.pid))!
     expect(listed.stop_scope).toBe('group')
     const members = listed.processes
@@ -385,5 +444,31 @@ describe('orphan engines', () => {
     expect(gw.logs.some((l) => l.includes(`orphan engine ${orphan.pid} stopped`))).toBe(true)
     // The managed engine was never touched.
     expect(groupAlive(managedPid)).toBe(true)
+  })
+})
+
+describe('what looks like an engine (each driver says)', () => {
+  it("knows vLLM and SGLang by their launch commands and their processes' names, not by an argument", () => {
+    expect(engineReasons({ comm: 'vllm', argv: ['/usr/bin/vllm', 'serve', 'm'] })).toEqual(['vllm_command'])
+    expect(
+      engineReasons({ comm: 'python3', argv: ['python3', '-m', 'vllm.entrypoints.openai.api_server'] }),
+    ).toEqual(['vllm_command'])
+    expect(engineReasons({ comm: 'VLLM::EngineCor', argv: [] })).toEqual(['engine_process_name'])
+    expect(
+      engineReasons({
+        comm: 'python3',
+        argv: ['python3', '-m', 'sglang.launch_server', '--model-path', 'm'],
+      }),
+    ).toEqual(['sglang_command'])
+    expect(engineReasons({ comm: 'sglang::schedul', argv: ['sglang::scheduler_TP0'] })).toEqual([
+      'engine_process_name',
+    ])
+    expect(engineReasons({ comm: 'sglang::detoken', argv: [] })).toEqual(['engine_process_name'])
+    // An argument is not a program: grep and an editor are no engines.
+    expect(engineReasons({ comm: 'grep', argv: ['grep', 'vllm serve'] })).toEqual([])
+    expect(engineReasons({ comm: 'vim', argv: ['vim', 'sglang.launch_server.py'] })).toEqual([])
+    expect(engineReasons({ comm: 'bun', argv: ['modelgate', 'sim', 'sglang', '--port', '1'] })).toEqual([
+      'simulator',
+    ])
   })
 })

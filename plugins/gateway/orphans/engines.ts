@@ -1,11 +1,21 @@
+import { ENGINE_DRIVERS, type EngineKind } from '../../../src/engine/kinds.ts'
 import type { GpuSnapshot } from '../../../src/gpu/smi.ts'
 import type { ProcInfo } from './proc.ts'
 
 /**
  * What makes a process look like an inference engine to the orphans listing (its name, its command
- * line, the GPU memory nvidia-smi shows it holding), and how its command line is shown.
+ * line, the GPU memory nvidia-smi shows it holding), and how its command line is shown. What each
+ * engine looks like is its driver's to say (EngineDriver.looksLike).
  */
-export type OrphanReason = 'gpu_memory' | 'vllm_command' | 'engine_process_name' | 'simulator'
+export type OrphanReason = 'gpu_memory' | `${EngineKind}_command` | 'engine_process_name' | 'simulator'
+
+/** ORPHAN_REASONS: every reason, for the API's schema. */
+export const ORPHAN_REASONS: readonly OrphanReason[] = [
+  'gpu_memory',
+  ...(Object.keys(ENGINE_DRIVERS) as EngineKind[]).map((k) => `${k}_command` as const),
+  'engine_process_name',
+  'simulator',
+]
 
 const MAX_COMMAND_CHARS = 2000
 const SECRET_FLAG = /key|token|secret|passw/i
@@ -13,22 +23,18 @@ const SECRET_FLAG = /key|token|secret|passw/i
 /** engineReasons: what in a process's name or command line says it is an inference engine. */
 export function engineReasons(info: Pick<ProcInfo, 'comm' | 'argv'>): OrphanReason[] {
   const out: OrphanReason[] = []
-  const argv = info.argv
-  if (info.comm.startsWith('VLLM::') || (argv[0] ?? '').startsWith('VLLM::')) out.push('engine_process_name')
-  const base = (s: string) => s.slice(s.lastIndexOf('/') + 1)
-  // The program or the script an interpreter runs (index 0 or 1), so `grep vllm serve` is no engine.
-  for (let i = 0; i <= 1 && i < argv.length; i++) {
-    const a = argv[i] ?? ''
-    if ((base(a) === 'vllm' && argv[i + 1] === 'serve') || a.startsWith('vllm.entrypoints')) {
-      out.push('vllm_command')
-      break
+  for (const [kind, driver] of Object.entries(ENGINE_DRIVERS) as [
+    EngineKind,
+    (typeof ENGINE_DRIVERS)[EngineKind],
+  ][])
+    for (const r of driver.looksLike(info)) {
+      const reason: OrphanReason = r === 'command' ? `${kind}_command` : 'engine_process_name'
+      if (!out.includes(reason)) out.push(reason)
     }
-  }
-  if (!out.includes('vllm_command') && argv[1] === '-m' && (argv[2] ?? '').startsWith('vllm.entrypoints'))
-    out.push('vllm_command')
-  // modelgate's simulator: `modelgate sim engine …`, `bun src/main.ts sim engine …`.
+  // modelgate's simulators: `modelgate sim engine|sglang …`, `bun src/main.ts sim engine …`.
+  const argv = info.argv
   for (let i = 0; i <= 2 && i < argv.length; i++)
-    if (argv[i] === 'sim' && argv[i + 1] === 'engine') {
+    if (argv[i] === 'sim' && (argv[i + 1] === 'engine' || argv[i + 1] === 'sglang')) {
       out.push('simulator')
       break
     }

@@ -6,13 +6,16 @@ export const OrphanReasonSchema = t.Union(
   [
     t.Literal('gpu_memory'),
     t.Literal('vllm_command'),
+    t.Literal('sglang_command'),
     t.Literal('engine_process_name'),
     t.Literal('simulator'),
   ],
   {
     description:
-      'why it is listed: holds GPU memory (nvidia-smi compute apps), runs `vllm serve` or vLLM’s OpenAI entry ' +
-      'point, is named `VLLM::…` (EngineCore, workers), or is `modelgate sim engine`',
+      "why it is listed: holds GPU memory (nvidia-smi compute apps); runs an engine's launch command " +
+      '(`vllm_command`: `vllm serve` or vLLM’s OpenAI entry point; `sglang_command`: ' +
+      '`python -m sglang.launch_server`); is named as an engine names its processes ' +
+      '(`VLLM::EngineCore`, `VLLM::Worker_TP0`, `sglang::scheduler`, …); or is `modelgate sim engine|sglang`',
   },
 )
 
