@@ -19,6 +19,7 @@ import type {
   InstanceRecord,
   InstanceStatus,
   Lease,
+  LoadOptions,
   LoadRequest,
   LoadResponse,
   SleepOptions,
@@ -31,7 +32,7 @@ import type { InstanceRow } from './db/schema.ts'
 import { ManagedInstance } from './instance.ts'
 import { type InstanceControl, ManagedHandle } from './instance-handle.ts'
 import { checkArgs, launchPlan } from './launch.ts'
-import type { Change, InstanceState, Operation, WaitOptions } from './lifecycle.ts'
+import type { Change, InstanceState, WaitOptions } from './lifecycle.ts'
 import { MoveManager } from './move/service.ts'
 import { placeOnGpus, sharedCacheEstimate, startingClaimMib, usedMibByGpuForPids } from './placement.ts'
 import { GATEWAY_ANSWERS } from './proxy/answers.ts'
@@ -69,14 +70,6 @@ export interface GatewayDeps {
 export function gpuProbe(config: GatewayConfig, selfCommand: readonly string[]): GpuProbe {
   const smi = config.gpu.smi_command ? expandSelf(config.gpu.smi_command, selfCommand) : null
   return new GpuProbe(smi, { timeoutMs: config.gpu.timeout_ms, cacheMs: config.gpu.cache_ms })
-}
-
-/** LoadOptions: how a new instance starts out (a move's target: not routed, its move running). */
-export interface LoadOptions {
-  routing?: boolean
-  operation?: Operation
-  /** trace: the span the load's own span goes under (a move's, a preset apply's); else its own trace. */
-  trace?: SpanBase | null
 }
 
 const NONE: readonly Backend[] = Object.freeze([])
