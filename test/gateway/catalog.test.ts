@@ -64,6 +64,7 @@ describe('the catalogue through its API', () => {
       entries: [
         {
           name: 'org/yaml-model:v1',
+          engine_kind: null,
           model_path: 'facebook/opt-125m',
           max_tokens: null,
           tensor_parallel_size: 1,
@@ -78,6 +79,7 @@ describe('the catalogue through its API', () => {
         },
         {
           name: 'second',
+          engine_kind: null,
           model_path: 'facebook/opt-350m',
           max_tokens: null,
           tensor_parallel_size: 1,
@@ -233,6 +235,17 @@ describe('the catalogue through its API', () => {
     expect(flag.body.error?.message).toContain('extra_args must not set --max-model-len')
     const repeat = await put(admin, 'm', { model_path: 'a/b', gpu_ids: [1, 1] })
     expect(repeat.body.error?.message).toBe('gpu_ids must not repeat a GPU')
+    // An engine this modelgate does not know; a flag the entry's own engine's load sets (SGLang's).
+    const unknown = await put(admin, 'm', { model_path: 'a/b', engine_kind: 'llama.cpp' })
+    expect([unknown.status, unknown.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(unknown.body.error?.message).toContain('engine_kind')
+    const sglangFlag = await put(admin, 'm', {
+      model_path: 'a/b',
+      engine_kind: 'sglang',
+      extra_args: ['--mem-fraction-static', '0.5'],
+    })
+    expect([sglangFlag.status, sglangFlag.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(sglangFlag.body.error?.message).toContain('--mem-fraction-static')
     expect((await list()).total).toBe(2)
   })
 })

@@ -314,4 +314,35 @@ describe('residency: serving catalogued models on demand', () => {
       squatter.kill()
     }
   }, 60_000)
+
+  it('serves an SGLang model of the catalogue on demand, on its own engine', async () => {
+    const gw = await startGateway({
+      ports: [19240, 19259],
+      gpus: '2x80',
+      env: { SIM_LOAD_DELAY_MS: '300' },
+      hostEnv: AUTH,
+      extraYaml:
+        '    residency: { policy: cost }\n' +
+        '    catalog:\n' +
+        '      - { name: lang, engine_kind: sglang, model_path: org/lang-7b, gpu_memory_utilization: 0.6 }\n',
+    })
+    gateways.push(gw)
+    const token = (await gw.host.auth.issueToken('ops', ['admin'])).token
+    const res = await chat(gw, 'lang')
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { model: string }).model).toBe('lang')
+    const listed = await fetch(`${gw.url}/api/v1/models`, { headers: { authorization: `Bearer ${token}` } })
+    const models = ((await listed.json()) as { models: { id: string }[] }).models
+    expect(models).toHaveLength(1)
+    const detail = await fetch(`${gw.url}/api/v1/models/${models[0]!.id}`, {
+      headers: { authorization: `Bearer ${token}` },
+    })
+    const model = ((await detail.json()) as { model: { engine_kind: string; launch_command: string } }).model
+    expect(model.engine_kind).toBe('sglang')
+    expect(model.launch_command).toContain('sim sglang')
+    const catalog = await fetch(`${gw.url}/api/catalog`, { headers: { authorization: `Bearer ${token}` } })
+    const entries = ((await catalog.json()) as { entries: { name: string; engine_kind: string | null }[] })
+      .entries
+    expect(entries.find((e) => e.name === 'lang')!.engine_kind).toBe('sglang')
+  }, 60_000)
 })

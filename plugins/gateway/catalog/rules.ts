@@ -1,4 +1,5 @@
 import type { EngineDriver } from '../../../src/engine/driver.ts'
+import { engineDriver } from '../../../src/engine/kinds.ts'
 import { AppError } from '../../../src/http/errors.ts'
 import type { LoadRequest } from '../api.ts'
 import { checkArgs } from '../launch.ts'
@@ -43,6 +44,7 @@ export type Fields = Omit<CatalogEntry, 'name' | 'source' | 'updated_at'>
 /** withDefaults: the fields as stored; tensor_parallel_size defaults to the number of gpu_ids, else 1. */
 export function withDefaults(f: CatalogEntryFields): Fields {
   return {
+    engine_kind: f.engine_kind ?? null,
     model_path: f.model_path,
     max_tokens: f.max_tokens ?? null,
     tensor_parallel_size: f.tensor_parallel_size ?? f.gpu_ids?.length ?? 1,
@@ -63,6 +65,7 @@ export function catalogLoadRequest(name: string, f: Fields): LoadRequest {
   return {
     model_path: f.model_path,
     served_model_name: name,
+    ...(f.engine_kind !== null ? { engine_kind: f.engine_kind } : {}),
     ...(f.max_tokens !== null ? { max_tokens: f.max_tokens } : {}),
     tensor_parallel_size: f.tensor_parallel_size,
     ...(f.gpu_memory_utilization !== null ? { gpu_memory_utilization: f.gpu_memory_utilization } : {}),
@@ -76,8 +79,7 @@ export function catalogLoadRequest(name: string, f: Fields): LoadRequest {
  * fieldsProblem: why a load of these fields would be refused whatever the GPUs, by the load's own
  * check (launch.ts checkArgs: gpu_ids against tensor_parallel_size, flags the load sets itself in
  * extra_args, a bad --port), or null. Found when the entry is saved, not when a request needs it.
- * `driver` is the engine the entry's load runs: the configured default kind's (a catalogue load
- * names no engine_kind).
+ * `driver` is the engine the entry's load runs: its engine_kind's, else the configured default's.
  */
 export function fieldsProblem(name: string, f: Fields, driver: EngineDriver): string | null {
   try {
@@ -118,7 +120,11 @@ export function catalogProblems(
     if (seen !== undefined) problems.push(`${where}.name: '${e.name}' is already the name of ${at}[${seen}]`)
     else first.set(e.name, i)
     const { name: _name, ...fields } = e
-    const refused = fieldsProblem(e.name, withDefaults(fields), driver)
+    const refused = fieldsProblem(
+      e.name,
+      withDefaults(fields),
+      e.engine_kind ? engineDriver(e.engine_kind) : driver,
+    )
     if (refused) problems.push(`${where}: ${refused}`)
   })
   return problems

@@ -1,4 +1,5 @@
-import { type Static, Type as T } from '@sinclair/typebox'
+import { type Static, Type as T, type TLiteral } from '@sinclair/typebox'
+import { ENGINE_KINDS, type EngineKind } from '../../../src/engine/kinds.ts'
 
 /**
  * The catalogue's records as TypeBox schemas, the one declaration of each: an entry as the YAML
@@ -24,7 +25,16 @@ export const CatalogNameSchema = T.String({
     'must be 1–128 characters of A–Z a–z 0–9 . _ : / - (a served model name such as org/model:tag)',
 })
 
+/** The engines an entry may name, as a union whose static type is EngineKind. */
+const engineKinds = () =>
+  ENGINE_KINDS.map((k) => T.Literal(k)) as [TLiteral<EngineKind>, ...TLiteral<EngineKind>[]]
+
 const fields = {
+  engine_kind: T.Optional(
+    T.Union(engineKinds(), {
+      description: 'the engine its load runs (vllm, sglang); default: plugins.gateway.engine.kind',
+    }),
+  ),
   model_path: T.String({
     minLength: 1,
     maxLength: 1024,
@@ -88,6 +98,9 @@ const nullable = <S extends Parameters<typeof T.Union>[0][number]>(s: S) => T.Un
 /** CatalogEntrySchema: an entry as every reader gets it, defaults applied. */
 export const CatalogEntrySchema = T.Object({
   name: T.String(),
+  engine_kind: nullable(
+    T.Union(engineKinds(), { description: "null: the gateway's engine.kind when it loads" }),
+  ),
   model_path: T.String(),
   max_tokens: nullable(T.Integer({ description: "null: the model's maximum" })),
   tensor_parallel_size: T.Integer(),

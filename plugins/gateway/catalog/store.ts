@@ -108,7 +108,11 @@ export class CatalogStore {
     requireName(name)
     this.refuseConfigured(name)
     const fields = withDefaults(body)
-    const refused = fieldsProblem(name, fields, engineDriver(this.deps.engineKind ?? DEFAULT_ENGINE_KIND))
+    const refused = fieldsProblem(
+      name,
+      fields,
+      engineDriver(fields.engine_kind ?? this.deps.engineKind ?? DEFAULT_ENGINE_KIND),
+    )
     if (refused) throw badRequest(refused)
     const verdict = catalogFit(name, fields, await this.deps.snapshot(), this.deps.estimate)
     if (verdict.fits === false) throw new AppError(400, 'CATALOG_ENTRY_TOO_LARGE', verdict.message)

@@ -1,0 +1,1 @@
+ALTER TABLE gateway_catalog ADD COLUMN engine_kind TEXT;
