@@ -161,10 +161,23 @@ export class ModelDirectory {
     kinds: ReadonlySet<BackendKind>,
     exclude?: ReadonlySet<string>,
   ): readonly Backend[] {
-    const found: Backend[] = []
-    for (const s of this.sources)
-      for (const b of s.backends(name)) if (kinds.has(b.kind) && !exclude?.has(b.key)) found.push(b)
-    return orderBackends(found)
+    // Per request: the one list of the common case (a single source names the model, every backend
+    // of it of the listener's kinds) is ordered as the source gave it, with no copy made.
+    const sources = this.sources
+    let whole: readonly Backend[] | null = null
+    let found: Backend[] | null = null
+    for (let i = 0; i < sources.length; i++) {
+      const list = sources[i]!.backends(name)
+      if (list.length === 0) continue
+      if (whole === null && found === null && allTaken(list, kinds, exclude)) {
+        whole = list
+        continue
+      }
+      if (found === null) found = whole === null ? [] : whole.slice()
+      whole = null
+      for (const b of list) if (taken(b, kinds, exclude)) found.push(b)
+    }
+    return orderBackends(found ?? whole ?? NONE)
   }
 
   /** held: requests held for a model now (waiting for its wake). */
@@ -431,14 +444,26 @@ export class ModelDirectory {
         return this.planOnce(model, req, p, false, tried)
       },
     }
-    const action = b.forward({ ...req, model, holdTimeoutMs: p.holdTimeoutMs }, handle)
+    // Its fields named, not spread: a spread copies the plan's own fields too, on every request.
+    const forwarded: BackendRequest = {
+      model,
+      path: req.path,
+      enginePath: req.enginePath,
+      query: req.query,
+      body: req.body,
+      json: req.json,
+      firstByteTimeoutMs: req.firstByteTimeoutMs,
+      connectTimeoutMs: req.connectTimeoutMs,
+      holdTimeoutMs: p.holdTimeoutMs,
+      trace: req.trace ?? null,
+    }
+    const action = b.forward(forwarded, handle)
     return req.usage ? readingUsage(action, req.usage) : action
   }
 
   /** ended: a leased request's response ended: announced once, for every counter that reads it. */
   private ended(b: Backend, model: string, path: string, info: ForwardEnd): void {
-    const podId = b.podId
-    this.bus.emit('proxy.request', {
+    const event: ProxyRequestEvent = {
       model,
       served: b.model,
       instance_id: b.instanceId ?? null,
@@ -447,9 +472,12 @@ export class ModelDirectory {
       ttft_ms: info.ttftMs,
       streamed: info.streamed,
       path,
-      ...(podId ? { pod_id: podId } : {}),
-      ...(info.error ? { error: info.error } : {}),
-    })
+    }
+    // Set only when there is one (no spread of a fresh object on every request's end).
+    const podId = b.podId
+    if (podId) event.pod_id = podId
+    if (info.error) event.error = info.error
+    this.bus.emit('proxy.request', event)
     if (info.error && b.kind !== 'pod')
       this.log.warn('upstream failure', {
         backend: b.instanceId ?? b.key,
@@ -459,6 +487,27 @@ export class ModelDirectory {
         ms: Math.round(info.durationMs),
       })
   }
+}
+
+const NONE: readonly Backend[] = []
+
+/** taken: whether a backend is one of the listener's kinds and not excluded (already tried). */
+function taken(
+  b: Backend,
+  kinds: ReadonlySet<BackendKind>,
+  exclude: ReadonlySet<string> | undefined,
+): boolean {
+  return kinds.has(b.kind) && !exclude?.has(b.key)
+}
+
+/** allTaken: whether every backend of a source's list is taken (its list is then used as it is). */
+function allTaken(
+  list: readonly Backend[],
+  kinds: ReadonlySet<BackendKind>,
+  exclude: ReadonlySet<string> | undefined,
+): boolean {
+  for (let i = 0; i < list.length; i++) if (!taken(list[i]!, kinds, exclude)) return false
+  return true
 }
 
 /**
