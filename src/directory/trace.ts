@@ -25,14 +25,16 @@ export function engineCall(
   engine: { host: string; port: number; path: string; model: string },
   attrs: SpanAttributes,
 ): TraceSpan {
-  return callSpan(trace, 'engine.call', {
+  const span = callSpan(trace, 'engine.call', {
     'http.request.method': 'POST',
     'server.address': engine.host,
     'server.port': engine.port,
     'url.path': engine.path,
     'gen_ai.request.model': engine.model,
-    ...attrs,
   })
+  // Added, not spread into the object above: a copy of both per request for the same attributes.
+  span.setAttributes(attrs)
+  return span
 }
 
 /**

@@ -150,7 +150,7 @@ export class ClientConn extends Connection {
     return front.tracing!.requestSpan({
       method: head.method,
       route,
-      ...(head.path !== route ? { path: head.path } : {}),
+      path: head.path !== route ? head.path : undefined,
       traceparent: header(head, 'traceparent'),
       model,
       clientAddress: this.address,

@@ -78,8 +78,13 @@ export function now(): number {
   return ORIGIN + performance.now()
 }
 
-/** Random bytes are drawn in blocks (one call per 256 ids), not per id. */
+/**
+ * Random bytes are drawn in blocks (one call per 256 ids, not per id), and written as hex once per
+ * block: an id is a slice of that text (a Buffer's toString per id cost more than the rest of a
+ * span's start).
+ */
 const pool = Buffer.allocUnsafe(4096)
+let poolHex = ''
 let used = pool.length
 
 /** randomHex: `bytes` random bytes as lower-case hex, never all zeros (W3C: an invalid id). */
@@ -87,11 +92,12 @@ export function randomHex(bytes: number): string {
   for (;;) {
     if (used + bytes > pool.length) {
       crypto.getRandomValues(pool)
+      poolHex = pool.toString('hex')
       used = 0
     }
     const start = used
     used += bytes
-    for (let i = start; i < used; i++) if (pool[i] !== 0) return pool.toString('hex', start, used)
+    for (let i = start; i < used; i++) if (pool[i] !== 0) return poolHex.slice(start * 2, used * 2)
   }
 }
 

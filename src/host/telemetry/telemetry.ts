@@ -69,12 +69,23 @@ const GEN_AI_OPERATION: Record<string, string> = {
   '/v1/embeddings': 'embeddings',
 }
 
+/** OPERATIONS: each route's operation (null: none) once worked out (routes are a few dozen, bounded anyway). */
+const OPERATIONS = new Map<string, string | null>()
+
 /** operationOf: the GenAI operation of a route, by its own path or the inference path it ends in. */
 function operationOf(route: string): string | undefined {
-  const exact = GEN_AI_OPERATION[route]
-  if (exact !== undefined) return exact
-  for (const path in GEN_AI_OPERATION) if (route.endsWith(path)) return GEN_AI_OPERATION[path]
-  return undefined
+  let op = OPERATIONS.get(route)
+  if (op === undefined) {
+    op = GEN_AI_OPERATION[route] ?? null
+    if (op === null)
+      for (const path in GEN_AI_OPERATION)
+        if (route.endsWith(path)) {
+          op = GEN_AI_OPERATION[path]!
+          break
+        }
+    if (OPERATIONS.size < 256) OPERATIONS.set(route, op)
+  }
+  return op ?? undefined
 }
 
 export class Telemetry {

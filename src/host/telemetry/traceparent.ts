@@ -34,5 +34,7 @@ export function parseTraceparent(value: string | null | undefined): TraceParent 
 
 /** formatTraceparent: the header value that makes `spanId` the parent of whatever receives it. */
 export function formatTraceparent(traceId: string, spanId: string, flags: number): string {
-  return `00-${traceId}-${spanId}-${(flags & 0xff).toString(16).padStart(2, '0')}`
+  // The two flags modelgate sends are written as they are (no number formatting per request).
+  const f = flags === 1 ? '01' : flags === 0 ? '00' : (flags & 0xff).toString(16).padStart(2, '0')
+  return `00-${traceId}-${spanId}-${f}`
 }

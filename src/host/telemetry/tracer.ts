@@ -25,6 +25,8 @@ const REPORT_EVERY_MS = 60_000
 export class Tracer {
   private queue: SpanRecord[] = []
   private timer: Timer | null = null
+  /** due: the timer set fires at once (a full batch waits); spans ending meanwhile leave it as it is. */
+  private due = false
   private exporting: Promise<void> | null = null
   private closed = false
   private lastReport = 0
@@ -58,15 +60,17 @@ export class Tracer {
       return
     }
     this.queue.push(span)
-    if (this.exporting !== null) return
+    if (this.exporting !== null || this.due) return
     if (this.queue.length >= BATCH_SIZE) this.schedule(0)
     else if (this.timer === null) this.schedule(BATCH_DELAY_MS)
   }
 
   private schedule(ms: number): void {
     if (this.timer !== null) clearTimeout(this.timer)
+    this.due = ms === 0
     this.timer = setTimeout(() => {
       this.timer = null
+      this.due = false
       if (this.exporting === null) this.exportBatch()
     }, ms)
     this.timer.unref()
@@ -106,6 +110,7 @@ export class Tracer {
     if (this.timer !== null) {
       clearTimeout(this.timer)
       this.timer = null
+      this.due = false
     }
     // Spans ending meanwhile go too, within a bound: a busy server does not keep a flush going.
     let rounds = Math.ceil(this.queue.length / BATCH_SIZE) + 1
@@ -119,5 +124,6 @@ export class Tracer {
     this.closed = true
     if (this.timer !== null) clearTimeout(this.timer)
     this.timer = null
+    this.due = false
   }
 }
