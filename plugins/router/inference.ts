@@ -1,4 +1,5 @@
 import type { DirectoryAnswers, ListenerPlan, ModelDirectory } from '../../src/directory/directory.ts'
+import { queueFull } from '../../src/directory/hold-queue.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError, proxyError } from '../../src/http/errors.ts'
 import type { WireAction, WireRequest } from '../../src/wire/route.ts'
@@ -45,15 +46,7 @@ const ROUTER_ANSWERS: DirectoryAnswers = {
   starting: (model, seconds) =>
     modelWaking(model, seconds ?? 10, `Model '${model}' is still loading; retry in ${seconds ?? 10} s`),
   wakeFailed: (model, reason) => wakeFailed(model, reason),
-  queueFull: (model, seconds) =>
-    proxyError(
-      429,
-      'rate_limit_error',
-      'queue_full',
-      `Model '${model}' has as many requests waiting for it as its queue holds; retry in ${seconds} s`,
-      undefined,
-      { 'retry-after': String(seconds) },
-    ),
+  queueFull: queueFull,
   unavailable: (model) =>
     proxyError(
       503,

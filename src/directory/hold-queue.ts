@@ -1,3 +1,4 @@
+import { type AppError, proxyError } from '../http/errors.ts'
 /**
  * HoldQueue: the requests one model holds while it wakes or loads, in priority order (an inference
  * key's priority: 0 high, 1 normal, 2 low; then first come). When the model serves they go on in
@@ -103,4 +104,19 @@ export class HoldQueue {
     const i = this.entries.indexOf(e)
     if (i >= 0) this.entries.splice(i, 1)
   }
+}
+
+/**
+ * queueFull: the answer of every listener to a request a model's full queue refuses (OpenAI's 429
+ * shape, so its clients back off for `Retry-After`).
+ */
+export function queueFull(model: string, seconds: number): AppError {
+  return proxyError(
+    429,
+    'rate_limit_error',
+    'queue_full',
+    `Model '${model}' has as many requests waiting for it as its queue holds; retry in ${seconds} s`,
+    undefined,
+    { 'retry-after': String(seconds) },
+  )
 }

@@ -1,4 +1,5 @@
 import type { DirectoryAnswers } from '../../../src/directory/directory.ts'
+import { queueFull } from '../../../src/directory/hold-queue.ts'
 import { proxyError } from '../../../src/http/errors.ts'
 
 /** Retry-After of a model still loading or not ready, when its backend cannot tell. */
@@ -30,15 +31,7 @@ export const GATEWAY_ANSWERS: DirectoryAnswers = {
     ),
   wakeFailed: (model, reason) =>
     proxyError(502, 'bad_gateway', 'wake_failed', `Model '${model}' could not be woken up: ${reason}`),
-  queueFull: (model, seconds) =>
-    proxyError(
-      429,
-      'rate_limit_error',
-      'queue_full',
-      `Model '${model}' has as many requests waiting for it as its queue holds; retry in ${seconds} s`,
-      undefined,
-      { 'retry-after': String(seconds) },
-    ),
+  queueFull: queueFull,
   unavailable: (model) =>
     proxyError(503, 'service_unavailable', 'model_not_ready', `Model '${model}' is not ready`, undefined, {
       'retry-after': String(RETRY_AFTER_STARTING_SECONDS),
