@@ -269,8 +269,7 @@ export class ModelDirectory {
   /**
    * wakeFirst: the model sleeps here: every sleeping backend of it is woken (the request goes on as
    * soon as one serves), then the listener's policy. A request that already waited for a wake and
-   * finds the model asleep again is refused, never woken twice, unless its model is served on demand
-   * (it then waits again, within its queue deadline).
+   * finds the model asleep again is refused, never woken twice.
    */
   private wakeFirst(
     cands: readonly Backend[],
@@ -282,13 +281,10 @@ export class ModelDirectory {
     const first = cands[0]!
     const name = first.model
     const retryAfter = () => this.retryAfterSeconds(first)
-    const queue = first.queue?.() ?? null
-    // A model served on demand that was evicted again before this request reached it: the request
-    // waits again within its deadline (no request fails because of an eviction).
-    if (afterWake && !(queue && queueTimeLeft(req, queue) > 0))
-      return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    if (afterWake) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
+    const queue = first.queue?.() ?? null
     const priority = req.grant?.priority ?? NORMAL_PRIORITY
     if (queue && !(this.holding.get(name)?.hasRoom(priority, queue.max) ?? queue.max > 0))
       return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
@@ -336,8 +332,7 @@ export class ModelDirectory {
     if (!waiter) return this.refuse(p, req, p.answers.queueFull(name, this.retryAfterSeconds(first)))
     let outcome: HoldOutcome = 'awake'
     let reason = ''
-    // A queued request's deadline runs from its arrival (it may wait more than once); a held one's from here.
-    const timeoutMs = queue ? queueTimeLeft(req, queue) : p.holdTimeoutMs
+    const timeoutMs = queue?.timeoutMs ?? p.holdTimeoutMs
     try {
       const signal = AbortSignal.any([client, queue ? this.queues.signal : this.lifetime.signal])
       await abortable(waiter.done, { signal, timeoutMs, what: `the wake of ${name}` })
@@ -382,7 +377,7 @@ export class ModelDirectory {
           p.answers.waking(
             name,
             retryAfter(),
-            `Model '${name}' did not ${what} within ${(queue?.timeoutMs ?? timeoutMs) / 1000} s${phase ? ` (${phase})` : ''}; retry later`,
+            `Model '${name}' did not ${what} within ${timeoutMs / 1000} s${phase ? ` (${phase})` : ''}; retry later`,
           ),
         )
       }
@@ -532,9 +527,4 @@ function readingUsage(action: WireAction, mode: UsageMode): WireAction {
     return { defer: (signal) => decide(signal).then((next) => readingUsage(next, mode)) }
   }
   return action
-}
-
-/** queueTimeLeft: what is left of a queued request's deadline (its queue's timeout, from its arrival), in ms. */
-function queueTimeLeft(req: PlanRequest, queue: { timeoutMs: number }): number {
-  return Math.max(0, queue.timeoutMs - (performance.now() - req.startedAt))
 }
