@@ -22,12 +22,14 @@
  *
  * Two more columns on request, each its own modelgate process on the same stub, measured in the
  * same rounds as `modelgate /v1`:
- * - `--traced`: every request traced (sample_ratio 1.0), its spans exported to a local OTLP
- *   collector in its own process (test/perf/otlp-sink.ts); the ratios traced/off follow the table.
- * - `--baseline DIR`: the proxy server of another tree (a worktree of the commit before a change),
- *   tracing off like the first; the ratios this tree/baseline follow the table.
+ * - `--traced`: requests traced (every one, or `--sample-ratio R` of them), their spans exported
+ *   to a local OTLP collector in its own process (test/perf/otlp-sink.ts); the ratios traced/off
+ *   follow the table.
+ * - `--baseline DIR`: the proxy server and the router of another tree (a worktree of the commit
+ *   before a change), tracing off like the first; the ratios this tree/baseline follow the table,
+ *   for the gateway's /v1 and for the router.
  *
- *   bun test/perf/proxy.ts [--quick] [--rounds N] [--traced] [--baseline DIR]
+ *   bun test/perf/proxy.ts [--quick] [--rounds N] [--traced [--sample-ratio R]] [--baseline DIR]
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -45,8 +47,11 @@ const TRACED = process.argv.includes('--traced')
 const BASELINE = process.argv.includes('--baseline')
   ? process.argv[process.argv.indexOf('--baseline') + 1]
   : null
-const TRACED_NAME = 'modelgate /v1 (traced)'
+/** SAMPLE_RATIO: the traced column's telemetry.sample_ratio. */
+const SAMPLE_RATIO = process.argv.includes('--sample-ratio') ? numberArg('--sample-ratio', 1) : 1
+const TRACED_NAME = SAMPLE_RATIO === 1 ? 'modelgate /v1 (traced)' : `modelgate /v1 (traced ${SAMPLE_RATIO})`
 const BASELINE_NAME = 'modelgate /v1 (baseline)'
+const ROUTER_BASELINE_NAME = 'router /v1 (baseline)'
 const STREAM_LEVELS = [256, 1024]
 const CONCURRENCY = [1, 32]
 const tmp = mkdtempSync(join(tmpdir(), 'modelgate-bench-proxy-'))
@@ -338,10 +343,15 @@ async function main(): Promise<void> {
         String(stubPort),
         '--trace',
         sink.info.url as string,
+        '--sample-ratio',
+        String(SAMPLE_RATIO),
       ])
     : null
   const baseline = BASELINE
     ? await spawnJson([BUN, join(BASELINE, 'test/perf/proxy-server.ts'), '--upstream', String(stubPort)])
+    : null
+  const routerBaseline = BASELINE
+    ? await spawnJson([BUN, join(BASELINE, 'test/perf/router-server.ts'), '--upstream', String(stubPort)])
     : null
   const ng = await startNginx(stubPort)
   const pipe = await spawnJson([BUN, join(HERE, 'proxy-pipe.ts'), '--upstream', String(stubPort)])
@@ -365,6 +375,12 @@ async function main(): Promise<void> {
       name: BASELINE_NAME,
       url: `${baseline.info.url}${path}`,
       pid: baseline.info.pid as number,
+    })
+  if (routerBaseline)
+    targets.push({
+      name: ROUTER_BASELINE_NAME,
+      url: `${routerBaseline.info.url}${path}`,
+      pid: routerBaseline.info.pid as number,
     })
   if (ng) targets.push({ name: 'nginx', url: `${ng.url}${path}`, pid: ng.proc.pid })
   const pipeName = 'Bun pipe (floor)'
@@ -629,7 +645,13 @@ async function main(): Promise<void> {
     }
   }
   if (traced) {
-    against(TRACED_NAME, gName, 'modelgate /v1 traced vs off', '≥ 0.95', (r) => r >= 0.95)
+    against(
+      TRACED_NAME,
+      gName,
+      `modelgate /v1 traced (sample_ratio ${SAMPLE_RATIO}) vs off`,
+      '≥ 0.95',
+      (r) => r >= 0.95,
+    )
     const count = (await (await fetch(`${sink!.info.url}/count`)).json()) as {
       spans: number
       exports: number
@@ -641,6 +663,14 @@ async function main(): Promise<void> {
       gName,
       BASELINE_NAME,
       `modelgate /v1 vs the baseline tree ${BASELINE}, both untraced`,
+      '≥ 0.95',
+      (r) => r >= 0.95,
+    )
+  if (routerBaseline)
+    against(
+      rName,
+      ROUTER_BASELINE_NAME,
+      `router /v1 vs the baseline tree's router`,
       '≥ 0.95',
       (r) => r >= 0.95,
     )
