@@ -25,6 +25,8 @@ export function engineCall(
   engine: { host: string; port: number; path: string; model: string },
   attrs: SpanAttributes,
 ): TraceSpan {
+  // Unsampled: only its context travels on (UnsampledSpan), so no attributes are made for it.
+  if (!trace.recording) return trace.child('engine.call')
   const span = callSpan(trace, 'engine.call', {
     'http.request.method': 'POST',
     'server.address': engine.host,
@@ -38,20 +40,22 @@ export function engineCall(
 }
 
 /**
- * traced: forward `f` as a call under `span`: its traceparent line first in the head, the client's
- * dropped, and the span ended with the response's outcome (before the lease's end runs).
+ * traced: forward `f` (made for this request alone, so changed in place) as a call under `span`:
+ * its traceparent line first in the head, the client's dropped, and a recording span ended with the
+ * response's outcome (before the lease's end runs).
  */
 export function traced(span: TraceSpan, f: WireForwardAction): WireForwardAction {
-  const onEnd = f.onEnd
-  return {
-    ...f,
-    extraHead: `${TRACEPARENT}: ${span.inject()}\r\n${f.extraHead ?? ''}`,
-    dropHeaders: f.dropHeaders ? [...f.dropHeaders, TRACEPARENT] : DROP_TRACEPARENT,
-    onEnd: (info) => {
+  const line = `${TRACEPARENT}: ${span.inject()}\r\n`
+  f.extraHead = f.extraHead ? line + f.extraHead : line
+  f.dropHeaders = f.dropHeaders ? [...f.dropHeaders, TRACEPARENT] : DROP_TRACEPARENT
+  if (span.recording) {
+    const onEnd = f.onEnd
+    f.onEnd = (info) => {
       endCall(span, info)
       onEnd(info)
-    },
+    }
   }
+  return f
 }
 
 /**

@@ -137,16 +137,6 @@ export class ClientConn extends Connection {
    */
   requestSpan(head: RequestHead, route: string, model: string | undefined): RequestTrace | null {
     const front = this.front
-    let serverAddress = front.hostname
-    let serverPort = front.port
-    const host = header(head, 'host')
-    if (host) {
-      const colon = host.lastIndexOf(':')
-      if (colon > host.lastIndexOf(']')) {
-        serverAddress = host.slice(0, colon)
-        serverPort = Number(host.slice(colon + 1)) || serverPort
-      } else serverAddress = host
-    }
     return front.tracing!.requestSpan({
       method: head.method,
       route,
@@ -154,8 +144,9 @@ export class ClientConn extends Connection {
       traceparent: header(head, 'traceparent'),
       model,
       clientAddress: this.address,
-      serverAddress,
-      serverPort,
+      serverAddress: front.hostname,
+      serverPort: front.port,
+      host: header(head, 'host'),
     })
   }
 
@@ -334,7 +325,7 @@ export class ClientConn extends Connection {
 /** endTrace ends a request's span with its forward's outcome (the proxy's error code, when it failed). */
 function endTrace(trace: RequestTrace, info: ForwardEnd): void {
   const u = info.usage
-  if (u || info.finishReasons)
+  if (trace.recording && (u || info.finishReasons))
     trace.usage({ inputTokens: u?.prompt, outputTokens: u?.completion, finishReasons: info.finishReasons })
   trace.end(info.status, info.error)
 }

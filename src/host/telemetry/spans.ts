@@ -143,7 +143,9 @@ export class SampledRequest extends SampledBase implements RequestTrace {
 
 /**
  * UnsampledSpan: a span of a trace that is not kept: its ids only, so that what it calls still gets
- * the trace (a new span id each, marked not sampled); every other call does nothing.
+ * the trace, marked not sampled; every other call does nothing. Its children are itself: no span
+ * of the trace is recorded here, so the receiver's parent id may as well be this one, and an
+ * unsampled request (most of them, at the ratios operators run) makes no more ids or objects.
  */
 export class UnsampledSpan implements TraceSpan, RequestTrace {
   constructor(
@@ -156,7 +158,7 @@ export class UnsampledSpan implements TraceSpan, RequestTrace {
   }
 
   child(): TraceSpan {
-    return new UnsampledSpan(this.traceId, randomHex(8))
+    return this
   }
 
   inject(): string {

@@ -54,6 +54,11 @@ export interface RequestHead {
   /** the listener the request reached (`server.address`, `server.port`). */
   serverAddress?: string
   serverPort?: number
+  /**
+   * the Host header the client sent: when given, `server.*` are the host and port it names (the
+   * listener's port when it names none). Read only for a sampled span.
+   */
+  host?: string | null
   /** the request's `traceparent` header, if any. */
   traceparent?: string | null
   /** the `model` the body names. */
@@ -146,8 +151,18 @@ export class Telemetry {
     if (operation !== undefined) attributes.push('gen_ai.operation.name', operation)
     if (head.model !== undefined) attributes.push('gen_ai.request.model', head.model)
     if (head.clientAddress !== undefined) attributes.push('client.address', head.clientAddress)
-    if (head.serverAddress !== undefined) attributes.push('server.address', head.serverAddress)
-    if (head.serverPort !== undefined) attributes.push('server.port', head.serverPort)
+    let serverAddress = head.serverAddress
+    let serverPort = head.serverPort
+    const host = head.host
+    if (host) {
+      const colon = host.lastIndexOf(':')
+      if (colon > host.lastIndexOf(']')) {
+        serverAddress = host.slice(0, colon)
+        serverPort = Number(host.slice(colon + 1)) || serverPort
+      } else serverAddress = host
+    }
+    if (serverAddress !== undefined) attributes.push('server.address', serverAddress)
+    if (serverPort !== undefined) attributes.push('server.port', serverPort)
     const name = `${head.method} ${head.route}`
     const record = new SpanRecord(
       traceId,
