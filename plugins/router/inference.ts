@@ -63,14 +63,25 @@ const ROUTER_ANSWERS: DirectoryAnswers = {
 const paths = new Set(INFERENCE_PATHS)
 
 export class RouterInference {
-  private readonly plan: Omit<ListenerPlan, 'kinds' | 'books'>
+  /** plans: each model's listener plan, made once (its kinds and books are the entry's for good). */
+  private readonly plans = new WeakMap<ModelEntry, ListenerPlan>()
 
-  constructor(private readonly deps: InferenceDeps) {
-    this.plan = {
-      policy: deps.cfg.wake_on_request,
-      holdTimeoutMs: deps.cfg.hold_timeout * 1000,
-      answers: ROUTER_ANSWERS,
+  constructor(private readonly deps: InferenceDeps) {}
+
+  private planFor(entry: ModelEntry): ListenerPlan {
+    let plan = this.plans.get(entry)
+    if (plan === undefined) {
+      const { cfg } = this.deps
+      plan = {
+        policy: cfg.wake_on_request,
+        holdTimeoutMs: cfg.hold_timeout * 1000,
+        answers: ROUTER_ANSWERS,
+        kinds: entry.kinds,
+        books: { ended: (status, durationMs) => this.recordEnd(entry, status, durationMs) },
+      }
+      this.plans.set(entry, plan)
     }
+    return plan
   }
 
   rawRoutes(): RawRoute[] {
@@ -111,11 +122,7 @@ export class RouterInference {
         grant,
         trace,
       },
-      {
-        ...this.plan,
-        kinds: entry.kinds,
-        books: { ended: (status, durationMs) => this.recordEnd(entry, status, durationMs) },
-      },
+      this.planFor(entry),
     )
   }
 

@@ -32,7 +32,12 @@ export class ModelEntry {
     /** Unix seconds, for the OpenAI-style `created`. */
     readonly created: number,
     private readonly directory: ModelDirectory,
-  ) {}
+  ) {
+    this.endpointList = Object.freeze(endpoint ? [endpoint] : [])
+  }
+
+  /** endpointList: the configured endpoint as a list (empty: none), made once for the directory's every request. */
+  readonly endpointList: readonly EndpointBackend[]
 
   /** kinds: the backends a request for this model may use. */
   get kinds(): ReadonlySet<BackendKind> {
@@ -130,9 +135,9 @@ export class ModelTable {
     return [...this.configured.values()].map((e) => e.endpoint!)
   }
 
-  /** endpoint: the configured endpoint of a name (the router's directory source). */
-  endpoint(name: string): EndpointBackend | undefined {
-    return this.configured.get(name)?.endpoint ?? undefined
+  /** endpointList: the configured endpoint of a name as a list of one (the router's directory source). */
+  endpointList(name: string): readonly EndpointBackend[] | undefined {
+    return this.configured.get(name)?.endpointList
   }
 
   /** followGateway: route the gateway's served models too (they come from the directory). */

@@ -322,6 +322,8 @@ const round6 = (x: number) => Math.round(x * 1e6) / 1e6
 
 /** endpointOf: the router's directory source: a configured name's endpoint (none for other names). */
 function endpointOf(table: ModelTable, name: string): readonly EndpointBackend[] {
-  const ep = table.endpoint(name)
-  return ep ? [ep] : []
+  return table.endpointList(name) ?? NO_ENDPOINTS
 }
+
+/** NO_ENDPOINTS: the answer for every name not configured here (every request asks every source). */
+const NO_ENDPOINTS: readonly EndpointBackend[] = Object.freeze([])
