@@ -18,13 +18,17 @@
  * its figures the same way; for the internal case, run this file from that checkout (the pod is its
  * src/main.ts).
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { freePort } from '../sim/helpers.ts'
 import { PodProcess } from '../support/pods.ts'
+import { rssMb, spawnJson } from './procs.ts'
+
+/** ServerLine: what the stub and the proxy server print once listening. */
+type ServerLine = { url?: string; port?: number; pid: number }
 
 const HERE = import.meta.dir
 const BUN = process.execPath
@@ -40,24 +44,6 @@ const SERVER = arg('--server', join(HERE, 'proxy-server.ts'))
 const CASE = arg('--case', 'all')
 const children: Subprocess[] = []
 const cleanups: (() => Promise<void>)[] = []
-
-function spawnJson(
-  argv: string[],
-): Promise<{ proc: Subprocess; info: { url?: string; port?: number; pid: number } }> {
-  const proc = Bun.spawn(argv, { stdout: 'pipe', stderr: 'inherit', stdin: 'ignore' })
-  children.push(proc)
-  return (async () => {
-    const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader()
-    const { value } = await reader.read()
-    reader.releaseLock()
-    return { proc, info: JSON.parse(new TextDecoder().decode(value).split('\n')[0]!) }
-  })()
-}
-
-function rssMb(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
-  return m ? Number(m[1]) / 1024 : Number.NaN
-}
 
 /**
  * send: one request of `body` (head then body, as fast as the socket takes it), from `localAddress`
@@ -134,8 +120,11 @@ function print(title: string, rows: string[]): void {
 }
 
 async function proxyCase(): Promise<void> {
-  const stub = await spawnJson([BUN, join(HERE, 'proxy-stub.ts')])
-  const mg = await spawnJson([BUN, SERVER, '--upstream', String(stub.info.port!), '--api-key', KEY])
+  const stub = await spawnJson<ServerLine>([BUN, join(HERE, 'proxy-stub.ts')], children)
+  const mg = await spawnJson<ServerLine>(
+    [BUN, SERVER, '--upstream', String(stub.info.port!), '--api-key', KEY],
+    children,
+  )
   const url = mg.info.url!
   const port = Number(new URL(url).port)
   const body = Buffer.alloc(20_000_000, 0x5b)

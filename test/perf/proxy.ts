@@ -31,11 +31,12 @@
  *
  *   bun test/perf/proxy.ts [--quick] [--rounds N] [--traced [--sample-ratio R]] [--baseline DIR]
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { numberArg } from './args.ts'
+import { cpuMs, rssMb, spawnJson } from './procs.ts'
 
 const HERE = import.meta.dir
 const BUN = process.execPath
@@ -56,6 +57,8 @@ const STREAM_LEVELS = [256, 1024]
 const CONCURRENCY = [1, 32]
 const tmp = mkdtempSync(join(tmpdir(), 'modelgate-bench-proxy-'))
 const children: Subprocess[] = []
+/** launch: a server of this benchmark, stopped with the others at the end. */
+const launch = (argv: string[]) => spawnJson(argv, children)
 
 interface Target {
   name: string
@@ -89,25 +92,6 @@ interface StreamResult {
   first_errors: string[]
 }
 
-function spawnJson(
-  argv: string[],
-  env: Record<string, string> = {},
-): Promise<{ proc: Subprocess; info: Record<string, unknown> }> {
-  const proc = Bun.spawn(argv, {
-    stdout: 'pipe',
-    stderr: 'inherit',
-    stdin: 'ignore',
-    env: { ...process.env, ...env },
-  })
-  children.push(proc)
-  return (async () => {
-    const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader()
-    const { value } = await reader.read()
-    reader.releaseLock()
-    return { proc, info: JSON.parse(new TextDecoder().decode(value).split('\n')[0]!) }
-  })()
-}
-
 async function freePort(): Promise<number> {
   const s = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
   const port = s.port
@@ -127,29 +111,6 @@ async function waitListening(port: number, ms = 5000): Promise<void> {
     }
   }
   throw new Error(`nothing listens on ${port}`)
-}
-
-/** cpuMs: user+system CPU of a process and its children (nginx workers), in ms (USER_HZ = 100). */
-function cpuMs(pid: number): number {
-  let ticks = 0
-  const pids = [pid]
-  try {
-    for (const c of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/))
-      if (c) pids.push(Number(c))
-  } catch {}
-  for (const p of pids) {
-    try {
-      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      ticks += Number(fields[11]) + Number(fields[12])
-    } catch {}
-  }
-  return ticks * 10
-}
-
-function rssMb(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
-  return m ? Number(m[1]) / 1024 : Number.NaN
 }
 
 async function startNginx(upstreamPort: number): Promise<{ url: string; proc: Subprocess } | null> {
@@ -300,9 +261,9 @@ const KEYS_NAME = 'modelgate /v1 (keys)'
  */
 async function keysMemory(stubPort: number): Promise<{ many: number; none: number }> {
   const rss = async (keys: number) => {
-    const made = keys > 0 ? await spawnJson([BUN, join(HERE, 'make-keys.ts'), '--keys', String(keys)]) : null
+    const made = keys > 0 ? await launch([BUN, join(HERE, 'make-keys.ts'), '--keys', String(keys)]) : null
     const dir = made ? ['--data-dir', made.info.dataDir as string] : []
-    const s = await spawnJson([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort), ...dir])
+    const s = await launch([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort), ...dir])
     await Bun.sleep(1000)
     const mb = rssMb(s.info.pid as number)
     s.proc.kill('SIGTERM')
@@ -316,13 +277,13 @@ const fmt = (v: number, digits = 0) => (Number.isFinite(v) ? v.toFixed(digits) :
 
 async function main(): Promise<void> {
   const t0 = performance.now()
-  const stub = await spawnJson([BUN, join(HERE, 'proxy-stub.ts')])
+  const stub = await launch([BUN, join(HERE, 'proxy-stub.ts')])
   const stubPort = stub.info.port as number
-  const mg = await spawnJson([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort)])
+  const mg = await launch([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort)])
   const mgUrl = mg.info.url as string
   const mgPid = mg.info.pid as number
   // The same proxy with 1,000 inference keys, sending a key with limits (which it never reaches).
-  const mk = await spawnJson([
+  const mk = await launch([
     BUN,
     join(HERE, 'proxy-server.ts'),
     '--upstream',
@@ -331,12 +292,12 @@ async function main(): Promise<void> {
     '1000',
   ])
   const keyHeaders = { authorization: `Bearer ${mk.info.key as string}` }
-  const rt = await spawnJson([BUN, join(HERE, 'router-server.ts'), '--upstream', String(stubPort)])
+  const rt = await launch([BUN, join(HERE, 'router-server.ts'), '--upstream', String(stubPort)])
   const rtUrl = rt.info.url as string
   const rtPid = rt.info.pid as number
-  const sink = TRACED ? await spawnJson([BUN, join(HERE, 'otlp-sink.ts')]) : null
+  const sink = TRACED ? await launch([BUN, join(HERE, 'otlp-sink.ts')]) : null
   const traced = sink
-    ? await spawnJson([
+    ? await launch([
         BUN,
         join(HERE, 'proxy-server.ts'),
         '--upstream',
@@ -348,13 +309,13 @@ async function main(): Promise<void> {
       ])
     : null
   const baseline = BASELINE
-    ? await spawnJson([BUN, join(BASELINE, 'test/perf/proxy-server.ts'), '--upstream', String(stubPort)])
+    ? await launch([BUN, join(BASELINE, 'test/perf/proxy-server.ts'), '--upstream', String(stubPort)])
     : null
   const routerBaseline = BASELINE
-    ? await spawnJson([BUN, join(BASELINE, 'test/perf/router-server.ts'), '--upstream', String(stubPort)])
+    ? await launch([BUN, join(BASELINE, 'test/perf/router-server.ts'), '--upstream', String(stubPort)])
     : null
   const ng = await startNginx(stubPort)
-  const pipe = await spawnJson([BUN, join(HERE, 'proxy-pipe.ts'), '--upstream', String(stubPort)])
+  const pipe = await launch([BUN, join(HERE, 'proxy-pipe.ts'), '--upstream', String(stubPort)])
   const path = '/v1/chat/completions'
   const targets: Target[] = [
     { name: 'stub (direct)', url: `http://127.0.0.1:${stubPort}${path}` },
