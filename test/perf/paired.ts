@@ -12,7 +12,8 @@
  *     [--rounds 8] [--seconds 4] [--concurrency 16] [--trace]
  *
  * `--trace`: this tree's server traces every request (`--sample-ratio R`: that share), exporting to
- * a local collector (otlp-sink.ts); then DIR may be `.` to read tracing's own cost.
+ * a local collector (otlp-sink.ts); then DIR may be `.` to read tracing's own cost. `--trace-both`:
+ * the baseline's too (a change to tracing itself, against the tree before it).
  */
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
@@ -30,7 +31,8 @@ const SERVER = argOf('--server') ?? 'proxy-server.ts'
 const ROUNDS = Math.max(1, numberArg('--rounds', 8))
 const SECONDS = numberArg('--seconds', 4)
 const CONCURRENCY = numberArg('--concurrency', 16)
-const TRACE = process.argv.includes('--trace')
+const TRACE_BOTH = process.argv.includes('--trace-both')
+const TRACE = TRACE_BOTH || process.argv.includes('--trace')
 const SAMPLE_RATIO = numberArg('--sample-ratio', 1)
 if (!BASELINE || !['proxy-server.ts', 'router-server.ts'].includes(SERVER)) {
   console.error('usage: paired.ts --baseline DIR [--server proxy-server.ts|router-server.ts] [--rounds N]')
@@ -67,7 +69,7 @@ async function main(): Promise<void> {
   const sink = TRACE ? await spawnJson<Line>([BUN, join(HERE, 'otlp-sink.ts')], children) : null
   const traced = sink ? ['--trace', sink.info.url!, '--sample-ratio', String(SAMPLE_RATIO)] : []
   const base = await spawnJson<Line>(
-    [BUN, join(resolve(BASELINE!), 'test/perf', SERVER), ...upstream],
+    [BUN, join(resolve(BASELINE!), 'test/perf', SERVER), ...upstream, ...(TRACE_BOTH ? traced : [])],
     children,
   )
   const mine = await spawnJson<Line>([BUN, join(HERE, SERVER), ...upstream, ...traced], children)
@@ -91,7 +93,7 @@ async function main(): Promise<void> {
     process.stderr.write('.')
   }
   process.stderr.write('\n')
-  const label = `${SERVER}${TRACE ? `, this tree traced (sample_ratio ${SAMPLE_RATIO})` : ''}`
+  const label = `${SERVER}${TRACE ? `, ${TRACE_BOTH ? 'both' : 'this tree'} traced (sample_ratio ${SAMPLE_RATIO})` : ''}`
   console.log(
     `\npaired CPU per request (${label}; ${ROUNDS} rounds of ${SECONDS} s, c=${CONCURRENCY} each, both at once; ${navigator.hardwareConcurrency} CPUs)\n`,
   )
