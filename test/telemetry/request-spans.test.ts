@@ -7,6 +7,7 @@ import { cleanupSims, type EngineProc, spawnEngine, tempSimDir, waitHealthy } fr
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { childrenOf, OtlpReceiver, type ReceivedSpan } from '../support/otlp-receiver.ts'
+import { parse, rawExchange } from '../support/raw-client.ts'
 
 /**
  * One trace per inference request, through real sockets: a gateway with the inference key on,
@@ -270,6 +271,77 @@ describe('request traces on the gateway', () => {
     const server = spans.find((s) => s.name === SERVER_SPAN)!
     expect(server.attributes['http.response.status_code']).toBe(200)
     expect(server.attributes['gen_ai.response.finish_reasons']).toEqual(['length'])
+  })
+})
+
+describe('request traces: the Host a client names, and a client trace not sampled', () => {
+  let own: TestGateway
+  let ownReceiver: OtlpReceiver
+  let ownPort = 0
+  const ownSeen = () => traceparentsSeen(own.simDir, ownPort)
+
+  beforeAll(async () => {
+    ownReceiver = new OtlpReceiver()
+    own = await startGateway({
+      ports: [23650, 23659],
+      hostEnv: { INFERENCE_API_KEY: KEY },
+      extraYaml: `telemetry: { otlp_endpoint: '${ownReceiver.url}', service_name: gw-hosts }\n`,
+    })
+    const id = await own.load({ model_path: 'Qwen/Qwen2.5-0.5B', served_model_name: MODEL, gpu_ids: [0] })
+    ownPort = Number((await own.waitStatus(id, 'active')).port)
+  }, 60_000)
+
+  afterAll(async () => {
+    await own?.stop()
+    ownReceiver?.stop()
+  })
+
+  it('names the server by the Host the client sent, read through a raw socket with the key on', async () => {
+    const listenerPort = Number(new URL(own.url).port)
+    const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 })
+    // [Host, the status, server.address, server.port]
+    const cases: [string, number, string, number][] = [
+      ['localhost', 200, 'localhost', listenerPort], // no port: the listener's
+      ['[::1]:8443', 200, '[::1]', 8443], // an IPv6 literal and its port
+      ['gw.example:notaport', 400, '', 0], // not a Host: refused by the front
+    ]
+    for (const [host, status, address, serverPort] of cases) {
+      const nth = ownSeen().length
+      const head =
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${KEY}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`
+      const { text } = await rawExchange(listenerPort, head + body, { waitMs: 30_000 })
+      expect([host, parse(text)[0]?.status]).toEqual([host, status])
+      if (status === 400) {
+        // Refused before any route: no call to the engine.
+        expect(ownSeen()).toHaveLength(nth)
+        continue
+      }
+      const { server } = await requestTrace(own.simDir, ownPort, nth, ownReceiver)
+      expect([host, server.attributes['server.address'], server.attributes['server.port']]).toEqual([
+        host,
+        address,
+        serverPort,
+      ])
+    }
+  })
+
+  it('passes an unsampled trace on, marked unsampled, and exports nothing of it', async () => {
+    const traceId = '6e0c63257de34c92bf9efcd03927272e'
+    const nth = ownSeen().length
+    const res = await chat(own.url, {}, { traceparent: `00-${traceId}-00f067aa0ba902b7-00` })
+    expect(res.status).toBe(200)
+    const sent = parseTraceparent(ownSeen()[nth]!.traceparent)!
+    // The client's trace and decision go on; the parent the engine gets is this gateway's, not the client's.
+    expect(sent.traceId).toBe(traceId)
+    expect(sent.flags).toBe(0)
+    expect(sent.spanId).toMatch(/^[0-9a-f]{16}$/)
+    expect(sent.spanId).not.toBe('00f067aa0ba902b7')
+    // A sampled request after it: once its spans are in, any of the unsampled one would be too
+    // (spans leave in the order they end, one export at a time).
+    expect((await chat(own.url, {})).status).toBe(200)
+    await requestTrace(own.simDir, ownPort, nth + 1, ownReceiver)
+    expect(ownReceiver.spans.filter((s) => s.traceId === traceId)).toEqual([])
   })
 })
 
