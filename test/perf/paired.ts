@@ -18,7 +18,7 @@
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import { numberArg } from './args.ts'
-import { cpuMs, spawnJson } from './procs.ts'
+import { cpuMs, proxyLoad, spawnJson, stopAll } from './procs.ts'
 
 const HERE = import.meta.dir
 const BUN = process.execPath
@@ -44,24 +44,7 @@ type Line = { url?: string; port?: number; pid: number }
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
 /** load: one load generator (proxy-load.ts) on `url` for SECONDS, in a process of its own. */
-async function load(url: string): Promise<{ requests: number; errors: number; p50_us: number }> {
-  const p = Bun.spawn(
-    [
-      BUN,
-      join(HERE, 'proxy-load.ts'),
-      '--url',
-      url,
-      '--concurrency',
-      String(CONCURRENCY),
-      '--duration-ms',
-      String(SECONDS * 1000),
-    ],
-    { stdout: 'pipe', stderr: 'inherit' },
-  )
-  const out = await new Response(p.stdout).text()
-  await p.exited
-  return JSON.parse(out.trim().split('\n').pop()!)
-}
+const load = (url: string) => proxyLoad(url, CONCURRENCY, SECONDS * 1000)
 
 async function main(): Promise<void> {
   const stub = await spawnJson<Line>([BUN, join(HERE, 'proxy-stub.ts')], children)
@@ -113,7 +96,5 @@ async function main(): Promise<void> {
 try {
   await main()
 } finally {
-  for (const c of children) c.kill('SIGTERM')
-  await Promise.race([Promise.all(children.map((c) => c.exited)), Bun.sleep(3000)])
-  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL')
+  await stopAll(children)
 }

@@ -4,6 +4,7 @@
  * memory (Linux: USER_HZ = 100).
  */
 import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 
 /**
@@ -52,4 +53,55 @@ export function cpuMs(pid: number): number {
 export function rssMb(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
   return m ? Number(m[1]) / 1024 : Number.NaN
+}
+
+/** LoadRun: what proxy-load.ts prints (latencies in µs). */
+export interface LoadRun {
+  requests: number
+  errors: number
+  rps: number
+  p50_us: number
+  p99_us: number
+}
+
+/**
+ * proxyLoad runs the non-streaming load generator (proxy-load.ts: `concurrency` keep-alive
+ * connections posting one chat back to back for `ms`, each request with `headers`) in a process of
+ * its own, and resolves with what it measured.
+ */
+export async function proxyLoad(
+  url: string,
+  concurrency: number,
+  ms: number,
+  headers: Record<string, string> = {},
+): Promise<LoadRun> {
+  const p = Bun.spawn(
+    [
+      process.execPath,
+      join(import.meta.dir, 'proxy-load.ts'),
+      '--url',
+      url,
+      '--concurrency',
+      String(concurrency),
+      '--duration-ms',
+      String(ms),
+      ...headerArgs(headers),
+    ],
+    { stdout: 'pipe', stderr: 'inherit', env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: '8192' } },
+  )
+  const out = await new Response(p.stdout).text()
+  await p.exited
+  return JSON.parse(out.trim().split('\n').pop()!) as LoadRun
+}
+
+/** headerArgs: `--header 'name: value'` for each header, for the load generators. */
+export function headerArgs(headers: Record<string, string>): string[] {
+  return Object.entries(headers).flatMap(([n, v]) => ['--header', `${n}: ${v}`])
+}
+
+/** stopAll: SIGTERM to every child, SIGKILL to those not gone within 3 s (a deadline, not a wait). */
+export async function stopAll(children: Subprocess[]): Promise<void> {
+  for (const c of children) c.kill('SIGTERM')
+  await Promise.race([Promise.all(children.map((c) => c.exited)), Bun.sleep(3000)])
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL')
 }

@@ -36,7 +36,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { numberArg } from './args.ts'
-import { cpuMs, rssMb, spawnJson } from './procs.ts'
+import { cpuMs, headerArgs, proxyLoad, rssMb, spawnJson, stopAll } from './procs.ts'
 
 const HERE = import.meta.dir
 const BUN = process.execPath
@@ -194,27 +194,8 @@ async function nonStream(
     const requests = Number(/(\d+) requests in/.exec(out)?.[1] ?? 0)
     return { rps, p50, p99, errors, requests }
   }
-  const p = Bun.spawn(
-    [
-      BUN,
-      join(HERE, 'proxy-load.ts'),
-      '--url',
-      url,
-      '--concurrency',
-      String(concurrency),
-      '--duration-ms',
-      String(seconds * 1000),
-      ...headerArgs(headers),
-    ],
-    { stdout: 'pipe', stderr: 'inherit', env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: '8192' } },
-  )
-  const r = JSON.parse(await new Response(p.stdout).text())
+  const r = await proxyLoad(url, concurrency, seconds * 1000, headers)
   return { rps: r.rps, p50: r.p50_us, p99: r.p99_us, errors: r.errors, requests: r.requests }
-}
-
-/** headerArgs: `--header 'name: value'` for each header, for the load generators. */
-function headerArgs(headers: Record<string, string>): string[] {
-  return Object.entries(headers).flatMap(([n, v]) => ['--header', `${n}: ${v}`])
 }
 
 async function streams(
@@ -641,8 +622,6 @@ async function main(): Promise<void> {
 try {
   await main()
 } finally {
-  for (const c of children) c.kill('SIGTERM')
-  await Promise.race([Promise.all(children.map((c) => c.exited)), Bun.sleep(3000)])
-  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL')
+  await stopAll(children)
   rmSync(tmp, { recursive: true, force: true })
 }
