@@ -1,9 +1,11 @@
 import type { Registry } from 'prom-client'
 import { abortable, WaitError } from '../host/abortable.ts'
-import type { EventBus } from '../host/bus.ts'
+import type { BusChannel, EventBus } from '../host/bus.ts'
 import type { Logger } from '../host/logger.ts'
-import type { SpanBase, TraceSpan } from '../host/telemetry/spans.ts'
+import type { RequestTrace, SpanBase, TraceSpan } from '../host/telemetry/spans.ts'
 import type { AppError } from '../http/errors.ts'
+import type { BodyRange } from '../wire/body-range.ts'
+import type { ScannedJson } from '../wire/json-scan.ts'
 import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
 import { askForUsage, type UsageMode } from '../wire/usage.ts'
 import type { Backend, BackendKind, BackendRequest, LeaseHandle } from './backend.ts'
@@ -123,6 +125,8 @@ export class ModelDirectory {
   private readonly lifetime = new AbortController()
   /** Aborted when the host begins to stop: requests queued for a load are answered at once. */
   private readonly queues = new AbortController()
+  /** Each leased request's end (ended), announced when anyone listens. */
+  private readonly requests: BusChannel<ProxyRequestEvent>
 
   constructor(
     private readonly bus: EventBus,
@@ -130,6 +134,7 @@ export class ModelDirectory {
     metrics: Registry,
   ) {
     registerHoldMetrics(metrics, bus)
+    this.requests = bus.channel('proxy.request')
   }
 
   /** addSource: a plugin's backends join the directory; returns their removal. */
@@ -394,7 +399,7 @@ export class ModelDirectory {
     return { error: err }
   }
 
-  /** lease: the backend counts the request until its end, recorded once; `next` tries the next backend. */
+  /** lease: the backend counts the request until its end, recorded once (Lease). */
   private lease(
     b: Backend,
     model: string,
@@ -404,60 +409,53 @@ export class ModelDirectory {
   ): WireAction {
     b.acquire()
     req.trace?.setAttributes({ 'gen_ai.response.model': b.model })
-    let over = false
-    const handle: LeaseHandle = {
-      end: (info) => {
-        if (over) return
-        over = true
-        b.release()
-        this.ended(b, model, req.path, info)
-        p.books?.ended(info.status, info.durationMs)
-        req.grant?.end(info.status, info.usage ?? null)
-      },
-      next: (reason) => {
-        if (over) return { error: reason as AppError }
-        over = true
-        b.release()
-        const tried = new Set(exclude)
-        tried.add(b.key)
-        if (this.candidates(model, p.kinds, tried).length === 0) {
-          const err = reason as AppError
-          const info: ForwardEnd = {
-            status: err.status,
-            bytes: 0,
-            durationMs: performance.now() - req.startedAt,
-            ttftMs: null,
-            streamed: false,
-            aborted: false,
-            error: err.code,
-          }
-          this.ended(b, model, req.path, info)
-          p.books?.ended(info.status, info.durationMs)
-          req.grant?.end(info.status, null)
-          return { error: err }
-        }
-        return this.planOnce(model, req, p, false, tried)
-      },
-    }
-    // Its fields named, not spread: a spread copies the plan's own fields too, on every request.
-    const forwarded: BackendRequest = {
-      model,
-      path: req.path,
-      enginePath: req.enginePath,
-      query: req.query,
-      body: req.body,
-      json: req.json,
-      firstByteTimeoutMs: req.firstByteTimeoutMs,
-      connectTimeoutMs: req.connectTimeoutMs,
-      holdTimeoutMs: p.holdTimeoutMs,
-      trace: req.trace ?? null,
-    }
-    const action = b.forward(forwarded, handle)
+    // One object per request is both what the backend forwards and the handle it reports through.
+    const lease = new Lease(this, b, model, req, p, exclude)
+    const action = b.forward(lease, lease)
     return req.usage ? readingUsage(action, req.usage) : action
   }
 
-  /** ended: a leased request's response ended: announced once, for every counter that reads it. */
-  private ended(b: Backend, model: string, path: string, info: ForwardEnd): void {
+  /** retry (a Lease's): its backend was unreachable before anything was sent: the next one, or `err` (Lease.next). */
+  retry(
+    b: Backend,
+    model: string,
+    req: PlanRequest,
+    p: ListenerPlan,
+    exclude: ReadonlySet<string> | undefined,
+    err: AppError,
+  ): WireAction {
+    const tried = new Set(exclude)
+    tried.add(b.key)
+    if (this.candidates(model, p.kinds, tried).length > 0) return this.planOnce(model, req, p, false, tried)
+    const info: ForwardEnd = {
+      status: err.status,
+      bytes: 0,
+      durationMs: performance.now() - req.startedAt,
+      ttftMs: null,
+      streamed: false,
+      aborted: false,
+      error: err.code,
+    }
+    this.ended(b, model, req.path, info)
+    p.books?.ended(info.status, info.durationMs)
+    req.grant?.end(info.status, null)
+    return { error: err }
+  }
+
+  /** ended (a Lease's): its response ended: announced once, for every counter that reads it. */
+  ended(b: Backend, model: string, path: string, info: ForwardEnd): void {
+    if (this.requests.heard) this.announce(b, model, path, info)
+    if (info.error && b.kind !== 'pod')
+      this.log.warn('upstream failure', {
+        backend: b.instanceId ?? b.key,
+        path,
+        status: info.status,
+        error: info.error,
+        ms: Math.round(info.durationMs),
+      })
+  }
+
+  private announce(b: Backend, model: string, path: string, info: ForwardEnd): void {
     const event: ProxyRequestEvent = {
       model,
       served: b.model,
@@ -472,15 +470,65 @@ export class ModelDirectory {
     const podId = b.podId
     if (podId) event.pod_id = podId
     if (info.error) event.error = info.error
-    this.bus.emit('proxy.request', event)
-    if (info.error && b.kind !== 'pod')
-      this.log.warn('upstream failure', {
-        backend: b.instanceId ?? b.key,
-        path,
-        status: info.status,
-        error: info.error,
-        ms: Math.round(info.durationMs),
-      })
+    this.requests.emit(event)
+  }
+}
+
+/**
+ * Lease: one request leased to one backend, which counts it (acquire) until the lease ends once:
+ * `end` when its response has ended (the backend's count released, the end announced, the
+ * listener's books and the key told), or `next` when the backend could not be reached before
+ * anything was sent (released, and the request planned again without it). It is also the request
+ * as the backend forwards it (BackendRequest): its fields are the request's, named, not spread
+ * (a spread would copy the plan's own fields too, on every request).
+ */
+class Lease implements LeaseHandle, BackendRequest {
+  readonly path: string
+  readonly enginePath: string
+  readonly query: string
+  readonly body: BodyRange
+  readonly json: ScannedJson
+  readonly firstByteTimeoutMs: number
+  readonly connectTimeoutMs: number
+  readonly holdTimeoutMs: number
+  readonly trace: RequestTrace | null
+  private over = false
+
+  constructor(
+    private readonly dir: ModelDirectory,
+    private readonly b: Backend,
+    readonly model: string,
+    private readonly req: PlanRequest,
+    private readonly p: ListenerPlan,
+    private readonly exclude: ReadonlySet<string> | undefined,
+  ) {
+    this.path = req.path
+    this.enginePath = req.enginePath
+    this.query = req.query
+    this.body = req.body
+    this.json = req.json
+    this.firstByteTimeoutMs = req.firstByteTimeoutMs
+    this.connectTimeoutMs = req.connectTimeoutMs
+    this.holdTimeoutMs = p.holdTimeoutMs
+    this.trace = req.trace ?? null
+  }
+
+  /** end: the response ended (a forward's onEnd: bound, since a forward keeps it as a function). */
+  readonly end = (info: ForwardEnd): void => {
+    if (this.over) return
+    this.over = true
+    const { b, req } = this
+    b.release()
+    this.dir.ended(b, this.model, req.path, info)
+    this.p.books?.ended(info.status, info.durationMs)
+    req.grant?.end(info.status, info.usage ?? null)
+  }
+
+  next(reason: unknown): WireAction {
+    if (this.over) return { error: reason as AppError }
+    this.over = true
+    this.b.release()
+    return this.dir.retry(this.b, this.model, this.req, this.p, this.exclude, reason as AppError)
   }
 }
 

@@ -182,6 +182,31 @@ describe('ReplayHub', () => {
     }
     expect(got).toEqual([1])
   })
+
+  it('a channel kept before anyone listens is heard by later listeners, and says when nobody listens', () => {
+    const bus = new EventBus()
+    const channel = bus.channel('proxy.request')
+    const event = {
+      model: 'm',
+      instance_id: null,
+      status: 200,
+      duration_ms: 1,
+      ttft_ms: null,
+      streamed: false,
+      path: '/v1/completions',
+    }
+    expect(channel.heard).toBe(false)
+    channel.emit(event) // nobody listens: dropped, not replayed later
+    const got: unknown[] = []
+    const off = bus.on('proxy.request', (e) => got.push(e.status))
+    expect(channel.heard).toBe(true)
+    channel.emit({ ...event, status: 201 })
+    bus.emit('proxy.request', { ...event, status: 202 })
+    off()
+    expect(channel.heard).toBe(false)
+    channel.emit({ ...event, status: 203 })
+    expect(got).toEqual([201, 202])
+  })
 })
 
 /** reads the SSE messages of a response until `count` arrived (throws if the stream ends first). */
