@@ -9,7 +9,10 @@
  * what is left. A tree against itself (`--baseline .`) shows the method's own spread.
  *
  *   bun test/perf/paired.ts --baseline DIR [--server proxy-server.ts|router-server.ts]
- *     [--rounds 8] [--seconds 4] [--concurrency 16] [--trace]
+ *     [--rounds 8] [--seconds 4] [--concurrency 16] [--trace] [--tree DIR]
+ *
+ * `--tree DIR`: the tree measured against the baseline is DIR's instead of this one (two commits
+ * other than this one, e.g. a change alone against the commit before it, in worktrees).
  *
  * `--trace`: this tree's server traces every request (`--sample-ratio R`: that share), exporting to
  * a local collector (otlp-sink.ts); then DIR may be `.` to read tracing's own cost. `--trace-both`:
@@ -28,6 +31,8 @@ const argOf = (name: string) => {
 }
 const BASELINE = argOf('--baseline')
 const SERVER = argOf('--server') ?? 'proxy-server.ts'
+const TREE = argOf('--tree')
+const MINE = TREE ? join(resolve(TREE), 'test/perf') : HERE
 const ROUNDS = Math.max(1, numberArg('--rounds', 8))
 const SECONDS = numberArg('--seconds', 4)
 const CONCURRENCY = numberArg('--concurrency', 16)
@@ -55,7 +60,7 @@ async function main(): Promise<void> {
     [BUN, join(resolve(BASELINE!), 'test/perf', SERVER), ...upstream, ...(TRACE_BOTH ? traced : [])],
     children,
   )
-  const mine = await spawnJson<Line>([BUN, join(HERE, SERVER), ...upstream, ...traced], children)
+  const mine = await spawnJson<Line>([BUN, join(MINE, SERVER), ...upstream, ...traced], children)
   const path = '/v1/chat/completions'
   const servers = [base, mine]
   await Promise.all(servers.map((s) => load(`${s.info.url}${path}`))) // warm-up: JIT, connections
@@ -83,8 +88,9 @@ async function main(): Promise<void> {
   console.log(
     `  baseline ${BASELINE}: CPU µs/request ${median(cpu[0]!).toFixed(1)}, p50 ${median(p50[0]!).toFixed(0)} µs`,
   )
+  const mineName = TREE ?? 'this tree'
   console.log(
-    `  this tree:${' '.repeat(Math.max(1, BASELINE!.length - 1))}CPU µs/request ${median(cpu[1]!).toFixed(1)}, p50 ${median(p50[1]!).toFixed(0)} µs`,
+    `  ${mineName}:${' '.repeat(Math.max(1, BASELINE!.length - mineName.length + 9))}CPU µs/request ${median(cpu[1]!).toFixed(1)}, p50 ${median(p50[1]!).toFixed(0)} µs`,
   )
   const spread = `[${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)}]`
   console.log(
