@@ -473,6 +473,7 @@ export {
   CatalogListSchema,
 } from './catalog/schemas.ts'
 export {
+  EngineKindSchema,
   GpuAvailableSchema,
   InstanceDetailSchema,
   InstanceEventsQuerySchema,

@@ -13,6 +13,7 @@ import presetsProfilesSql from './db/migrations/0002_presets_profiles.sql' with 
 import catalogSql from './db/migrations/0003_catalog.sql' with { type: 'text' }
 import engineKindSql from './db/migrations/0004_engine_kind.sql' with { type: 'text' }
 import catalogEngineKindSql from './db/migrations/0005_catalog_engine_kind.sql' with { type: 'text' }
+import presetEngineKindSql from './db/migrations/0006_preset_engine_kind.sql' with { type: 'text' }
 import { EngineFigures, registerGatewayMetrics } from './metrics.ts'
 import { moveRoutes } from './move/routes.ts'
 import { orphanRoutes } from './orphans/routes.ts'
@@ -55,6 +56,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
     { id: '0003_catalog', sql: catalogSql },
     { id: '0004_engine_kind', sql: engineKindSql },
     { id: '0005_catalog_engine_kind', sql: catalogEngineKindSql },
+    { id: '0006_preset_engine_kind', sql: presetEngineKindSql },
   ],
   setup(ctx, cfg) {
     const settings = new SettingsStore(ctx.dataDir, ctx.log.child('settings'))

@@ -474,6 +474,14 @@ const Entry = t.Object({
   loadOrder: t.Number({ description: 'from 0, the order the models were loaded in' }),
   enableSleepMode: t.Boolean(),
   gpuMemoryUtilization: t.Nullable(t.Number()),
+  // Optional: a leader older than it syncs presets without it (null or absent: the pod's engine.kind).
+  engineKind: t.Optional(
+    t.Nullable(EngineKindSchema, {
+      description:
+        'the engine the model ran when saved, which loading the configuration runs again; null: saved before ' +
+        'configurations kept it, loaded with plugins.gateway.engine.kind',
+    }),
+  ),
 })
 
 export const PresetDetailSchema = t.Composite([PresetSummarySchema, t.Object({ entries: t.Array(Entry) })])

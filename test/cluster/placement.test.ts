@@ -22,7 +22,7 @@ const IDS = ['a', 'b', 'c'] as const
 type PodId = (typeof IDS)[number]
 const OPT = 'facebook/opt-125m'
 
-type Model = { id: string; status: string; served_model_name: string; gpu_ids: number[] }
+type Model = { id: string; status: string; served_model_name: string; gpu_ids: number[]; engine_kind: string }
 
 const skip = !etcdAvailable()
 
@@ -166,6 +166,8 @@ describe.skipIf(skip)('a preset applied to the cluster', () => {
       loadOrder: order,
       enableSleepMode: false,
       gpuMemoryUtilization: 0.3,
+      // One entry names its engine; the others come as a leader that does not send one would send them.
+      ...(name === 'delta' ? { engineKind: 'sglang' } : {}),
     })),
   }
 
@@ -225,8 +227,13 @@ describe.skipIf(skip)('a preset applied to the cluster', () => {
       expect(now).toContain(`${p.podId}:${p.servedModelName}:active:${p.gpuIds}`)
       if (p.instanceId) expect(all.some((m) => m.id === p.instanceId)).toBe(true)
     }
-    // delta kept the GPU the preset names.
+    // delta kept the GPU the preset names, and runs the engine it names; the others the pods' default.
     expect(placed.find((p) => p.servedModelName === 'delta')!.gpuIds).toEqual([1])
+    expect(all.map((m) => `${m.served_model_name}:${m.engine_kind}`).sort()).toEqual([
+      'alpha:vllm',
+      'delta:sglang',
+      'gamma:vllm',
+    ])
     // Applying again changes nothing: everything is kept.
     const again = await apply(L, PRESET.id, { dryRun: true })
     expect(again.body.placed.map((p) => p.status)).toEqual(['kept', 'kept', 'kept'])

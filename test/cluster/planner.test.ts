@@ -19,6 +19,7 @@ const entry = (modelPath: string, over: Partial<PlanEntry> = {}): PlanEntry => (
   loadOrder: 0,
   enableSleepMode: false,
   extraArgs: [],
+  engineKind: null,
   ...over,
 })
 /** need: every model needs `gib` per GPU (30 unless named in `sizes`). */

@@ -198,6 +198,36 @@ describe('cluster remote lifecycle', () => {
     )
   })
 
+  it('loads on b with the engine the body names (engineKind), and refuses one it does not know', async () => {
+    const load = (engineKind: string) =>
+      api<{ instance_id: string; podId: string; error?: { code: string; message: string } }>(
+        'a',
+        '/api/cluster/models/load',
+        {
+          method: 'POST',
+          body: JSON.stringify({ modelPath: 'Qwen/Qwen2.5-7B-Instruct', targetPodId: 'b', engineKind }),
+        },
+      )
+    const unknown = await load('llama.cpp')
+    expect([unknown.status, unknown.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(unknown.body.error?.message).toContain('engineKind')
+    const r = await load('sglang')
+    expect(r.status).toBe(200)
+    expect(r.body.podId).toBe('b')
+    const id = r.body.instance_id
+    const onB = await api<{ model: { engine_kind: string; launch_command: string } }>(
+      'b',
+      `/api/v1/models/${id}`,
+    )
+    expect(onB.body.model.engine_kind).toBe('sglang')
+    expect(onB.body.model.launch_command).toContain(' sim sglang ')
+    await api('a', `/api/cluster/models/${id}/unload`, { method: 'POST' })
+    await waitFor(
+      'b has no instance left',
+      async () => (await api<{ models: unknown[] }>('b', '/api/v1/models')).body.models.length === 0,
+    )
+  })
+
   it('answers 502 naming a pod that is down (listed, unreachable), within the deadline', async () => {
     const down = await api<{ error: { code: string; message: string } }>('a', '/api/cluster/pods/c/gpu/info')
     expect(down.status).toBe(502)

@@ -75,6 +75,7 @@ describe('configuration presets', () => {
         enableSleepMode: true,
         gpuMemoryUtilization: 0.25,
         loadOrder: 0,
+        engineKind: 'vllm',
       },
       {
         servedModelName: 'opt-b',
@@ -83,6 +84,7 @@ describe('configuration presets', () => {
         extraArgs: [],
         enableSleepMode: false,
         loadOrder: 1,
+        engineKind: 'vllm',
       },
     ])
   })

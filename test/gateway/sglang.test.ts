@@ -315,6 +315,56 @@ describe('an SGLang instance', () => {
     await api(`/api/v1/models/${foreign.body.instance_id}/unload`, 'POST')
   }, 30_000)
 
+  it('is saved in a configuration with its engine, and loading the configuration runs it as SGLang again', async () => {
+    const saved = await api<{ configuration: { id: string; modelCount: number } }>(
+      '/api/configurations',
+      'POST',
+      { name: 'two-engines' },
+    )
+    expect([saved.status, saved.body.configuration.modelCount]).toEqual([201, 2])
+    const cfg = saved.body.configuration.id
+    const detail = await api<{
+      configuration: { entries: { servedModelName: string; engineKind: string }[] }
+    }>(`/api/configurations/${cfg}`)
+    expect(detail.body.configuration.entries.map((e) => [e.servedModelName, e.engineKind]).sort()).toEqual(
+      [
+        [SERVED, 'sglang'],
+        ['facebook/opt-125m', 'vllm'],
+      ].sort(),
+    )
+    const phases: string[] = []
+    const off = gw.host.bus.on('gateway.preset.progress', (e) => phases.push(e.phase))
+    try {
+      expect((await api(`/api/configurations/${cfg}/load`, 'POST')).status).toBe(202)
+      await waitFor(
+        'the configuration to have loaded',
+        () => phases.includes('completed') || phases.includes('failed'),
+        {
+          timeoutMs: 30_000,
+          wake: (notify) => gw.host.bus.on('gateway.preset.progress', notify),
+        },
+      )
+    } finally {
+      off()
+    }
+    expect(phases.at(-1)).toBe('completed')
+    const list = (await api<{ models: Json[] }>('/api/v1/models')).body.models
+    const [sg, vl] = [SERVED, 'facebook/opt-125m'].map((n) => list.find((m) => m.served_model_name === n)!)
+    expect([sg!.status, sg!.engine_kind, vl!.status, vl!.engine_kind]).toEqual([
+      'active',
+      'sglang',
+      'active',
+      'vllm',
+    ])
+    expect([sg!.id, vl!.id]).not.toContain(id)
+    id = sg!.id as string
+    expect((await instance(id)).launch_command).toContain(' sim sglang ')
+    vllmId = vl!.id as string
+    const res = await chat(gw.url, SERVED)
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as Json).model).toBe(SERVED)
+  }, 60_000)
+
   it('unloads: its process group is gone, the vLLM one serves on', async () => {
     const pgid = (await instance(id)).process_id as number
     expect((await api(`/api/v1/models/${id}/unload`, 'POST')).status).toBe(202)

@@ -1,3 +1,5 @@
+import type { EngineKind } from '../../../src/engine/kinds.ts'
+
 /**
  * The preset planner: a pure function from the desired state (a preset's entries) and the current
  * state (every healthy pod's GPUs and instances) to a plan: what stays, what is unloaded, where each
@@ -52,6 +54,8 @@ export interface PlanEntry {
   /** carried to the load; placement ignores them */
   enableSleepMode: boolean
   extraArgs: string[]
+  /** the engine it ran (null: the target pod's engine.kind) */
+  engineKind: EngineKind | null
 }
 
 /** Need: an entry's memory on one GPU, and where the figure comes from (for the reason). */

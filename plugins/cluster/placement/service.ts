@@ -245,6 +245,7 @@ export class PresetPlacement {
         ...(e.gpuMemoryUtilization === null ? {} : { gpuMemoryUtilization: e.gpuMemoryUtilization }),
         enableSleepMode: e.enableSleepMode,
         extraArgs: e.extraArgs,
+        ...(e.engineKind ? { engineKind: e.engineKind } : {}),
       })
       out.status = 'loading'
       out.instanceId = res.instance_id
@@ -360,6 +361,7 @@ function entriesOf(p: PresetDetail): PlanEntry[] {
     loadOrder: e.loadOrder,
     enableSleepMode: e.enableSleepMode,
     extraArgs: e.extraArgs,
+    engineKind: e.engineKind ?? null,
   }))
 }
 

@@ -1,5 +1,6 @@
 import { type Static, t } from 'elysia'
 import {
+  EngineKindSchema,
   GpuAvailableSchema,
   InstanceDetailSchema,
   InstanceEventsQuerySchema,
@@ -42,6 +43,7 @@ export const ClusterLoadBody = t.Object(
     extraArgs: t.Optional(t.Array(t.String(), { description: 'appended to the engine command line' })),
     gpuMemoryUtilization: t.Optional(t.Number({ exclusiveMinimum: 0, maximum: 1 })),
     force: t.Optional(t.Boolean({ description: "skip the target's memory-profile pre-load check" })),
+    engineKind: t.Optional(EngineKindSchema),
   },
   { additionalProperties: false },
 )

@@ -285,6 +285,7 @@ function gatewayLoad(b: ClusterLoad): LoadRequest {
   if (b.extraArgs !== undefined) req.extra_args = b.extraArgs
   if (b.gpuMemoryUtilization !== undefined) req.gpu_memory_utilization = b.gpuMemoryUtilization
   if (b.force !== undefined) req.force = b.force
+  if (b.engineKind !== undefined) req.engine_kind = b.engineKind
   return req
 }
 

@@ -1,12 +1,13 @@
 import { sql } from 'drizzle-orm'
 import { index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core'
 import type { Static } from 'elysia'
+import type { EngineKind } from '../../../src/engine/kinds.ts'
 import type { PresetSourceTypeSchema, ProfileSourceSchema } from '../schemas.ts'
 
 /**
  * db/presets.ts holds the tables of configuration presets (a named set of models to load together)
  * and of memory profiles (what a model measured on a kind of GPU). They mirror
- * migrations/0002_presets_profiles.sql, indexes and constraints included
+ * migrations/0002_presets_profiles.sql and 0006_preset_engine_kind.sql, indexes and constraints included
  * (test/store/migrations.test.ts fails when they differ).
  */
 export const gatewayPresets = sqliteTable(
@@ -38,6 +39,8 @@ export const gatewayPresetEntries = sqliteTable(
     enable_sleep_mode: integer('enable_sleep_mode', { mode: 'boolean' }).notNull(),
     gpu_memory_utilization: real('gpu_memory_utilization'),
     load_order: integer('load_order').notNull(),
+    /** engine_kind: the engine the model ran; null: saved before 0006 (the gateway's engine.kind). */
+    engine_kind: text('engine_kind').$type<EngineKind>(),
   },
   (t) => [index('gateway_preset_entries_preset').on(t.preset_id, t.load_order)],
 )

@@ -83,6 +83,7 @@ const toEntry = (r: PresetEntryRow): PresetEntry => ({
   loadOrder: r.load_order,
   enableSleepMode: r.enable_sleep_mode,
   gpuMemoryUtilization: r.gpu_memory_utilization,
+  engineKind: r.engine_kind ?? null,
 })
 
 /** loadChains groups entries that share a GPU (transitively) into chains ordered by loadOrder. */
@@ -183,6 +184,7 @@ export class PresetService {
             enable_sleep_mode: r.enable_sleep_mode,
             gpu_memory_utilization: r.gpu_memory_utilization,
             load_order: i,
+            engine_kind: r.engine_kind,
           })
           .run()
       })
@@ -251,6 +253,7 @@ export class PresetService {
               enable_sleep_mode: e.enableSleepMode,
               gpu_memory_utilization: e.gpuMemoryUtilization,
               load_order: e.loadOrder,
+              engine_kind: e.engineKind ?? null,
             })
             .run()
       })
@@ -408,7 +411,7 @@ export class PresetService {
   }
 }
 
-/** loadRequest: an entry as the gateway's load body (sleep mode, extra args and utilization kept). */
+/** loadRequest: an entry as the gateway's load body (sleep mode, extra args, utilization and engine kept). */
 function loadRequest(e: PresetEntry): LoadRequest {
   return {
     model_path: e.modelPath,
@@ -419,5 +422,6 @@ function loadRequest(e: PresetEntry): LoadRequest {
     extra_args: e.extraArgs,
     enable_sleep_mode: e.enableSleepMode,
     ...(e.gpuMemoryUtilization !== null ? { gpu_memory_utilization: e.gpuMemoryUtilization } : {}),
+    ...(e.engineKind ? { engine_kind: e.engineKind } : {}),
   }
 }

@@ -1,3 +1,4 @@
+import type { EngineKind } from '../../../src/engine/kinds.ts'
 import type { PresetSourceType } from '../db/presets.ts'
 
 /** The preset records (a leaf module, so GatewayPodApi can name them without an import cycle). */
@@ -13,6 +14,11 @@ export interface PresetEntry {
   loadOrder: number
   enableSleepMode: boolean
   gpuMemoryUtilization: number | null
+  /**
+   * engineKind: the engine the model ran when it was saved, which its load runs again; null: not
+   * known (saved before presets kept it, or sent by a leader that does not), the gateway's engine.kind.
+   */
+  engineKind: EngineKind | null
 }
 
 export interface PresetSummary {

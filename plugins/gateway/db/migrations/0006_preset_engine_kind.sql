@@ -1,0 +1,1 @@
+ALTER TABLE gateway_preset_entries ADD COLUMN engine_kind TEXT;
