@@ -42,22 +42,8 @@ describe.skipIf(skip !== null)('the router page follows the live stream', () => 
       extraYaml: `  router: { host: 127.0.0.1, port: ${routerPort}, from_gateway: true }\n`,
     })
     admin = (await gw.host.auth.issueToken('ops', ['admin'])).token
-    const r = await gw.json<{ instance_id: string }>('/api/v1/models/load', {
-      method: 'POST',
-      headers: { authorization: `Bearer ${admin}` },
-      body: JSON.stringify({ model_path: 'facebook/opt-125m', served_model_name: MODEL }),
-    })
-    expect(r.status).toBe(202)
-    await waitFor(
-      'the model active',
-      async () =>
-        (
-          await gw.json<{ model: { status: string } }>(`/api/v1/models/${r.body.instance_id}`, {
-            headers: { authorization: `Bearer ${admin}` },
-          })
-        ).body.model.status === 'active',
-      { timeoutMs: 30_000, wake: (n) => gw.host.bus.on('gateway.instance.status', n) },
-    )
+    const id = await gw.load({ model_path: 'facebook/opt-125m', served_model_name: MODEL }, admin)
+    await gw.waitStatus(id, 'active', 30_000, admin)
     browser = await openBrowser()
   }, 60_000)
   afterAll(async () => {

@@ -37,18 +37,11 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
       extraYaml: '  benchmarks: { progress_interval_ms: 100 }\n',
     })
     admin = (await gw.host.auth.issueToken('ops', ['admin'])).token
-    const r = await gw.json<{ instance_id: string }>('/api/v1/models/load', {
-      method: 'POST',
-      headers: { authorization: `Bearer ${admin}` },
-      body: JSON.stringify({ model_path: 'facebook/opt-125m', gpu_ids: [0], gpu_memory_utilization: 0.3 }),
-    })
-    instanceId = r.body.instance_id
-    await waitFor(
-      'the model active',
-      async () =>
-        (await api<{ model: { status: string } }>(`/api/v1/models/${instanceId}`)).model.status === 'active',
-      { timeoutMs: 30_000, wake: (n) => gw.host.bus.on('gateway.instance.status', n) },
+    instanceId = await gw.load(
+      { model_path: 'facebook/opt-125m', gpu_ids: [0], gpu_memory_utilization: 0.3 },
+      admin,
     )
+    await gw.waitStatus(instanceId, 'active', 30_000, admin)
     browser = await openBrowser()
     page = await browser.newPage()
     page.on('response', (res) => responses.push(res))
@@ -322,25 +315,15 @@ describe.skipIf(skip !== null)('the router page in a browser', () => {
       extraYaml: `  router: { host: 127.0.0.1, port: ${routerPort}, from_gateway: true, auto_sleep: { min_sleep_duration: 0 } }\n`,
     })
     admin = (await gw.host.auth.issueToken('ops', ['admin'])).token
-    const r = await gw.json<{ instance_id: string }>('/api/v1/models/load', {
-      method: 'POST',
-      headers: { authorization: `Bearer ${admin}` },
-      body: JSON.stringify({
+    const id = await gw.load(
+      {
         model_path: 'facebook/opt-125m',
         served_model_name: MODEL,
         enable_sleep_mode: true,
-      }),
-    })
-    await waitFor(
-      'the model active',
-      async () =>
-        (
-          await gw.json<{ model: { status: string } }>(`/api/v1/models/${r.body.instance_id}`, {
-            headers: { authorization: `Bearer ${admin}` },
-          })
-        ).body.model.status === 'active',
-      { timeoutMs: 30_000, wake: (n) => gw.host.bus.on('gateway.instance.status', n) },
+      },
+      admin,
     )
+    await gw.waitStatus(id, 'active', 30_000, admin)
     // Three chats through the router's own /v1.
     for (let i = 0; i < 3; i++) {
       const c = await fetch(`http://127.0.0.1:${routerPort}/v1/chat/completions`, {

@@ -44,9 +44,20 @@ export interface GatewayOptions {
 export interface TestGateway extends TestHost {
   simDir: string
   json<T = Record<string, unknown>>(path: string, init?: RequestInit): Promise<{ status: number; body: T }>
-  load(body: Record<string, unknown>): Promise<string>
-  waitStatus(id: string, status: string | string[], timeoutMs?: number): Promise<Record<string, unknown>>
+  /** load: POST /api/v1/models/load (202 or it throws); `token`: an admin JWT where auth is on. */
+  load(body: Record<string, unknown>, token?: string): Promise<string>
+  /** waitStatus: until the instance's record has one of `status` (woken by status events); `token` as load's. */
+  waitStatus(
+    id: string,
+    status: string | string[],
+    timeoutMs?: number,
+    token?: string,
+  ): Promise<Record<string, unknown>>
 }
+
+/** bearer: the authorization header of `token`, or none. */
+const bearer = (token: string | undefined): Record<string, string> =>
+  token ? { authorization: `Bearer ${token}` } : {}
 
 export function gatewayYaml(o: GatewayOptions, simDir: string): string {
   const gpus = o.gpus ?? '2x80'
@@ -106,21 +117,24 @@ export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
     ...th,
     simDir,
     json,
-    async load(body) {
+    async load(body, token) {
       const r = await json<{ instance_id: string }>('/api/v1/models/load', {
         method: 'POST',
         body: JSON.stringify(body),
+        headers: bearer(token),
       })
       if (r.status !== 202) throw new Error(`load failed: ${r.status} ${JSON.stringify(r.body)}`)
       return r.body.instance_id
     },
-    async waitStatus(id, status, timeoutMs = 20000) {
+    async waitStatus(id, status, timeoutMs = 20000, token) {
       const want = Array.isArray(status) ? status : [status]
       let last: unknown
       return waitFor(
         `instance ${id} to reach ${want.join('|')}`,
         async () => {
-          const r = await json<{ model: Record<string, unknown> }>(`/api/v1/models/${id}`)
+          const r = await json<{ model: Record<string, unknown> }>(`/api/v1/models/${id}`, {
+            headers: bearer(token),
+          })
           last = r.body
           return r.status === 200 && want.includes(r.body.model.status as string) ? r.body.model : undefined
         },
