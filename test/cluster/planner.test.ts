@@ -99,6 +99,7 @@ describe('the preset planner', () => {
             servedModelName: 'keep',
             gpuIds: [0],
             status: 'active',
+            engineKind: 'vllm',
             footprintGib: { '0': 70 },
           },
           {
@@ -107,6 +108,7 @@ describe('the preset planner', () => {
             servedModelName: 'old',
             gpuIds: [1],
             status: 'sleeping',
+            engineKind: 'vllm',
             footprintGib: { '1': 70 },
           },
         ],
@@ -120,6 +122,32 @@ describe('the preset planner', () => {
     expect(plan.unloaded).toEqual([
       { modelPath: 'old', podId: 'a', instanceId: 'i2', reason: "not in preset 'mine'" },
     ])
+  })
+
+  it('replaces an instance that runs another engine than its entry names; an entry naming none keeps it', () => {
+    const running = (engineKind: 'vllm' | 'sglang') =>
+      pod(
+        'a',
+        [gpu(0, 5), gpu(1, 75)],
+        [
+          {
+            instanceId: 'i1',
+            modelPath: 'm',
+            servedModelName: 'm',
+            gpuIds: [0],
+            status: 'active',
+            engineKind,
+            footprintGib: { '0': 70 },
+          },
+        ],
+      )
+    const wanted = planPreset('p', [entry('m', { engineKind: 'sglang' })], [running('vllm')], need())
+    expect(wanted.unloaded.map((u) => u.instanceId)).toEqual(['i1'])
+    expect(wanted.placed.map((p) => [p.action, p.entry.engineKind])).toEqual([['load', 'sglang']])
+    const same = planPreset('p', [entry('m', { engineKind: 'sglang' })], [running('sglang')], need())
+    expect(same.placed.map((p) => [p.action, p.instanceId])).toEqual([['keep', 'i1']])
+    const any = planPreset('p', [entry('m')], [running('vllm')], need())
+    expect([any.placed.map((p) => p.action), any.unloaded]).toEqual([['keep'], []])
   })
 
   it('gives the same plan for the same state, whatever order the pods and GPUs come in', () => {

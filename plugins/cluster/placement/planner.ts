@@ -7,7 +7,8 @@ import type { EngineKind } from '../../../src/engine/kinds.ts'
  * dependence: the same state gives the same plan (pods by id, GPUs by index, entries by loadOrder).
  *
  * 1. Keep: an entry with an instance of the same model path and served name (active, sleeping or
- *    starting; the first by pod id, then instance id) is kept where it is.
+ *    starting; the first by pod id, then instance id) is kept where it is, unless the entry names
+ *    another engine than the instance runs (an entry without one keeps either).
  * 2. Unload: every other instance; its measured footprint on its GPUs counts as free from then on.
  * 3. Place the rest in the preset's load order, first come first served:
  *    - with gpuIds: the first pod (by id) on which all those GPUs exist and each has room;
@@ -33,6 +34,8 @@ export interface PlanInstance {
   servedModelName: string
   gpuIds: number[]
   status: string
+  /** the engine it runs */
+  engineKind: EngineKind
   /** what unloading it frees on each of its GPUs (GiB), by GPU index */
   footprintGib: Record<string, number>
 }
@@ -124,7 +127,8 @@ export function planPreset(
           !matched.has(i.instanceId) &&
           KEEPABLE.has(i.status) &&
           i.modelPath === e.modelPath &&
-          i.servedModelName === e.servedModelName,
+          i.servedModelName === e.servedModelName &&
+          (e.engineKind === null || i.engineKind === e.engineKind),
       )
       if (!inst) continue
       matched.add(inst.instanceId)

@@ -375,6 +375,7 @@ function planInstance(m: InstanceRecord) {
     servedModelName: m.served_model_name,
     gpuIds: m.gpu_ids,
     status: m.status,
+    engineKind: m.engine_kind,
     footprintGib: footprint,
   }
 }
