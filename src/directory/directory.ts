@@ -436,14 +436,16 @@ export class ModelDirectory {
       aborted: false,
       error: err.code,
     }
-    this.ended(b, model, req.path, info)
-    p.books?.ended(info.status, info.durationMs)
-    req.grant?.end(info.status, null)
+    this.ended(b, model, req, p, info)
     return { error: err }
   }
 
-  /** ended (a Lease's): its response ended: announced once, for every counter that reads it. */
-  ended(b: Backend, model: string, path: string, info: ForwardEnd): void {
+  /**
+   * ended (a Lease's): its request ended: announced once, for every counter that reads it, and told
+   * to the listener's books and to the key (with the engine's token counts, when read).
+   */
+  ended(b: Backend, model: string, req: PlanRequest, p: ListenerPlan, info: ForwardEnd): void {
+    const path = req.path
     if (this.requests.heard) this.announce(b, model, path, info)
     if (info.error && b.kind !== 'pod')
       this.log.warn('upstream failure', {
@@ -453,6 +455,8 @@ export class ModelDirectory {
         error: info.error,
         ms: Math.round(info.durationMs),
       })
+    p.books?.ended(info.status, info.durationMs)
+    req.grant?.end(info.status, info.usage ?? null)
   }
 
   private announce(b: Backend, model: string, path: string, info: ForwardEnd): void {
@@ -517,11 +521,8 @@ class Lease implements LeaseHandle, BackendRequest {
   readonly end = (info: ForwardEnd): void => {
     if (this.over) return
     this.over = true
-    const { b, req } = this
-    b.release()
-    this.dir.ended(b, this.model, req.path, info)
-    this.p.books?.ended(info.status, info.durationMs)
-    req.grant?.end(info.status, info.usage ?? null)
+    this.b.release()
+    this.dir.ended(this.b, this.model, this.req, this.p, info)
   }
 
   next(reason: unknown): WireAction {
