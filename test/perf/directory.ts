@@ -23,7 +23,6 @@ import type { Backend, BackendRequest, LeaseHandle, Readiness } from '../../src/
 import type { ModelDirectory as Directory, ListenerPlan } from '../../src/directory/directory.ts'
 import { EventBus } from '../../src/host/bus.ts'
 import { Logger } from '../../src/host/logger.ts'
-import { AppError } from '../../src/http/errors.ts'
 import { BodyRange } from '../../src/wire/body-range.ts'
 import type { ScannedJson } from '../../src/wire/json-scan.ts'
 import type { ForwardEnd, WireAction } from '../../src/wire/route.ts'
@@ -162,7 +161,7 @@ function directCase(): Case {
           onEnd: ender(),
         },
       }
-      if (!('forward' in action)) throw new AppError(500, 'INTERNAL', 'no forward')
+      if (!('forward' in action)) throw new Error('no forward')
       action.forward.onEnd(END)
     },
     check: () => (open !== 0 ? `${open} left open` : recorded !== runs ? `${recorded} of ${runs}` : null),

@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { abortable } from '../../src/host/abortable.ts'
 
 /**
  * spawnJson starts `argv` (its stderr passed through) and resolves with the first line it prints,
@@ -102,6 +103,9 @@ export function headerArgs(headers: Record<string, string>): string[] {
 /** stopAll: SIGTERM to every child, SIGKILL to those not gone within 3 s (a deadline, not a wait). */
 export async function stopAll(children: Subprocess[]): Promise<void> {
   for (const c of children) c.kill('SIGTERM')
-  await Promise.race([Promise.all(children.map((c) => c.exited)), Bun.sleep(3000)])
+  await abortable(Promise.all(children.map((c) => c.exited)), {
+    timeoutMs: 3000,
+    what: 'the children to exit',
+  }).catch(() => {})
   for (const c of children) if (c.exitCode === null) c.kill('SIGKILL')
 }
