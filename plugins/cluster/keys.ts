@@ -2,10 +2,16 @@ import { Elysia, t } from 'elysia'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import type { KeyRecord } from '../../src/http/keys/key.ts'
-import { type UsageWindow, usageAnswer, usageQuery } from '../../src/http/keys/routes.ts'
+import {
+  cursorOf,
+  cursorText,
+  type UsageWindow,
+  usageAnswer,
+  usageQuery,
+} from '../../src/http/keys/routes.ts'
 import { UsageAnswer, UsageQuerySchema } from '../../src/http/keys/schemas.ts'
 import type { InferenceKeys, KeySpend } from '../../src/http/keys/service.ts'
-import type { UsageRow } from '../../src/http/keys/usage-book.ts'
+import type { UsageCursor, UsagePage, UsageRow } from '../../src/http/keys/usage-book.ts'
 import { ControllerError } from '../../src/http/schemas.ts'
 import type { PeerCalls, PeerTarget } from './peer-client.ts'
 
@@ -254,13 +260,15 @@ export function clusterUsageRoutes(
         to: new Date(q.to).toISOString(),
         granularity: q.granularity,
         group_by: q.groupBy,
+        limit: q.limit,
+        cursor: cursorText(q.after) ?? undefined,
       }
       const pods = [{ pod_id: cluster.podId, ok: true as boolean, error: undefined as string | undefined }]
-      const all: UsageRow[][] = [keys.usage.rows(q)]
+      const all: UsagePage[] = [keys.usage.rows(q)]
       await Promise.all(
         cluster.others().map(async (pod) => {
           try {
-            const answer = await peers.request<{ rows: UsageRow[] }>(
+            const answer = await peers.request<{ rows: UsageRow[]; next_cursor?: string | null }>(
               pod,
               'POST',
               `${KEYS_PATH}/usage`,
@@ -269,7 +277,7 @@ export function clusterUsageRoutes(
                 timeoutMs,
               },
             )
-            all.push(answer.rows)
+            all.push({ rows: answer.rows, next: cursorOf(answer.next_cursor ?? undefined) })
             pods.push({ pod_id: pod.podId, ok: true, error: undefined })
           } catch (err) {
             pods.push({
@@ -281,7 +289,7 @@ export function clusterUsageRoutes(
         }),
       )
       return {
-        ...usageAnswer(q, addRows(all, q.groupBy)),
+        ...usageAnswer(q, addPages(all, q.groupBy)),
         pods: pods.map(({ error, ...p }) => (error ? { ...p, error } : p)),
       }
     },
@@ -309,6 +317,33 @@ export function clusterUsageRoutes(
 }
 
 /** addRows: rows of several pods added up by (start, key or model). */
+/**
+ * addPages: the pods' pages of one query added up row by row. Each pod's page ends where its own
+ * rows did, so the sum is whole only up to the earliest end among pods that have more: rows past it
+ * are left to the next page, which starts there (every pod orders its rows alike).
+ */
+function addPages(pages: UsagePage[], groupBy: 'key' | 'model'): UsagePage {
+  let end: UsageCursor | null = null
+  for (const p of pages) if (p.next && (end === null || before(p.next, end))) end = p.next
+  const rows = addRows(
+    pages.map((p) => p.rows),
+    groupBy,
+  )
+  if (end === null) return { rows, next: null }
+  const stop = end
+  return { rows: rows.filter((r) => !before(stop, cursorAt(r, groupBy))), next: stop }
+}
+
+const cursorAt = (r: UsageRow, groupBy: 'key' | 'model'): UsageCursor => ({
+  start: Date.parse(r.start),
+  group: (groupBy === 'key' ? r.key_id : r.model) ?? '',
+})
+
+/** before: cursor a orders before b (by start, then by key id or model, as SQLite's binary order does). */
+function before(a: UsageCursor, b: UsageCursor): boolean {
+  return a.start < b.start || (a.start === b.start && a.group < b.group)
+}
+
 function addRows(lists: UsageRow[][], groupBy: 'key' | 'model'): UsageRow[] {
   const out = new Map<string, UsageRow>()
   for (const rows of lists)
@@ -323,9 +358,6 @@ function addRows(lists: UsageRow[][], groupBy: 'key' | 'model'): UsageRow[] {
         sum.errors += r.errors
       }
     }
-  return [...out.values()].sort((a, b) =>
-    a.start === b.start
-      ? String(a.key_id ?? a.model).localeCompare(String(b.key_id ?? b.model))
-      : a.start.localeCompare(b.start),
-  )
+  const at = (r: UsageRow) => cursorAt(r, groupBy)
+  return [...out.values()].sort((a, b) => (before(at(a), at(b)) ? -1 : before(at(b), at(a)) ? 1 : 0))
 }

@@ -330,6 +330,8 @@ export interface Lease {
   servedModelName: string
   /** baseUrl of the engine, e.g. http://127.0.0.1:8101 */
   baseUrl: string
+  /** The engine's context length in tokens (null: not known), a request's worst case without max_tokens. */
+  contextTokens: number | null
   release(): void
 }
 

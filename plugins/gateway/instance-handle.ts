@@ -137,6 +137,11 @@ export class ManagedHandle implements InstanceHandle {
     return this.inst.row.enable_sleep_mode
   }
 
+  /** contextTokens: max_model_len as the engine settled on it (or as it was asked for). */
+  contextTokens(): number | null {
+    return this.inst.row.max_tokens ?? null
+  }
+
   async sleep(level: 1 | 2, cancel: AbortSignal, why?: SleepReason): Promise<void> {
     await this.control.sleep(this.inst, level, { signal: cancel, ...(why ? { why } : {}) })
   }

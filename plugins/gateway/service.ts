@@ -666,12 +666,14 @@ class InstanceLease implements Lease {
   readonly instanceId: string
   readonly servedModelName: string
   readonly baseUrl: string
+  readonly contextTokens: number | null
   private released = false
 
   constructor(private readonly inst: ManagedInstance) {
     this.instanceId = inst.row.id
     this.servedModelName = inst.row.served_model_name
     this.baseUrl = inst.baseUrl
+    this.contextTokens = inst.row.max_tokens ?? null
   }
 
   release(): void {

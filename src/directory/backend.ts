@@ -100,6 +100,8 @@ export interface Backend {
   address?(): Address
   /** created: when it started serving (Unix seconds), for OpenAI's `created`. */
   created?(): number
+  /** contextTokens: the engine's context length in tokens (a request's worst case without max_tokens); null: not known. */
+  contextTokens?(): number | null
   /**
    * wake starts this backend's one wake or joins the one under way (a request, an operator and the
    * router all join the same); it resolves once the backend takes requests. Absent: not wakeable

@@ -7,7 +7,7 @@ import type { AppError } from '../http/errors.ts'
 import type { BodyRange } from '../wire/body-range.ts'
 import type { ScannedJson } from '../wire/json-scan.ts'
 import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
-import { askForUsage, type UsageMode } from '../wire/usage.ts'
+import { askForUsage, charged, requestCost, type UsageMode } from '../wire/usage.ts'
 import type { Backend, BackendKind, BackendRequest, LeaseHandle } from './backend.ts'
 import { Displaced, HoldQueue } from './hold-queue.ts'
 import { orderBackends } from './order.ts'
@@ -30,10 +30,12 @@ import { type HoldOutcome, registerHoldMetrics, type WakePolicy, WakeRecord } fr
  *   as held (`held`), which eviction and idle rules read;
  * - or refuses, saying what the refusal is, in the listener's own words (DirectoryAnswers).
  *
- * A request that comes with a grant (an inference key, src/http/keys/) asks it first whether the key
- * may use the model (`begin`), is held in the key's priority order (hold-queue.ts), and tells it
- * its end once, with the engine's token counts: the forward reads them (a stream is made to ask the
- * engine for them, and their chunk is kept from a client that did not ask: src/wire/usage.ts).
+ * A request that comes with a grant (an inference key, src/http/keys/) asks it, once a backend has
+ * the model, whether the key may use it and has room for the request's worst case in tokens
+ * (`begin`), is held in the key's priority order (hold-queue.ts), and tells it its end once, with
+ * what it used: the engine's token counts, which the forward reads (a stream is made to ask the
+ * engine for them, and their chunk is kept from a client that did not ask: src/wire/usage.ts), or,
+ * for a stream cut before them, what reached the client (usage.ts `charged`).
  */
 export interface BackendSource {
   /** backends: this source's backends for a name a client uses (a served name or an alias), in its order. */
@@ -235,10 +237,7 @@ export class ModelDirectory {
 
   /** plan: what to do with one request for `model` (a name a client uses), as a front action. */
   plan(model: string, req: PlanRequest, p: ListenerPlan): WireAction {
-    const grant = req.grant
-    if (!grant) return this.planOnce(model, req, p, false, undefined)
-    const denied = grant.begin(model)
-    if (denied) return this.refuse(p, req, denied)
+    if (!req.grant) return this.planOnce(model, req, p, false, undefined)
     return this.planOnce(model, withUsage(req), p, false, undefined)
   }
 
@@ -252,6 +251,14 @@ export class ModelDirectory {
     const cands = this.candidates(model, p.kinds, exclude)
     const best = cands[0]
     if (!best) return this.refuse(p, req, p.answers.unknown(model))
+    // The key begins once its model is known to exist (a name no backend has is refused first, and
+    // counted under no name of its own), reserving the request's worst case when it has token limits.
+    const grant = req.grant
+    if (grant && !afterWake && exclude === undefined) {
+      const worst = grant.metered ? requestCost(req.body.length, req.json, best.contextTokens?.() ?? null) : 0
+      const denied = grant.begin(model, worst)
+      if (denied) return this.refuse(p, req, denied)
+    }
     switch (best.readiness()) {
       case 'ready':
         return this.lease(best, model, req, p, exclude)
@@ -456,7 +463,8 @@ export class ModelDirectory {
         ms: Math.round(info.durationMs),
       })
     p.books?.ended(info.status, info.durationMs)
-    req.grant?.end(info.status, info.usage ?? null)
+    // What reached the client is charged, whether or not the engine's count came (usage.ts charged).
+    req.grant?.end(info.status, charged(info, req.body.length))
   }
 
   private announce(b: Backend, model: string, path: string, info: ForwardEnd): void {

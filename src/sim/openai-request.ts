@@ -72,6 +72,16 @@ export function promptOf(kind: InferenceKind, body: Record<string, unknown>): st
   return undefined
 }
 
+/**
+ * laxBool: a flag as vLLM's request models (pydantic, lax mode) read it: true, 1 or 1.0, and the
+ * strings 1, on, t, true, y, yes in any case are true; anything else is not (a real engine refuses
+ * some of it with a 400, the simulator reads it as false).
+ */
+function laxBool(v: unknown): boolean {
+  if (v === true || v === 1) return true
+  return typeof v === 'string' && ['1', 'on', 't', 'true', 'y', 'yes'].includes(v.toLowerCase())
+}
+
 export function planInference(
   rt: InferenceRuntime,
   kind: InferenceKind,
@@ -125,8 +135,8 @@ export function planInference(
     id,
     model,
     created: Math.floor(Date.now() / 1000),
-    stream: body['stream'] === true,
-    includeUsage: streamOptions?.include_usage === true,
+    stream: laxBool(body['stream']),
+    includeUsage: laxBool(streamOptions?.include_usage),
     gen: {
       id,
       promptTokens,

@@ -627,6 +627,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     if (error && !this.clientGone) info.error = error.code
     const usage = this.usage ?? this.meter?.usage ?? null
     if (usage !== null) info.usage = usage
+    else if (this.meter !== null && this.meter.chunks > 0) info.chunks = this.meter.chunks
     const reasons = this.reasons ?? this.meter?.reasons ?? null
     if (reasons !== null && reasons.length > 0) info.finishReasons = reasons
     try {

@@ -33,9 +33,18 @@ export interface InferenceGrant {
   readonly responseHead: string
   /** The key's place in every queue that holds requests (0 high, 1 normal, 2 low). */
   readonly priority: number
-  /** begin: the request names `model`; null to go on, or the refusal (a model the key may not use, its concurrency). */
-  begin(model: string): AppError | null
-  /** end: the request that began has ended with `status`, having used `usage` (null: not known). */
+  /** metered: the key has a token limit (tpm or a budget), so `begin` needs the request's worst case. */
+  readonly metered: boolean
+  /**
+   * begin: the request is for `model` (one a backend serves) and may use up to `worst` tokens
+   * (requestCost, usage.ts: what the key reserves against its token limits until the end); null to
+   * go on, or the refusal (a model the key may not use, its concurrency, a reservation that does not fit).
+   */
+  begin(model: string, worst: number): AppError | null
+  /**
+   * end: the request has ended with `status`, having used `usage` (null: not known): once, whether
+   * it began or was refused before (then it is counted as a refusal, under no model's name).
+   */
   end(status: number, usage: TokenUsage | null): void
 }
 
@@ -94,6 +103,11 @@ export interface ForwardEnd {
   error?: string
   /** The engine's token counts, when the forward was asked to read them (WireForwardAction.usage) and saw them. */
   usage?: TokenUsage
+  /**
+   * chunks: a stream read for usage: its output events that reached the client (UsageStream.chunks),
+   * what the request is charged for when the stream ended before the engine's own count.
+   */
+  chunks?: number
   /** Each choice's finish reason, read for a recording span (see WireForward.trace). */
   finishReasons?: string[]
 }

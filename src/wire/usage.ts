@@ -186,22 +186,50 @@ const encoder = new TextEncoder()
 const INSERTED = encoder.encode(',"stream_options":{"include_usage":true}')
 /** Where the inserted stream_options value starts (after `,"stream_options":`). */
 const INSERTED_VALUE = INSERTED.indexOf(0x7b)
+/** The longest `stream` value read as a lax boolean (`"true"`, `1.0`): anything longer is none. */
+const MAX_FLAG_BYTES = 16
+/** The strings pydantic's lax mode reads as true, in lower case (it compares them case-insensitively). */
+const LAX_TRUE_STRINGS: ReadonlySet<string> = new Set(['1', 'on', 't', 'true', 'y', 'yes'])
 
 /**
- * askForUsage: a streamed request (`"stream": true`) made to ask the engine for the usage chunk, if
- * it does not already: `stream_options.include_usage` set to true by a splice (inserted after
- * `stream`'s value, or the existing `stream_options` object rewritten with it), every other byte as
- * the client sent it. `strip`: the client did not ask, so the chunk must not reach it. A request that
- * is not streamed, or whose `stream_options` is not an object (the engine will refuse it), is left as
- * it is.
+ * laxTrue: whether an engine reads `value` as true. vLLM's and SGLang's request models are pydantic
+ * models in lax mode, which take `true`, the number 1 (`1.0` too) and the strings `1`, `on`, `t`,
+ * `true`, `y`, `yes` in any case as true (and their opposites as false): `"stream": 1` and
+ * `"stream": "TRUE"` stream as `"stream": true` does, so they must be read as the engine reads them.
+ */
+export function laxTrue(value: unknown): boolean {
+  if (value === true || value === 1) return true
+  return typeof value === 'string' && LAX_TRUE_STRINGS.has(value.toLowerCase())
+}
+
+/** streams: the request's `stream` is one the engine reads as true (laxTrue), read from its scan. */
+export function streams(json: ScannedJson): boolean {
+  const stream = json.span('stream')
+  if (!stream) return false
+  if (json.bytesAre(stream, TRUE)) return true
+  if (stream[1] - stream[0] > MAX_FLAG_BYTES) return false
+  try {
+    return laxTrue(json.value('stream'))
+  } catch {
+    return false
+  }
+}
+
+/**
+ * askForUsage: a streamed request (`stream` true as the engine reads it: laxTrue) made to ask the
+ * engine for the usage chunk, if it does not already: `stream_options.include_usage` set to true by
+ * a splice (inserted after `stream`'s value, or the existing `stream_options` object rewritten with
+ * it), every other byte as the client sent it. `strip`: the client did not ask, so the chunk must not
+ * reach it. A request that is not streamed, or whose `stream_options` is not an object (the engine
+ * will refuse it), is left as it is.
  */
 export function askForUsage(
   body: BodyRange,
   json: ScannedJson,
 ): { body: BodyRange; json: ScannedJson; strip: boolean } {
   const same = { body, json, strip: false }
-  const stream = json.span('stream')
-  if (!stream || !json.bytesAre(stream, TRUE)) return same
+  if (!streams(json)) return same
+  const stream = json.span('stream')!
   const opts = json.span('stream_options')
   if (!opts) {
     const at: readonly [number, number] = [stream[1], stream[1]]
@@ -217,9 +245,70 @@ export function askForUsage(
   }
   if (value !== null && (typeof value !== 'object' || Array.isArray(value))) return same
   const given = (value ?? {}) as Record<string, unknown>
-  if (given['include_usage'] === true) return same
+  if (laxTrue(given['include_usage'])) return same
   const asked = encoder.encode(JSON.stringify({ ...given, include_usage: true }))
   return { ...body.spliceScanned(json, opts, asked), strip: true }
+}
+
+/**
+ * BYTES_PER_PROMPT_TOKEN: a request's prompt tokens, estimated from its body before the engine
+ * counts them: one token per 4 bytes of the body as sent, JSON syntax included (English text runs
+ * about 4 characters a token). Used only until the engine's own count arrives, which replaces it.
+ */
+export const BYTES_PER_PROMPT_TOKEN = 4
+
+/** promptEstimate: the prompt tokens of a body of `bytes` bytes (BYTES_PER_PROMPT_TOKEN). */
+export function promptEstimate(bytes: number): number {
+  return Math.ceil(bytes / BYTES_PER_PROMPT_TOKEN)
+}
+
+/** DEFAULT_CONTEXT_TOKENS: a request's completion worst case without max_tokens when the engine's context is not known. */
+export const DEFAULT_CONTEXT_TOKENS = 32_768
+/** The most choices (`n`) a worst case counts: past it the engine's own limits refuse the request. */
+const MAX_CHOICES = 128
+
+/**
+ * requestCost: the most tokens a request may use, which an inference key reserves while it runs
+ * (key.ts): its prompt's estimate (promptEstimate) and, for each of its `n` choices, its completion
+ * limit: `max_completion_tokens` or `max_tokens` (the larger when both are sent), or the engine's
+ * context when neither is (`context`, else DEFAULT_CONTEXT_TOKENS), never more than the context. A
+ * number sent as a string counts as the engines' lax parsing reads it. Reads only the scan's
+ * recorded fields; a body that is no JSON object costs its prompt's estimate alone.
+ */
+export function requestCost(bytes: number, json: ScannedJson | null, context: number | null): number {
+  const prompt = promptEstimate(bytes)
+  if (json === null) return prompt
+  const ctx = context !== null && context > 0 ? context : DEFAULT_CONTEXT_TOKENS
+  const limit = Math.max(count(json, 'max_tokens'), count(json, 'max_completion_tokens'))
+  const completion = limit > 0 ? Math.min(limit, ctx) : ctx
+  const n = Math.min(MAX_CHOICES, Math.max(1, count(json, 'n')))
+  return prompt + n * completion
+}
+
+/** count: a recorded field as a non-negative whole number (a numeric string too), 0 when absent or none. */
+function count(json: ScannedJson, key: 'max_tokens' | 'max_completion_tokens' | 'n'): number {
+  const span = json.span(key)
+  if (!span || span[1] - span[0] > MAX_FLAG_BYTES + 8) return 0
+  let v: unknown
+  try {
+    v = json.value(key)
+  } catch {
+    return 0
+  }
+  const n = typeof v === 'string' ? Number(v) : v
+  return typeof n === 'number' && Number.isFinite(n) && n > 0 ? Math.ceil(n) : 0
+}
+
+/**
+ * charged: what a request that ended is charged: the engine's own count when it arrived, else, for
+ * a stream that ended before it (the client left, the engine died), its output events that reached
+ * the client (ForwardEnd.chunks, one completion token each) and its prompt's estimate; null when
+ * nothing reached the client.
+ */
+export function charged(info: { usage?: TokenUsage; chunks?: number }, bodyBytes: number): TokenUsage | null {
+  if (info.usage) return info.usage
+  const chunks = info.chunks ?? 0
+  return chunks > 0 ? { prompt: promptEstimate(bodyBytes), completion: chunks } : null
 }
 
 /** MAX_HELD: the most bytes of an unfinished event held (strip) or kept to scan (read). */
@@ -240,6 +329,14 @@ const MAX_HELD = 64 * 1024
 export class UsageStream {
   /** The last usage seen (an engine's final usage chunk comes last). */
   usage: TokenUsage | null = null
+  /**
+   * chunks: the events of the stream that carried a choice's output (a `data:` line holding a JSON
+   * object, not the usage-only chunk): what the client was sent, counted as it passed. vLLM and
+   * SGLang write one such event per choice per decode step, each one token or more (several with
+   * speculative decoding; the first may carry only the role), so it is the completion tokens of a
+   * stream that ended before its usage chunk, within a chunk's tokens of the engine's count.
+   */
+  chunks = 0
   /** The finish reasons seen, in order, when asked to collect them (`reasons`); else null. */
   readonly reasons: string[] | null
   private held: Buffer | null = null
@@ -270,6 +367,7 @@ export class UsageStream {
     const cut = lastBoundary(data, a, b)
     const whole = cut < 0 ? a : cut
     if (this.reasons !== null && whole > a) finishReasons(data, a, whole, this.reasons)
+    if (whole > a) this.count(data, a, whole)
     const kept = whole > a ? this.events(data, a, whole) : null
     if (whole < b) {
       if (b - whole <= MAX_HELD) this.held = Buffer.from(data.subarray(whole, b))
@@ -291,6 +389,17 @@ export class UsageStream {
     return this.strip ? held : null
   }
 
+  /** count: the output events among the whole events data[a, w) (see chunks). */
+  private count(data: Buffer, a: number, w: number): void {
+    let k = a
+    while (k < w) {
+      const next = nextBoundary(data, k, w)
+      const end = next < 0 ? w : next
+      if (jsonData(data, k, end)) this.chunks++
+      k = end
+    }
+  }
+
   /**
    * events scans the whole events in data[a, w) for usage; stripping, it returns them without the
    * usage-only one(s), or null when nothing is removed.
@@ -307,7 +416,10 @@ export class UsageStream {
       const u = data[i - 1] !== BACKSLASH ? usageAt(data, i, evEnd) : null
       if (u) {
         this.usage = u
-        if (this.strip && usageOnly(data, evStart, evEnd)) {
+        const only = usageOnly(data, evStart, evEnd)
+        // The usage chunk is no output (count counted it as an event with a JSON object).
+        if (only) this.chunks--
+        if (this.strip && only) {
           if (evStart > from) parts.push(data.subarray(from, evStart))
           from = evEnd
         }
@@ -318,6 +430,27 @@ export class UsageStream {
     if (from < w) parts.push(data.subarray(from, w))
     return parts.length === 1 ? parts[0]! : Buffer.concat(parts)
   }
+}
+
+/** jsonData: the event data[a, b) has a line `data:` (one optional space) whose value opens a JSON object. */
+function jsonData(data: Buffer, a: number, b: number): boolean {
+  let i = a
+  while (i + 5 < b) {
+    if (
+      data[i] === 0x64 &&
+      data[i + 1] === 0x61 &&
+      data[i + 2] === 0x74 &&
+      data[i + 3] === 0x61 &&
+      data[i + 4] === COLON
+    ) {
+      const v = data[i + 5] === 0x20 ? i + 6 : i + 5
+      return data[v] === OPEN
+    }
+    const lf = data.indexOf(LF, i)
+    if (lf < 0 || lf >= b) return false
+    i = lf + 1
+  }
+  return false
 }
 
 /** usageOnly: the event data[a, b) has `"choices": []` (the usage chunk, not a token's). */

@@ -192,6 +192,7 @@ function grantOf(priority: string | null): InferenceGrant | null {
   return {
     responseHead: '',
     priority: Number(priority),
+    metered: false,
     begin: () => null,
     end: (status) => {
       grantEnds.push(status)

@@ -36,10 +36,11 @@ describe('inference keys: the secret', () => {
     expect(created.status).toBe(201)
     const { id, key } = created.body
     expect(key).toMatch(/^mg-[A-Za-z0-9_-]{43}$/)
-    // Used: plain, streamed, for a model it may not use, past its rpm.
+    // Used: plain, streamed, for a model it may not use (which takes none of its rpm), past its rpm.
     expect((await chat(h.url, key)).status).toBe(200)
     expect((await chat(h.url, key, { stream: true })).status).toBe(200)
     expect((await chat(h.url, key, {}, 'model-b')).status).toBe(403)
+    expect((await chat(h.url, key)).status).toBe(200)
     const limited = await chat(h.url, key)
     expect(limited.status).toBe(429)
     const answers: string[] = [await limited.text()]

@@ -34,6 +34,12 @@ export interface EngineTally {
 
 const encoder = new TextEncoder()
 
+/** laxTrue: a flag as vLLM reads it (pydantic's lax booleans: true, 1, "true", "yes", "on"… in any case). */
+function laxTrue(v: unknown): boolean {
+  if (v === true || v === 1) return true
+  return typeof v === 'string' && ['1', 'on', 't', 'true', 'y', 'yes'].includes(v.toLowerCase())
+}
+
 /** promptTokens: the stub's tokenizer: one token per word of the messages or prompt. */
 function promptTokens(body: Record<string, unknown>): number {
   const text = JSON.stringify(body['messages'] ?? body['prompt'] ?? '')
@@ -72,7 +78,7 @@ export function usageEngine(
       created: 1_700_000_000,
       model: body['model'],
     }
-    if (body['stream'] !== true)
+    if (!laxTrue(body['stream']))
       return Response.json({
         ...head,
         object: 'chat.completion',
@@ -90,8 +96,8 @@ export function usageEngine(
       frames.push(
         `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta: { content: `t${i} ` }, finish_reason: i === completion - 1 ? 'length' : null }] })}\n\n`,
       )
-    const options = body['stream_options'] as { include_usage?: boolean } | undefined
-    if (options?.include_usage === true)
+    const options = body['stream_options'] as { include_usage?: unknown } | undefined
+    if (laxTrue(options?.include_usage))
       frames.push(`data: ${JSON.stringify({ ...head, choices: [], usage })}\n\n`)
     frames.push('data: [DONE]\n\n')
     let i = 0

@@ -118,6 +118,7 @@ export class FakeGateway implements GatewayApi {
       instanceId: i.id,
       servedModelName: i.served_model_name,
       baseUrl: this.engineBaseUrl(i),
+      contextTokens: i.max_tokens ?? null,
       release: () => {
         if (done) {
           this.doubleReleases++

@@ -44,6 +44,7 @@ export interface InstanceHandle {
   ): Promise<{ ok: true; seconds: number } | { ok: false; error: string }>
   address(): Address
   created(): number
+  contextTokens?(): number | null
 }
 
 /**
@@ -138,6 +139,10 @@ export class InstanceBackend implements Backend {
 
   created(): number {
     return this.h.created()
+  }
+
+  contextTokens(): number | null {
+    return this.h.contextTokens?.() ?? null
   }
 
   forward(req: BackendRequest, lease: LeaseHandle): WireAction {

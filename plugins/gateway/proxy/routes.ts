@@ -11,7 +11,7 @@ import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/mode
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
 import { upstreams } from '../../../src/wire/pool.ts'
 import type { WireAction, WireForwardAction, WireRequest } from '../../../src/wire/route.ts'
-import { askForUsage, type UsageMode } from '../../../src/wire/usage.ts'
+import { askForUsage, charged, requestCost, type UsageMode } from '../../../src/wire/usage.ts'
 import type { GatewayApi, GatewayInferenceApi, RemoteModel } from '../api.ts'
 import { GATEWAY_ANSWERS } from './answers.ts'
 import { ProxyMetrics } from './metrics.ts'
@@ -303,14 +303,17 @@ export class GatewayInference implements GatewayInferenceApi {
     const grant = req.grant
     let usage: UsageMode | undefined
     if (grant) {
-      const denied = grant.begin(lease.servedModelName)
+      const scanned = method === 'POST' && (grant.metered || USAGE_PATHS.has(subPath)) ? req.json() : null
+      const json = scanned !== null && typeof scanned !== 'string' ? scanned : null
+      const worst = grant.metered ? requestCost(body.length, json, lease.contextTokens) : 0
+      const denied = grant.begin(lease.servedModelName, worst)
       if (denied) {
         lease.release()
+        grant.end(denied.status, null)
         return { error: denied }
       }
       usage = 'read'
-      const json = USAGE_PATHS.has(subPath) ? req.json() : null
-      if (json !== null && typeof json !== 'string') {
+      if (json !== null && USAGE_PATHS.has(subPath)) {
         const asked = askForUsage(body, json)
         body = asked.body
         if (asked.strip) usage = 'strip'
@@ -326,7 +329,7 @@ export class GatewayInference implements GatewayInferenceApi {
       ...(usage ? { usage } : {}),
       onEnd: (info) => {
         lease.release()
-        grant?.end(info.status, info.usage ?? null)
+        grant?.end(info.status, charged(info, body.length))
         this.deps.bus.emit('proxy.request', {
           model: lease.servedModelName,
           instance_id: lease.instanceId,

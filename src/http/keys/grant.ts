@@ -6,9 +6,13 @@ import { duration, type InferenceKey, PRIORITY_RANK } from './key.ts'
 /**
  * KeyGrant: one request's use of an inference key, from its head to its end (InferenceGrant): the
  * model it names must be one the key allows (403 `model_not_allowed`), it holds one of the key's
- * concurrent places from `begin` to `end`, and its end is counted once (KeyEnds: usage, the
- * minute's tokens, the budget, metrics). The static INFERENCE_API_KEY's grant has no key: no
- * limit, usage counted as `static`.
+ * concurrent places and a reservation of its worst case in tokens (key.ts) from `begin` to `end`,
+ * and its end is counted once (KeyEnds: usage, the minute's tokens, the budget, metrics). The
+ * static INFERENCE_API_KEY's grant has no key: no limit, usage counted as `static`.
+ *
+ * A request that ends without beginning (refused before its model was found, or for its key's
+ * limits) is counted under REFUSED_MODEL: usage rows are kept only for models that exist, whatever
+ * name a client sends.
  */
 export interface KeyEnds {
   ended(key: InferenceKey | null, model: string, status: number, usage: TokenUsage | null): void
@@ -17,8 +21,13 @@ export interface KeyEnds {
 
 export type RefusalReason = 'requests' | 'tokens' | 'concurrency' | 'quota' | 'model'
 
+/** REFUSED_MODEL: the one usage label of requests refused before a model served them. */
+export const REFUSED_MODEL = '(refused)'
+
 export class KeyGrant implements InferenceGrant {
   private model: string | null = null
+  private reserved = 0
+  private over = false
 
   constructor(
     private readonly ends: KeyEnds,
@@ -30,11 +39,18 @@ export class KeyGrant implements InferenceGrant {
     return this.key ? PRIORITY_RANK[this.key.priority] : PRIORITY_RANK.normal
   }
 
-  begin(model: string): AppError | null {
-    if (this.model !== null) return null
+  get metered(): boolean {
+    const key = this.key
+    return key !== null && (key.tpm !== null || key.budgetTokens !== null)
+  }
+
+  begin(model: string, worst: number, now = Date.now()): AppError | null {
+    if (this.model !== null || this.over) return null
     const key = this.key
     if (key) {
       if (key.models !== null && !key.models.has(model)) {
+        // Refused before any work: the request does not use up one of the key's requests per minute.
+        key.giveBackRequest()
         this.ends.refused(key, 'model')
         return modelNotAllowed(key, model)
       }
@@ -42,6 +58,14 @@ export class KeyGrant implements InferenceGrant {
         this.ends.refused(key, 'concurrency')
         return tooManyConcurrent(key, {})
       }
+      const fits = key.reserve(now, worst)
+      if (fits !== true) {
+        this.ends.refused(key, fits === 'tokens' ? 'tokens' : 'quota')
+        const headers = rateLimitHeaders(key, now)
+        if (fits === 'tokens') return tooManyTokens(key, key.tokensShortMs(now, worst), headers, worst)
+        return fits === 'quota' ? quotaSpent(key, headers) : budgetHeld(key, worst, headers)
+      }
+      this.reserved = worst
       key.enter()
     }
     this.model = model
@@ -49,11 +73,20 @@ export class KeyGrant implements InferenceGrant {
   }
 
   end(status: number, usage: TokenUsage | null): void {
+    if (this.over) return
+    this.over = true
     const model = this.model
-    if (model === null) return
+    if (model === null) {
+      this.ends.ended(this.key, REFUSED_MODEL, status, null)
+      return
+    }
     this.model = null
-    this.key?.leave()
-    this.ends.ended(this.key, model, status, usage)
+    const key = this.key
+    if (key) {
+      key.settle(this.reserved)
+      key.leave()
+    }
+    this.ends.ended(key, model, status, usage)
   }
 }
 
@@ -117,13 +150,19 @@ export function tooManyRequests(
   )
 }
 
-export function tooManyTokens(key: InferenceKey, waitMs: number, headers: Record<string, string>): AppError {
+export function tooManyTokens(
+  key: InferenceKey,
+  waitMs: number,
+  headers: Record<string, string>,
+  requested?: number,
+): AppError {
   const s = seconds(waitMs)
+  const asked = requested === undefined ? '' : `, Requested ${requested}`
   return proxyError(
     429,
     'tokens',
     'rate_limit_exceeded',
-    `Rate limit reached for key '${key.name}' on tokens per min (TPM): Limit ${key.tpm}. Please try again in ${s}s.`,
+    `Rate limit reached for key '${key.name}' on tokens per min (TPM): Limit ${key.tpm}${asked}. Please try again in ${s}s.`,
     undefined,
     { ...headers, 'retry-after': String(s) },
   )
@@ -156,6 +195,25 @@ export function quotaSpent(key: InferenceKey, headers: Record<string, string>): 
       `it renews at ${new Date(key.windows.periodEnd).toISOString()}.`,
     undefined,
     { ...headers, 'x-should-retry': 'false' },
+  )
+}
+
+/** A reservation returns when a request ends: a client may retry soon. */
+const HELD_RETRY_SECONDS = 1
+
+/**
+ * budgetHeld: what is left of the budget is reserved by the key's requests in flight (each holds its
+ * worst case until it ends, when the unused part returns): a retry may fit, unlike insufficient_quota.
+ */
+export function budgetHeld(key: InferenceKey, requested: number, headers: Record<string, string>): AppError {
+  return proxyError(
+    429,
+    'tokens',
+    'rate_limit_exceeded',
+    `Key '${key.name}' has too little of its budget of ${key.budgetTokens} tokens left unreserved for this request ` +
+      `(Requested ${requested}: its prompt and max_tokens); requests in flight hold the rest. Please try again in ${HELD_RETRY_SECONDS}s.`,
+    undefined,
+    { ...headers, 'retry-after': String(HELD_RETRY_SECONDS) },
   )
 }
 

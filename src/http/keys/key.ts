@@ -7,11 +7,17 @@
  * - Requests per minute: GCRA (the generic cell rate algorithm, a token bucket in one number): a
  *   key may send `rpm` requests at once, then one every 60/rpm s; `tat` is when the bucket would
  *   be full again.
- * - Tokens per minute: a bucket of `tpm` tokens refilled continuously. The tokens of a request are
- *   known only when it ends (the engine's count), so a request is refused while the bucket is
- *   empty, and the one that empties it may take it below zero: the next ones wait until it refills.
- * - Budget: tokens in the current UTC day or month, refused once spent (the stream that spends the
- *   last of it finishes; the next request is refused).
+ * - Tokens per minute: a bucket of `tpm` tokens refilled continuously.
+ * - Budget: tokens in the current UTC day or month, refused once spent.
+ *
+ * The tokens of a request are known only when it ends (the engine's count), so a request reserves
+ * its worst case when it begins (`reserve`: its prompt's estimate and its `max_tokens`, see
+ * requestCost in src/wire/usage.ts), held against both the minute's bucket and the budget until it
+ * ends, when the reservation is returned and the real count spent (`settle`). A request whose
+ * reservation does not fit is refused (429), so requests in flight at once can never together pass
+ * a limit: the most a key can spend past its budget, on one pod, is one request's excess (the only
+ * reservation allowed to be larger than what is left: a request that begins when none of the key's
+ * others is in flight), and past its tpm the excess of one request larger than the whole minute.
  */
 export type Priority = 'high' | 'normal' | 'low'
 export type BudgetPeriod = 'day' | 'month'
@@ -59,6 +65,8 @@ export class KeyWindows {
   tokens = Number.NaN
   tokensAt = 0
   inFlight = 0
+  /** Tokens reserved by this key's requests in flight here (each its worst case, until it ends). */
+  reserved = 0
   /** The budget's current period [periodStart, periodEnd) and the tokens spent in it here. */
   periodStart = 0
   periodEnd = 0
@@ -200,6 +208,12 @@ export class InferenceKey {
     w.tat = Math.max(w.tat, now) + MINUTE_MS / this.rpm
   }
 
+  /** giveBackRequest: a request taken was refused before any work (a model the key may not use): its place returns. */
+  giveBackRequest(): void {
+    if (this.rpm === null) return
+    this.windows.tat -= MINUTE_MS / this.rpm
+  }
+
   /** requestsLeft: requests that could go at once now. */
   requestsLeft(now: number): number {
     const rpm = this.rpm
@@ -278,6 +292,47 @@ export class InferenceKey {
   budgetSpent(): boolean {
     const w = this.windows
     return this.budgetTokens !== null && w.periodTokens + w.peerTokens >= this.budgetTokens
+  }
+
+  // ---- reservations (see the file comment) ----
+
+  /**
+   * reserve: a request that may use up to `worst` tokens begins: its reservation is held (true), or
+   * why it does not fit: `tokens` (the minute's bucket, less what is reserved, holds less than the
+   * request, or than the whole tpm for a request larger than it), `quota` (the budget is spent), or
+   * `held` (what is left of the budget is reserved by requests in flight; it may free when they end).
+   * Call after inPeriod/rollPeriod. A key with neither limit reserves nothing.
+   */
+  reserve(now: number, worst: number): true | 'tokens' | 'quota' | 'held' {
+    const tpm = this.tpm
+    const budget = this.budgetTokens
+    if (tpm === null && budget === null) return true
+    const w = this.windows
+    if (tpm !== null && this.tokensLeft(now) - w.reserved < Math.min(worst, tpm)) return 'tokens'
+    if (budget !== null) {
+      const left = budget - w.periodTokens - w.peerTokens
+      if (left <= 0) return 'quota'
+      if (left - w.reserved < worst && !(w.reserved === 0 && left > 0)) return 'held'
+      w.unreported = true
+    }
+    w.reserved += worst
+    return true
+  }
+
+  /** tokensShortMs: ms until the minute's bucket, less what is reserved, holds `worst` (capped at tpm). */
+  tokensShortMs(now: number, worst: number): number {
+    const tpm = this.tpm
+    if (tpm === null) return 0
+    const short = Math.min(worst, tpm) - (this.tokensLeft(now) - this.windows.reserved)
+    return short <= 0 ? 0 : Math.ceil((short * MINUTE_MS) / tpm)
+  }
+
+  /** settle: a request that reserved `reserved` ended: its reservation returns (spend its real count). */
+  settle(reserved: number): void {
+    if (reserved <= 0) return
+    const w = this.windows
+    w.reserved = Math.max(0, w.reserved - reserved)
+    if (this.budgetTokens !== null) w.unreported = true
   }
 
   /** enter / leave: a request of this key begins or ends on this pod (its concurrency). */

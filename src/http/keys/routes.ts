@@ -11,7 +11,7 @@ import {
   UsageQuerySchema,
 } from './schemas.ts'
 import type { InferenceKeys } from './service.ts'
-import type { Granularity, GroupBy, UsageQuery, UsageRow } from './usage-book.ts'
+import type { Granularity, GroupBy, UsageCursor, UsagePage, UsageQuery } from './usage-book.ts'
 
 /**
  * keysRoutes: inference keys as an admin resource, and their usage. Thin: InferenceKeys decides.
@@ -31,6 +31,32 @@ export interface UsageWindow {
   to?: string | undefined
   granularity?: Granularity | undefined
   group_by?: GroupBy | undefined
+  /** Rows per page (default USAGE_PAGE_ROWS, at most USAGE_MAX_ROWS). */
+  limit?: number | undefined
+  /** The `next_cursor` of the page before. */
+  cursor?: string | undefined
+}
+
+/** Rows in one answer of the usage API unless `limit` says otherwise, and the most it may say. */
+export const USAGE_PAGE_ROWS = 1000
+export const USAGE_MAX_ROWS = 10_000
+
+/** cursorText: a page's end as the opaque `next_cursor` a client sends back (null: no next page). */
+export function cursorText(c: UsageCursor | null): string | null {
+  return c === null ? null : Buffer.from(JSON.stringify([c.start, c.group])).toString('base64url')
+}
+
+/** cursorOf: the cursor a client sent (400 for one that no answer of this API gave). */
+export function cursorOf(text: string | undefined): UsageCursor | null {
+  if (text === undefined) return null
+  try {
+    const v = JSON.parse(Buffer.from(text, 'base64url').toString()) as unknown
+    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === 'string')
+      return { start: v[0] as number, group: v[1] }
+  } catch {
+    // Not a cursor this API made: refused below.
+  }
+  throw badRequest('query.cursor: must be the next_cursor of an earlier answer')
 }
 
 /**
@@ -55,17 +81,25 @@ export function usageQuery(q: UsageWindow, now = Date.now()): UsageQuery {
     throw badRequest(
       `query: a range of at most ${MAX_RANGE_MS[granularity] / DAY_MS} days with ${granularity}ly rows`,
     )
-  return { from, to, granularity, groupBy: q.group_by ?? 'key' }
+  return {
+    from,
+    to,
+    granularity,
+    groupBy: q.group_by ?? 'key',
+    limit: Math.min(USAGE_MAX_ROWS, q.limit ?? USAGE_PAGE_ROWS),
+    after: cursorOf(q.cursor),
+  }
 }
 
-/** usageAnswer: the rows of a query with the window they cover. */
-export function usageAnswer(query: UsageQuery, rows: UsageRow[]) {
+/** usageAnswer: a page of rows of a query with the window they cover and where the next page starts. */
+export function usageAnswer(query: UsageQuery, page: UsagePage) {
   return {
     from: new Date(query.from).toISOString(),
     to: new Date(query.to).toISOString(),
     granularity: query.granularity,
     group_by: query.groupBy,
-    rows,
+    rows: page.rows,
+    next_cursor: cursorText(page.next),
   }
 }
 

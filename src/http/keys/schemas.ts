@@ -113,6 +113,10 @@ export const UsageQuerySchema = t.Object({
   to: t.Optional(t.String({ maxLength: 64, description: 'ISO 8601 end, exclusive (default: now)' })),
   granularity: t.Optional(t.Union([t.Literal('hour'), t.Literal('day')], { description: 'default hour' })),
   group_by: t.Optional(t.Union([t.Literal('key'), t.Literal('model')], { description: 'default key' })),
+  limit: t.Optional(t.Integer({ minimum: 1, maximum: 10_000, description: 'rows per page (default 1000)' })),
+  cursor: t.Optional(
+    t.String({ maxLength: 1024, description: 'the next_cursor of the page before (absent: the first page)' }),
+  ),
 })
 
 export const UsageAnswer = t.Object({
@@ -121,4 +125,9 @@ export const UsageAnswer = t.Object({
   granularity: t.Union([t.Literal('hour'), t.Literal('day')]),
   group_by: t.Union([t.Literal('key'), t.Literal('model')]),
   rows: t.Array(UsageRowSchema),
+  next_cursor: t.Nullable(
+    t.String({
+      description: 'where the next page begins (send it as `cursor`); null: this page is the last',
+    }),
+  ),
 })

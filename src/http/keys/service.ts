@@ -11,6 +11,7 @@ import {
   KeyGrant,
   missingKey,
   quotaSpent,
+  REFUSED_MODEL,
   type RefusalReason,
   rateLimitHead,
   rateLimitHeaders,
@@ -157,6 +158,8 @@ export class InferenceKeys implements KeyEnds {
 
   private refuse(key: InferenceKey, reason: RefusalReason, error: AppError): AppError {
     this.refused(key, reason)
+    // Counted as a request that failed, under no model's name (the body is not even read).
+    this.usage.add(key.id, REFUSED_MODEL, Date.now(), true, 0, 0)
     return error
   }
 
@@ -256,9 +259,11 @@ export class InferenceKeys implements KeyEnds {
     for (const key of this.book.live()) {
       if (key.budgetTokens === null || !key.inPeriod(now)) continue
       const w = key.windows
-      if (!(all ? w.periodTokens > 0 : w.unreported)) continue
+      // What is reserved here counts too: requests in flight on this pod hold it from the others.
+      const tokens = w.periodTokens + w.reserved
+      if (!(all ? tokens > 0 : w.unreported)) continue
       w.unreported = false
-      out.push({ id: key.id, period_start: w.periodStart, tokens: w.periodTokens })
+      out.push({ id: key.id, period_start: w.periodStart, tokens })
     }
     return out
   }

@@ -1,4 +1,4 @@
-import { and, eq, gte, lt, sql } from 'drizzle-orm'
+import { and, eq, gte, lt, type SQL, sql } from 'drizzle-orm'
 import { inferenceKeys, inferenceKeyUsage } from '../../store/core/schema.ts'
 import type { Store } from '../../store/db.ts'
 
@@ -23,7 +23,10 @@ interface Tally {
 export type Granularity = 'hour' | 'day'
 export type GroupBy = 'key' | 'model'
 
-/** UsageQuery: [from, to) in Unix ms (whole hours), rows per `granularity`, grouped by key or model. */
+/**
+ * UsageQuery: [from, to) in Unix ms (whole hours), rows per `granularity`, grouped by key or model,
+ * one page of them: at most `limit` rows after `after` (rows come ordered by start, then key or model).
+ */
 export interface UsageQuery {
   from: number
   to: number
@@ -31,6 +34,21 @@ export interface UsageQuery {
   groupBy: GroupBy
   /** Only this key's rows (a key's own usage, grouped by model). */
   keyId?: string
+  limit: number
+  /** The last row of the page before (null: the first page). */
+  after: UsageCursor | null
+}
+
+/** UsageCursor: where a page of usage rows ended: its last row's start (Unix ms) and key id or model. */
+export interface UsageCursor {
+  start: number
+  group: string
+}
+
+/** UsagePage: one page of rows; `next`: where the next begins (null: this was the last). */
+export interface UsagePage {
+  rows: UsageRow[]
+  next: UsageCursor | null
 }
 
 export interface UsageRow {
@@ -150,13 +168,39 @@ export class UsageBook {
     return row?.n ?? 0
   }
 
-  /** rows: the usage of [from, to) per hour or day and per key or model (see UsageQuery). */
-  rows(q: UsageQuery): UsageRow[] {
+  /** rows: a page of the usage of [from, to) per hour or day and per key or model (see UsageQuery). */
+  rows(q: UsageQuery): UsagePage {
     this.flush()
     const u = inferenceKeyUsage
     const size = q.granularity === 'day' ? DAY_MS : HOUR_MS
     const start = sql<number>`(${u.hour} / ${size}) * ${size}`
-    const where = and(gte(u.hour, q.from), lt(u.hour, q.to), q.keyId ? eq(u.key_id, q.keyId) : undefined)
+    const group = q.groupBy === 'model' ? u.model : u.key_id
+    const after = q.after
+    // Keyset paging: a page starts past the last row of the one before, however the table grew.
+    const where = and(
+      gte(u.hour, q.from),
+      lt(u.hour, q.to),
+      q.keyId ? eq(u.key_id, q.keyId) : undefined,
+      after
+        ? sql`(${start} > ${after.start} OR (${start} = ${after.start} AND ${group} > ${after.group}))`
+        : undefined,
+    )
+    const rows = this.grouped(q, start, where)
+    if (rows.length <= q.limit) return { rows, next: null }
+    rows.length = q.limit
+    const last = rows[rows.length - 1]!
+    return {
+      rows,
+      next: {
+        start: Date.parse(last.start),
+        group: (q.groupBy === 'model' ? last.model : last.key_id) ?? '',
+      },
+    }
+  }
+
+  /** grouped: up to limit + 1 rows of a query (one more than a page: whether another page follows). */
+  private grouped(q: UsageQuery, start: SQL<number>, where: SQL | undefined): UsageRow[] {
+    const u = inferenceKeyUsage
     const sums = {
       start,
       requests: sql<number>`sum(${u.requests})`,
@@ -172,6 +216,7 @@ export class UsageBook {
         .where(where)
         .groupBy(start, u.model)
         .orderBy(start, u.model)
+        .limit(q.limit + 1)
         .all()
         .map((r) => ({ ...r, start: out(r) }))
     }
@@ -182,6 +227,7 @@ export class UsageBook {
       .where(where)
       .groupBy(start, u.key_id)
       .orderBy(start, u.key_id)
+      .limit(q.limit + 1)
       .all()
       .map((r) => ({
         ...r,
