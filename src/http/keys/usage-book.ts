@@ -6,10 +6,11 @@ import type { Store } from '../../store/db.ts'
  * UsageBook: requests and the engine's token counts per key, model and UTC hour. A request's end
  * adds to a tally in memory (no I/O, no allocation once its key and model have one this hour); the
  * tallies are written to SQLite in one transaction at most every FLUSH_MS (an upsert that adds),
- * when the hour turns, before every read and at shutdown. So a `kill -9` loses at most the last
- * FLUSH_MS of counts, and nothing else can.
+ * when the hour turns, before every read and at shutdown. So a `kill -9` loses the last FLUSH_MS of
+ * counts (more only while the host is too busy to run its timer on time), and nothing else can.
+ * Half a second keeps that under the second operators are told, with the time a write takes.
  */
-export const FLUSH_MS = 1000
+export const FLUSH_MS = 500
 const HOUR_MS = 3_600_000
 const DAY_MS = 86_400_000
 
