@@ -6,6 +6,7 @@ import type { WakePolicy } from '../../../src/directory/wake.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
 import type { AnyElysia, RawRoute } from '../../../src/host/plugin.ts'
+import { capped } from '../../../src/host/telemetry/telemetry.ts'
 import { type AppError, proxyError } from '../../../src/http/errors.ts'
 import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
@@ -354,7 +355,10 @@ export class GatewayInference implements GatewayInferenceApi {
     const json = method === 'POST' ? req.json() : null
     const model = json !== null && typeof json !== 'string' ? json.string('model') : undefined
     const served = lease.servedModelName
-    trace.setAttributes({ 'gen_ai.request.model': model, 'gen_ai.response.model': served })
+    trace.setAttributes({
+      'gen_ai.request.model': model === undefined ? undefined : capped(model),
+      'gen_ai.response.model': served,
+    })
     const host = upstreams.origin(lease.baseUrl).hostname
     const call = engineCall(
       trace,

@@ -149,7 +149,7 @@ export class Telemetry {
     ]
     const operation = operationOf(head.route)
     if (operation !== undefined) attributes.push('gen_ai.operation.name', operation)
-    if (head.model !== undefined) attributes.push('gen_ai.request.model', head.model)
+    if (head.model !== undefined) attributes.push('gen_ai.request.model', capped(head.model))
     if (head.clientAddress !== undefined) attributes.push('client.address', head.clientAddress)
     let serverAddress = head.serverAddress
     let serverPort = head.serverPort
@@ -202,4 +202,15 @@ export class Telemetry {
   async shutdown(): Promise<void> {
     await this.tracer?.shutdown()
   }
+}
+
+/**
+ * The longest client string a span carries as an attribute: a `model` is whatever a client sent (a
+ * 1 MB name included), and a span is exported and kept by a tracing backend.
+ */
+const MAX_CLIENT_CHARS = 256
+
+/** capped: a client's string as a span attribute, cut to MAX_CLIENT_CHARS (and an ellipsis). */
+export function capped(s: string): string {
+  return s.length <= MAX_CLIENT_CHARS ? s : `${s.slice(0, MAX_CLIENT_CHARS)}…`
 }
