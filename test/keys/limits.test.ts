@@ -6,7 +6,7 @@ import { chat, type KeysHost, startKeysHost } from './support.ts'
 /**
  * A key's limits hold under concurrency, through a real listener: N requests at once against
  * `max_concurrent` and `rpm`; a stream that crosses the budget, or whose key is revoked while it
- * runs, finishes whole, and the next request is refused. The stub engine streams only while the
+ * runs, finishes whole, and the next request is refused (one beside it waits for the reservation). The stub engine streams only while the
  * test's gate is open, so a test knows which streams are running.
  */
 let gate = Promise.withResolvers<void>()
@@ -65,20 +65,32 @@ describe('inference keys: limits under concurrency', () => {
     for (const r of refused) expect((await errorOf(r)).code).toBe('rate_limit_exceeded')
   })
 
-  it('a stream that crosses the budget finishes, as does one running beside it; the next request is 429', async () => {
+  it('a stream that crosses the budget finishes, a request beside it waits for its reservation, the next is 429', async () => {
     close()
-    // One plain request uses 5 + 4 = 9 tokens; the stream below 5 + 12 = 17.
+    // The stream below uses 5 + 12 = 17 tokens, but reserves its worst case (its prompt's estimate
+    // and max_tokens), more than the budget: it may, being the key's only request in flight.
     const k = await h.createKey({ name: 'budget-20', budget_tokens: 20, budget_period: 'month' })
     const running = await chat(h.url, k.key, { stream: true, max_tokens: 12 })
     expect(running.status).toBe(200)
+    // Beside it, the rest of the budget is held: refused, with a retry (not insufficient_quota).
+    const beside = await chat(h.url, k.key)
+    expect(beside.status).toBe(429)
+    expect(await errorOf(beside)).toMatchObject({ code: 'rate_limit_exceeded', type: 'tokens' })
+    expect(beside.headers.get('retry-after')).toBe('1')
+    expect(beside.headers.get('x-should-retry')).toBeNull()
     open()
-    const crossing = await chat(h.url, k.key)
-    expect(crossing.status).toBe(200)
-    await crossing.text()
     const text = await running.text()
     // 12 token chunks and [DONE]: the usage chunk the engine was asked for is not the client's.
     expect(frames(text)).toHaveLength(13)
     expect(text).not.toContain('"usage"')
+    await waitFor('the stream ended', async () => {
+      const d = await h.admin<{ state: { in_flight: number } }>('GET', `/api/keys/${k.id}`)
+      return d.body.state.in_flight === 0
+    })
+    // 3 tokens are left: a request that may use more begins alone, and crosses the budget.
+    const crossing = await chat(h.url, k.key)
+    expect(crossing.status).toBe(200)
+    await crossing.text()
     const next = await chat(h.url, k.key)
     expect(next.status).toBe(429)
     expect((await errorOf(next)).code).toBe('insufficient_quota')

@@ -11,7 +11,6 @@ import {
   KeyGrant,
   missingKey,
   quotaSpent,
-  REFUSED_MODEL,
   type RefusalReason,
   rateLimitHead,
   rateLimitHeaders,
@@ -158,8 +157,6 @@ export class InferenceKeys implements KeyEnds {
 
   private refuse(key: InferenceKey, reason: RefusalReason, error: AppError): AppError {
     this.refused(key, reason)
-    // Counted as a request that failed, under no model's name (the body is not even read).
-    this.usage.add(key.id, REFUSED_MODEL, Date.now(), true, 0, 0)
     return error
   }
 
