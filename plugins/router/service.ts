@@ -257,14 +257,18 @@ export class RouterService {
   /**
    * requireForAction: the model an action names, once the caller may act on it. The key check
    * comes before the lookup (an unknown name needs the key as a gateway model does), so a caller
-   * without it gets 401 whether or not the name exists; `authorization` is the request's
+   * without it gets 401 whether or not the name exists; a key whose model list leaves the model out
+   * gets 403 `model_not_allowed`, as its inference would; `authorization` is the request's
    * Authorization header value.
    */
   private requireForAction(name: string, authorization: string | null): ModelEntry {
     const e = this.table.get(name)
-    const denied = this.gate.check(e, null, authorization)
-    if (denied instanceof AppError) throw denied
+    const verdict = this.gate.check(e, null, authorization)
+    if (verdict instanceof AppError) throw verdict
     if (!e) throw modelNotFound(name)
+    // A key limited to other models may not sleep or wake this one either.
+    const denied = verdict?.allows(e.name) ?? null
+    if (denied) throw denied
     return e
   }
 

@@ -42,6 +42,11 @@ export interface InferenceGrant {
    */
   begin(model: string, worst: number): AppError | null
   /**
+   * allows: whether the key may act on `model` at all (its model list), for an action that is no
+   * inference request (the router's sleep and wakeup): null, or the 403 refusal. Counts nothing.
+   */
+  allows(model: string): AppError | null
+  /**
    * end: the request has ended with `status`, having used `usage` (null: not known): once, whether
    * it began or was refused before (then it is counted as a refusal, under no model's name).
    */

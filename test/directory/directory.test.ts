@@ -194,6 +194,7 @@ function grantOf(priority: string | null): InferenceGrant | null {
     priority: Number(priority),
     metered: false,
     begin: () => null,
+    allows: () => null,
     end: (status) => {
       grantEnds.push(status)
     },

@@ -19,7 +19,11 @@ beforeAll(async () => {
   r = await startRouterWithGateway([18870, 18879], 'from_gateway: true\n')
   const load = await admin<{ instance_id: string }>('/api/v1/models/load', {
     method: 'POST',
-    body: JSON.stringify({ model_path: 'org/gw-metered-base', served_model_name: GW }),
+    body: JSON.stringify({
+      model_path: 'org/gw-metered-base',
+      served_model_name: GW,
+      enable_sleep_mode: true,
+    }),
   })
   expect(load.status).toBe(202)
   instanceId = load.body.instance_id
@@ -117,5 +121,34 @@ describe('router: a key is charged for what its client received', () => {
     // The engine's own count: exactly the 9 tokens asked for, and its prompt count.
     expect(row?.completion_tokens).toBe(9)
     expect(d.state.budget_used).toBe(row!.prompt_tokens + 9)
+  })
+})
+
+describe('router: a key acts only on the models it lists', () => {
+  it('refuses to sleep or wake a model with a key for another one (403), and sleeps it with its own', async () => {
+    const make = async (name: string, models: string[]) =>
+      (
+        await admin<{ id: string; key: string }>('/api/keys', {
+          method: 'POST',
+          body: JSON.stringify({ name, models }),
+        })
+      ).body.key
+    const other = await make('router-other-model', ['some-other-model'])
+    const own = await make('router-own-model', [GW])
+    const status = async () =>
+      (await r.get<{ models: Record<string, { status: string }> }>('/sleep/status')).body.models[GW]?.status
+    expect(await status()).toBe('active')
+    const bearer = (key: string) => ({ authorization: `Bearer ${key}` })
+    const slept = await r.post<{ error: { code: string } }>(`/action/sleep/${GW}`, {}, bearer(other))
+    expect(slept.status).toBe(403)
+    expect(slept.body.error.code).toBe('model_not_allowed')
+    expect(await status()).toBe('active')
+    const ok = await r.post(`/action/sleep/${GW}`, {}, bearer(own))
+    expect(ok.status).toBe(200)
+    await waitFor('asleep', async () => (await status()) === 'sleeping', { timeoutMs: 20_000 })
+    const woken = await r.post<{ error: { code: string } }>(`/action/wakeup/${GW}`, {}, bearer(other))
+    expect(woken.status).toBe(403)
+    expect(woken.body.error.code).toBe('model_not_allowed')
+    expect(await status()).toBe('sleeping')
   })
 })

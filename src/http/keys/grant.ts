@@ -72,6 +72,13 @@ export class KeyGrant implements InferenceGrant {
     return null
   }
 
+  allows(model: string): AppError | null {
+    const key = this.key
+    if (!key || key.models === null || key.models.has(model)) return null
+    this.ends.refused(key, 'model')
+    return modelNotAllowed(key, model)
+  }
+
   end(status: number, usage: TokenUsage | null): void {
     if (this.over) return
     this.over = true
