@@ -9,7 +9,7 @@ import type { ScannedJson } from '../wire/json-scan.ts'
 import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
 import { askForUsage, type UsageMode } from '../wire/usage.ts'
 import type { Backend, BackendKind, BackendRequest, LeaseHandle } from './backend.ts'
-import { Displaced, HoldQueue } from './hold-queue.ts'
+import { Displaced, HoldQueue, queueShare, type Seat } from './hold-queue.ts'
 import { orderBackends } from './order.ts'
 import { type HoldOutcome, registerHoldMetrics, type WakePolicy, WakeRecord } from './wake.ts'
 
@@ -290,8 +290,8 @@ export class ModelDirectory {
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
     const queue = first.queue?.() ?? null
-    const priority = req.grant?.priority ?? NORMAL_PRIORITY
-    if (queue && !(this.holding.get(name)?.hasRoom(priority, queue.max) ?? queue.max > 0))
+    const seat = seatOf(req, queue)
+    if (queue && !(this.holding.get(name)?.hasRoom(seat, queue.max) ?? queue.max > 0))
       return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
     const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
     const holds = !(p.policy === 'reject' && !queue)
@@ -312,7 +312,7 @@ export class ModelDirectory {
           )
     wake.catch((err: Error) => this.log.warn('wake on request failed', { model: name, error: err.message }))
     if (!holds) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
-    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, held) }
+    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, seat, held) }
   }
 
   /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
@@ -324,6 +324,7 @@ export class ModelDirectory {
     p: ListenerPlan,
     client: AbortSignal,
     queue: { max: number; timeoutMs: number } | null,
+    seat: Seat,
     span: TraceSpan | null,
   ): Promise<WireAction> {
     const t0 = performance.now()
@@ -333,7 +334,7 @@ export class ModelDirectory {
       waiting = new HoldQueue()
       this.holding.set(name, waiting)
     }
-    const waiter = waiting.enter(req.grant?.priority ?? NORMAL_PRIORITY, wake, queue?.max ?? null)
+    const waiter = waiting.enter(seat, wake, queue?.max ?? null)
     if (!waiter) return this.refuse(p, req, p.answers.queueFull(name, this.retryAfterSeconds(first)))
     let outcome: HoldOutcome = 'awake'
     let reason = ''
@@ -534,6 +535,18 @@ class Lease implements LeaseHandle, BackendRequest {
 }
 
 const NONE: readonly Backend[] = []
+
+/**
+ * seatOf: a request as a model's queue places it: its key's priority (none: normal) and, in a
+ * bounded queue, its key's share of it (queueShare); a request without a key of its own is no party.
+ */
+function seatOf(req: PlanRequest, queue: { max: number } | null): Seat {
+  const grant = req.grant
+  const priority = grant?.priority ?? NORMAL_PRIORITY
+  const party = grant?.party ?? null
+  if (!party) return { priority, party: null, share: null }
+  return { priority, party: party.id, share: queue ? queueShare(queue.max, party.maxConcurrent) : null }
+}
 
 /** taken: whether a backend is one of the listener's kinds and not excluded (already tried). */
 function taken(

@@ -30,6 +30,11 @@ export class KeyGrant implements InferenceGrant {
     return this.key ? PRIORITY_RANK[this.key.priority] : PRIORITY_RANK.normal
   }
 
+  /** party: the key itself, whose id and max_concurrent a held queue reads (null: the static key). */
+  get party(): InferenceKey | null {
+    return this.key
+  }
+
   begin(model: string): AppError | null {
     if (this.model !== null) return null
     const key = this.key

@@ -1,0 +1,97 @@
+import { afterEach, describe, expect, it } from 'bun:test'
+import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { waitFor } from '../support/wait.ts'
+
+/**
+ * A catalogued model's queue while it loads on demand (src/directory hold-queue.ts, the gateway's
+ * residency), through real sockets with auth on: simulated engines on simulated 80 GB GPUs, each
+ * catalogued model claiming 60 % of a GPU, inference keys made through the admin API.
+ */
+const STATIC_KEY = 'sk-queue-tests'
+const AUTH = {
+  AUTH_MODE: 'simple',
+  ADMIN_PASSWORD: 'queue-password',
+  JWT_SECRET: 'queue-jwt-secret-of-at-least-32-bytes-long',
+  INFERENCE_API_KEY: STATIC_KEY,
+}
+
+const gateways: TestGateway[] = []
+afterEach(async () => {
+  for (const gw of gateways.splice(0)) await gw.stop()
+})
+
+function catalogYaml(names: string[], residency: string): string {
+  const lines = names.map(
+    (n) =>
+      `      - { name: ${n}, model_path: org/${n}-7b, gpu_memory_utilization: 0.6, enable_sleep_mode: true }`,
+  )
+  return `    residency: { ${residency} }\n    catalog:\n${lines.join('\n')}\n`
+}
+
+async function boot(
+  names: string[],
+  o: { ports: [number, number]; env?: Record<string, string>; residency?: string; extraYaml?: string },
+) {
+  const gw = await startGateway({
+    ports: o.ports,
+    gpus: '2x80',
+    env: { SIM_LOAD_DELAY_MS: '300', ...o.env },
+    hostEnv: AUTH,
+    extraYaml:
+      catalogYaml(names, o.residency ?? 'policy: cost, min_resident_seconds: 0') + (o.extraYaml ?? ''),
+  })
+  gateways.push(gw)
+  const token = (await gw.host.auth.issueToken('ops', ['admin'])).token
+  const createKey = async (fields: Record<string, unknown>): Promise<string> => {
+    const res = await fetch(`${gw.url}/api/keys`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify(fields),
+    })
+    expect(res.status).toBe(201)
+    return ((await res.json()) as { key: string }).key
+  }
+  return { gw, token, createKey }
+}
+
+function chat(url: string, key: string, model: string, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    ...(signal ? { signal } : {}),
+  })
+}
+
+async function code(res: Response): Promise<string> {
+  return ((await res.json()) as { error: { code: string } }).error.code
+}
+
+describe("a model's queue while it loads", () => {
+  it("one key's flood leaves room in the queue for another key", async () => {
+    const { gw, createKey } = await boot(['shared'], {
+      ports: [19800, 19819],
+      env: { SIM_LOAD_DELAY_MS: '8000' },
+      residency: 'policy: cost, min_resident_seconds: 0, max_queue: 4',
+    })
+    const flooder = await createKey({ name: 'flooder' })
+    const other = await createKey({ name: 'other' })
+    const flood = Array.from({ length: 10 }, () => chat(gw.url, flooder, 'shared'))
+    // Half the queue is the flooder's: the rest of its flood is refused at once.
+    const refused: Response[] = []
+    for (const r of flood)
+      void r.then((res) => {
+        if (res.status === 429) refused.push(res)
+      })
+    await waitFor('the flood beyond its share refused', () => refused.length === 8)
+    expect(gw.host.directory.held('shared')).toBe(2)
+    for (const r of refused) expect(await code(r)).toBe('queue_full')
+    // Another key still finds a place, and is served once the model loads.
+    const asked = chat(gw.url, other, 'shared')
+    await waitFor('the other key queued', () => gw.host.directory.held('shared') === 3)
+    const res = await asked
+    expect(res.status).toBe(200)
+    const served = (await Promise.all(flood)).filter((r) => r.status === 200)
+    expect(served.length).toBe(2)
+  }, 60_000)
+})
