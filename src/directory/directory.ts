@@ -121,6 +121,8 @@ export class ModelDirectory {
   private readonly records = new Map<string, WakeRecord>()
   /** Per served model name: requests held for it now, in the order they go on. */
   private readonly holding = new Map<string, HoldQueue>()
+  /** Per backend key: the wake requests started and joined (wakeFirst), while it runs. */
+  private readonly runs = new Map<string, WakeRun>()
   /** Aborted when the host stops: held requests are answered at once. */
   private readonly lifetime = new AbortController()
   /** Aborted when the host begins to stop: requests queued for a load are answered at once. */
@@ -302,17 +304,51 @@ export class ModelDirectory {
           'modelgate.hold.queued': queue !== null,
         }) ?? null)
       : null
-    const wakes = sleepers.map((b) => this.wake(b, held ?? req.trace))
+    const runs = sleepers.map((b) => this.join(b, held ?? req.trace))
     const wake =
-      wakes.length === 1
-        ? wakes[0]!
-        : Promise.any(wakes).then(
+      runs.length === 1
+        ? runs[0]!.done
+        : Promise.any(runs.map((r) => r.done)).then(
             () => {},
             (err: AggregateError) => Promise.reject(err.errors[0]),
           )
-    wake.catch((err: Error) => this.log.warn('wake on request failed', { model: name, error: err.message }))
+    if (runs.length > 1) wake.catch(() => {})
     if (!holds) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
     return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, seat, held) }
+  }
+
+  /**
+   * join: the backend's wake for a request: the one requests started, while it runs, or a new one.
+   * Its end is the directory's once, however many requests wait for it: a failure is recorded for
+   * the model and logged in one line with how many requests it failed.
+   */
+  private join(b: Backend, trace: SpanBase | null | undefined): WakeRun {
+    const under = this.runs.get(b.key)
+    if (under) {
+      under.requests++
+      trace?.event('modelgate.wake.joined', { 'modelgate.backend': b.key })
+      return under
+    }
+    const run: WakeRun = { requests: 1, done: RESOLVED }
+    run.done = b.wake!(trace).then(
+      () => {
+        if (this.runs.get(b.key) === run) this.runs.delete(b.key)
+      },
+      (err: Error) => {
+        if (this.runs.get(b.key) === run) this.runs.delete(b.key)
+        this.record(b.model).failed(performance.now(), err.message)
+        this.log.warn('wake on request failed', {
+          model: b.model,
+          error: err.message,
+          requests: run.requests,
+        })
+        throw err
+      },
+    )
+    // Every request awaits it through its hold (or not at all, when refused at once).
+    run.done.catch(() => {})
+    this.runs.set(b.key, run)
+    return run
   }
 
   /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
@@ -535,6 +571,15 @@ class Lease implements LeaseHandle, BackendRequest {
 }
 
 const NONE: readonly Backend[] = []
+const RESOLVED: Promise<void> = Promise.resolve()
+
+/** WakeRun: one backend's wake as requests started and joined it (ModelDirectory.join). */
+interface WakeRun {
+  /** How many requests asked for it (held or answered at once). */
+  requests: number
+  /** Settles with the wake: the model serves, or the wake failed. */
+  done: Promise<void>
+}
 
 /**
  * seatOf: a request as a model's queue places it: its key's priority (none: normal) and, in a
