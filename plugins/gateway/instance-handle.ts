@@ -14,8 +14,8 @@ export interface InstanceControl {
   wake(inst: ManagedInstance, trace?: SpanBase | null): Promise<WakeResult>
   /** queue: a catalogued model's requests wait in its queue while it loads or wakes (null: not catalogued). */
   queue(inst: ManagedInstance): { max: number; timeoutMs: number } | null
-  /** abandoned: every request waiting for the instance left. */
-  abandoned(inst: ManagedInstance): void
+  /** abandoned: every request waiting for the instance left; true when its load was cancelled. */
+  abandoned(inst: ManagedInstance): boolean
   /** pinned: the host keeps the instance's model resident (a pinned catalogue entry). */
   pinned(inst: ManagedInstance): boolean
 }
@@ -107,8 +107,8 @@ export class ManagedHandle implements InstanceHandle {
     return this.control.queue(this.inst)
   }
 
-  abandoned(): void {
-    this.control.abandoned(this.inst)
+  abandoned(): boolean {
+    return this.control.abandoned(this.inst)
   }
 
   phase(): string | null {

@@ -8,7 +8,7 @@ import type { BodyRange } from '../wire/body-range.ts'
 import type { ScannedJson } from '../wire/json-scan.ts'
 import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
 import { askForUsage, type UsageMode } from '../wire/usage.ts'
-import type { Backend, BackendKind, BackendRequest, LeaseHandle } from './backend.ts'
+import type { Backend, BackendKind, BackendRequest, LeaseHandle, Readiness } from './backend.ts'
 import { Displaced, HoldQueue, queueShare, type Seat } from './hold-queue.ts'
 import { orderBackends } from './order.ts'
 import { type HoldOutcome, registerHoldMetrics, type WakePolicy, WakeRecord } from './wake.ts'
@@ -295,7 +295,8 @@ export class ModelDirectory {
     const seat = seatOf(req, queue)
     if (queue && !(this.holding.get(name)?.hasRoom(seat, queue.max) ?? queue.max > 0))
       return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
-    const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
+    // What can come to serve (a stopping or failed instance beside a catalogued model cannot).
+    const sleepers = cands.filter((b) => b.local && b.wake && wakeable(b.readiness()))
     const holds = !(p.policy === 'reject' && !queue)
     // Traced: a held request's wait is a span, the wake under it; a refused one's wake is its own child.
     const held = holds
@@ -329,13 +330,15 @@ export class ModelDirectory {
       trace?.event('modelgate.wake.joined', { 'modelgate.backend': b.key })
       return under
     }
-    const run: WakeRun = { requests: 1, done: RESOLVED }
+    const run: WakeRun = { model: b.model, requests: 1, cancelled: false, done: RESOLVED }
     run.done = b.wake!(trace).then(
       () => {
         if (this.runs.get(b.key) === run) this.runs.delete(b.key)
       },
       (err: Error) => {
         if (this.runs.get(b.key) === run) this.runs.delete(b.key)
+        // Cancelled because nobody waited for it any more: no failure of the model.
+        if (run.cancelled) throw err
         this.record(b.model).failed(performance.now(), err.message)
         this.log.warn('wake on request failed', {
           model: b.model,
@@ -349,6 +352,15 @@ export class ModelDirectory {
     run.done.catch(() => {})
     this.runs.set(b.key, run)
     return run
+  }
+
+  /** cancelRuns: the model's wakes under way were cancelled (nobody waits): they end, not fail, and are not joined. */
+  private cancelRuns(model: string): void {
+    for (const [key, run] of this.runs)
+      if (run.model === model) {
+        run.cancelled = true
+        this.runs.delete(key)
+      }
   }
 
   /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
@@ -389,8 +401,9 @@ export class ModelDirectory {
       waiting.leave(waiter)
       if (waiting.size === 0 && this.holding.get(name) === waiting) {
         this.holding.delete(name)
-        // The last request waiting for it left: a load only requests asked for may stop.
-        if (outcome === 'client_gone') first.abandoned?.()
+        // The last request waiting for it left: a load only requests asked for may stop, and a
+        // load so cancelled is no failure: the next request starts another.
+        if (outcome === 'client_gone' && first.abandoned?.()) this.cancelRuns(name)
       }
     }
     this.bus.emit('proxy.held', { model: name, outcome, held_ms: performance.now() - t0 })
@@ -575,8 +588,12 @@ const RESOLVED: Promise<void> = Promise.resolve()
 
 /** WakeRun: one backend's wake as requests started and joined it (ModelDirectory.join). */
 interface WakeRun {
+  /** The served model name of its backend. */
+  readonly model: string
   /** How many requests asked for it (held or answered at once). */
   requests: number
+  /** cancelled: every request left and its backend cancelled it (its end is no failure). */
+  cancelled: boolean
   /** Settles with the wake: the model serves, or the wake failed. */
   done: Promise<void>
 }
@@ -591,6 +608,11 @@ function seatOf(req: PlanRequest, queue: { max: number } | null): Seat {
   const party = grant?.party ?? null
   if (!party) return { priority, party: null, share: null }
   return { priority, party: party.id, share: queue ? queueShare(queue.max, party.maxConcurrent) : null }
+}
+
+/** wakeable: a backend of this readiness serves once its wake (or load) is over. */
+function wakeable(r: Readiness): boolean {
+  return r !== 'ready' && r !== 'unavailable'
 }
 
 /** taken: whether a backend is one of the listener's kinds and not excluded (already tried). */

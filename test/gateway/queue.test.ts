@@ -95,3 +95,27 @@ describe("a model's queue while it loads", () => {
     expect(served.length).toBe(2)
   }, 60_000)
 })
+
+describe('a load its last client leaves', () => {
+  it('is cancelled, not failed: the next request starts the load again and is served', async () => {
+    const { gw } = await boot(['left'], { ports: [19820, 19839], env: { SIM_LOAD_DELAY_MS: '8000' } })
+    const gateway = gw.host.api<{ list(): { id: string; status: string; process_id: number | null }[] }>(
+      'gateway',
+    )
+    const client = new AbortController()
+    const pending = chat(gw.url, STATIC_KEY, 'left', client.signal).catch(() => null)
+    const inst = await waitFor('the load to start', () =>
+      gateway.list().find((i) => i.status === 'starting' && i.process_id),
+    )
+    client.abort()
+    await pending
+    await waitFor(
+      'the load cancelled',
+      () => gateway.list().find((i) => i.id === inst.id)?.status !== 'starting',
+    )
+    // No 502 wake_failed for the next ten seconds: it loads the model again and is served.
+    const res = await chat(gw.url, STATIC_KEY, 'left')
+    expect(`${res.status} ${res.status === 200 ? '' : await res.text()}`).toBe('200 ')
+    expect(gw.host.directory.record('left').recentFailure(performance.now())).toBeNull()
+  }, 60_000)
+})
