@@ -119,3 +119,29 @@ describe('a load its last client leaves', () => {
     expect(gw.host.directory.record('left').recentFailure(performance.now())).toBeNull()
   }, 60_000)
 })
+
+describe('the router, for a catalogued model that is loading', () => {
+  it('holds the request as the gateway does, and serves it once the model loads (not 404)', async () => {
+    const { gw } = await boot(['routed'], {
+      ports: [19840, 19859],
+      env: { SIM_LOAD_DELAY_MS: '3000' },
+      extraYaml: '  router:\n    host: 127.0.0.1\n    port: 0\n    from_gateway: true\n',
+    })
+    const gateway = gw.host.api<{ list(): { served_model_name: string; status: string }[] }>('gateway')
+    const first = chat(gw.url, STATIC_KEY, 'routed')
+    await waitFor('the load to start', () =>
+      gateway.list().some((i) => i.served_model_name === 'routed' && i.status === 'starting'),
+    )
+    const routed = chat(gw.host.urls.router!, STATIC_KEY, 'routed')
+    // Held while the model loads, not answered (it was 404 model_not_found).
+    const early = await Promise.race([
+      routed.then((r) => `answered ${r.status}`),
+      waitFor('the router request held', () => gw.host.directory.held('routed') === 2).then(() => 'held'),
+    ])
+    expect(early).toBe('held')
+    const res = await routed
+    expect(`${res.status} ${res.status === 200 ? '' : await res.text()}`).toBe('200 ')
+    expect(((await res.json()) as { model: string }).model).toBe('routed')
+    expect((await first).status).toBe(200)
+  }, 60_000)
+})
