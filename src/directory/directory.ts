@@ -54,6 +54,8 @@ export interface DirectoryAnswers {
   unavailable(model: string): AppError
   /** 429: as many requests wait for it as its queue holds. */
   queueFull(model: string, retryAfterSeconds: number): AppError
+  /** 503: the server is stopping: a request held for the model is answered now, not served here. */
+  stopping(model: string): AppError
 }
 
 /** Retry-After of a wake when none was measured and the backend cannot tell. */
@@ -288,9 +290,15 @@ export class ModelDirectory {
     const first = cands[0]!
     const name = first.model
     const retryAfter = () => this.retryAfterSeconds(first)
-    if (afterWake) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    // A model whose last wake or load failed says so, also to a request that waited for it.
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
+    if (afterWake) {
+      // Not loaded after all (its load ended without serving, and not by a failure): it cannot
+      // serve now; asleep again: it is being woken.
+      if (first.readiness() === 'absent') return this.refuse(p, req, p.answers.unavailable(name))
+      return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    }
     const queue = first.queue?.() ?? null
     const seat = seatOf(req, queue)
     if (queue && !(this.holding.get(name)?.hasRoom(seat, queue.max) ?? queue.max > 0))
@@ -437,7 +445,7 @@ export class ModelDirectory {
         )
       }
       case 'stopping':
-        return this.refuse(p, req, p.answers.waking(name, 5, 'The server is stopping'))
+        return this.refuse(p, req, p.answers.stopping(name))
       case 'wake_failed':
         return this.refuse(p, req, p.answers.wakeFailed(name, reason))
     }

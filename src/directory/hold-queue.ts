@@ -163,3 +163,22 @@ export function queueFull(model: string, seconds: number): AppError {
     { 'retry-after': String(seconds) },
   )
 }
+
+/** Retry-After of a request a stopping server answered (another pod, or this one restarted, serves it). */
+const RETRY_AFTER_STOPPING_SECONDS = 5
+
+/**
+ * serverStopping: the answer of every listener to a request held for a model when the server
+ * stops (a queue's requests as the shutdown begins, a wake's once the drain is over): it was not
+ * served here, and may be sent again.
+ */
+export function serverStopping(model: string): AppError {
+  return proxyError(
+    503,
+    'service_unavailable',
+    'server_stopping',
+    `The server is stopping; the request for model '${model}' was not served. Retry in ${RETRY_AFTER_STOPPING_SECONDS} s`,
+    undefined,
+    { 'retry-after': String(RETRY_AFTER_STOPPING_SECONDS) },
+  )
+}

@@ -145,3 +145,39 @@ describe('the router, for a catalogued model that is loading', () => {
     expect((await first).status).toBe(200)
   }, 60_000)
 })
+
+describe('the answers of a load that does not serve', () => {
+  it('a failed load: every request that waited for it, and the next, get 502 wake_failed with the reason', async () => {
+    const { gw } = await boot(['broken'], {
+      ports: [19860, 19879],
+      env: { SIM_LOAD_DELAY_MS: '1500', SIM_FAIL_START: 'CUDA out of memory at load' },
+    })
+    const gateway = gw.host.api<{ list(): { served_model_name: string; status: string }[] }>('gateway')
+    const first = chat(gw.url, STATIC_KEY, 'broken')
+    await waitFor('the load to start', () =>
+      gateway.list().some((i) => i.served_model_name === 'broken' && i.status === 'starting'),
+    )
+    // Queued behind the instance's load, not the catalogue's bring-up.
+    const second = chat(gw.url, STATIC_KEY, 'broken')
+    await waitFor('both queued', () => gw.host.directory.held('broken') === 2)
+    for (const res of [await first, await second, await chat(gw.url, STATIC_KEY, 'broken')]) {
+      const body = await res.text()
+      expect(`${res.status} ${JSON.parse(body).error.code}`).toBe('502 wake_failed')
+      expect(body).toContain('CUDA out of memory at load')
+    }
+  }, 60_000)
+
+  it('a request queued for a load when the server stops: 503 server_stopping, saying so', async () => {
+    const { gw } = await boot(['late'], { ports: [19880, 19899], env: { SIM_LOAD_DELAY_MS: '20000' } })
+    const held = chat(gw.url, STATIC_KEY, 'late')
+    await waitFor('the request queued', () => gw.host.directory.held('late') === 1)
+    gateways.splice(gateways.indexOf(gw), 1)
+    const stopping = gw.stop()
+    const res = await held
+    const error = ((await res.json()) as { error: { code: string; message: string } }).error
+    expect(`${res.status} ${error.code}`).toBe('503 server_stopping')
+    expect(error.message).toContain('server is stopping')
+    expect(res.headers.get('retry-after')).not.toBeNull()
+    await stopping
+  }, 60_000)
+})

@@ -240,9 +240,8 @@ export class ResidencyManager implements ResidencyHooks {
           signal,
           what: `the load of ${name}`,
         })
-        const s = this.d.service.get(starting.id)?.status
-        if (s === 'active') return
-        throw new Error(`the load of ${name} ended ${s ?? 'removed'}`)
+        if (this.d.service.get(starting.id)?.status === 'active') return
+        throw this.loadEnded(name, starting.id)
       }
       const sleeping = insts.find((i) => i.status === 'sleeping')
       if (sleeping) {
@@ -291,8 +290,15 @@ export class ResidencyManager implements ResidencyHooks {
       signal,
       what: `the load of ${entry.name}`,
     })
-    const s = this.d.service.get(started)?.status
-    if (s !== 'active') throw new Error(`the load of ${entry.name} ended ${s ?? 'removed'}`)
+    if (this.d.service.get(started)?.status !== 'active') throw this.loadEnded(entry.name, started)
+  }
+
+  /** loadEnded: a load that ended without serving, as its waiters are told (a failure with its reason). */
+  private loadEnded(name: string, id: string): Error {
+    const inst = this.d.service.get(id)
+    if (inst?.status === 'failed')
+      return new Error(`the load of ${name} failed: ${inst.error ?? 'no reason given'}`)
+    return new Error(`the load of ${name} ended ${inst?.status ?? 'removed'}`)
   }
 
   /**
