@@ -123,7 +123,7 @@ export class ModelDirectory {
   private readonly records = new Map<string, WakeRecord>()
   /** Per served model name: requests held for it now, in the order they go on. */
   private readonly holding = new Map<string, HoldQueue>()
-  /** Per backend key: the wake requests started and joined (wakeFirst), while it runs. */
+  /** Per served model name: the wake requests started and joined (wakeFirst), while it runs. */
   private readonly runs = new Map<string, WakeRun>()
   /** Aborted when the host stops: held requests are answered at once. */
   private readonly lifetime = new AbortController()
@@ -313,62 +313,63 @@ export class ModelDirectory {
           'modelgate.hold.queued': queue !== null,
         }) ?? null)
       : null
-    const runs = sleepers.map((b) => this.join(b, held ?? req.trace))
-    const wake =
-      runs.length === 1
-        ? runs[0]!.done
-        : Promise.any(runs.map((r) => r.done)).then(
-            () => {},
-            (err: AggregateError) => Promise.reject(err.errors[0]),
-          )
-    if (runs.length > 1) wake.catch(() => {})
+    const wake = this.join(name, sleepers, held ?? req.trace).done
     if (!holds) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
     return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, seat, held) }
   }
 
   /**
-   * join: the backend's wake for a request: the one requests started, while it runs, or a new one.
-   * Its end is the directory's once, however many requests wait for it: a failure is recorded for
-   * the model and logged in one line with how many requests it failed.
+   * join: the model's wake for a request: the one requests started, while it runs, or a new one of
+   * every backend of it that sleeps or loads (it serves as soon as one does). Its end is the
+   * directory's once, however many requests wait for it and through whichever backends: each
+   * backend's failure is recorded for its model, and a wake that serves nothing is logged in one
+   * line with how many requests it failed.
    */
-  private join(b: Backend, trace: SpanBase | null | undefined): WakeRun {
-    const under = this.runs.get(b.key)
+  private join(model: string, sleepers: readonly Backend[], trace: SpanBase | null | undefined): WakeRun {
+    const under = this.runs.get(model)
     if (under) {
       under.requests++
-      trace?.event('modelgate.wake.joined', { 'modelgate.backend': b.key })
+      trace?.event('modelgate.wake.joined', { 'gen_ai.request.model': model })
       return under
     }
-    const run: WakeRun = { model: b.model, requests: 1, cancelled: false, done: RESOLVED }
-    run.done = b.wake!(trace).then(
+    const run: WakeRun = { requests: 1, cancelled: false, done: RESOLVED }
+    const wakes = sleepers.map((b) =>
+      b.wake!(trace).catch((err: Error) => {
+        // Cancelled because nobody waited for it any more: no failure of the model.
+        if (!run.cancelled) this.record(b.model).failed(performance.now(), err.message)
+        throw err
+      }),
+    )
+    const served =
+      wakes.length === 1
+        ? wakes[0]!
+        : Promise.any(wakes).then(
+            () => {},
+            (err: AggregateError) => Promise.reject(err.errors[0]),
+          )
+    run.done = served.then(
       () => {
-        if (this.runs.get(b.key) === run) this.runs.delete(b.key)
+        if (this.runs.get(model) === run) this.runs.delete(model)
       },
       (err: Error) => {
-        if (this.runs.get(b.key) === run) this.runs.delete(b.key)
-        // Cancelled because nobody waited for it any more: no failure of the model.
-        if (run.cancelled) throw err
-        this.record(b.model).failed(performance.now(), err.message)
-        this.log.warn('wake on request failed', {
-          model: b.model,
-          error: err.message,
-          requests: run.requests,
-        })
+        if (this.runs.get(model) === run) this.runs.delete(model)
+        if (!run.cancelled)
+          this.log.warn('wake on request failed', { model, error: err.message, requests: run.requests })
         throw err
       },
     )
     // Every request awaits it through its hold (or not at all, when refused at once).
     run.done.catch(() => {})
-    this.runs.set(b.key, run)
+    this.runs.set(model, run)
     return run
   }
 
-  /** cancelRuns: the model's wakes under way were cancelled (nobody waits): they end, not fail, and are not joined. */
-  private cancelRuns(model: string): void {
-    for (const [key, run] of this.runs)
-      if (run.model === model) {
-        run.cancelled = true
-        this.runs.delete(key)
-      }
+  /** cancelRun: the model's wake under way was cancelled (nobody waits): it ends, not fails, and is not joined. */
+  private cancelRun(model: string): void {
+    const run = this.runs.get(model)
+    if (!run) return
+    run.cancelled = true
+    this.runs.delete(model)
   }
 
   /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
@@ -411,7 +412,7 @@ export class ModelDirectory {
         this.holding.delete(name)
         // The last request waiting for it left: a load only requests asked for may stop, and a
         // load so cancelled is no failure: the next request starts another.
-        if (outcome === 'client_gone' && first.abandoned?.()) this.cancelRuns(name)
+        if (outcome === 'client_gone' && first.abandoned?.()) this.cancelRun(name)
       }
     }
     this.bus.emit('proxy.held', { model: name, outcome, held_ms: performance.now() - t0 })
@@ -594,10 +595,8 @@ class Lease implements LeaseHandle, BackendRequest {
 const NONE: readonly Backend[] = []
 const RESOLVED: Promise<void> = Promise.resolve()
 
-/** WakeRun: one backend's wake as requests started and joined it (ModelDirectory.join). */
+/** WakeRun: one model's wake as requests started and joined it (ModelDirectory.join). */
 interface WakeRun {
-  /** The served model name of its backend. */
-  readonly model: string
   /** How many requests asked for it (held or answered at once). */
   requests: number
   /** cancelled: every request left and its backend cancelled it (its end is no failure). */

@@ -165,6 +165,10 @@ describe('the answers of a load that does not serve', () => {
       expect(`${res.status} ${JSON.parse(body).error.code}`).toBe('502 wake_failed')
       expect(body).toContain('CUDA out of memory at load')
     }
+    // One load failed: one line, with the two requests it failed.
+    const lines = gw.logs.filter((l) => l.includes('wake on request failed'))
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain('requests=2')
   }, 60_000)
 
   it('a request queued for a load when the server stops: 503 server_stopping, saying so', async () => {
