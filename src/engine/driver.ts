@@ -54,6 +54,11 @@ export interface EngineDriver {
    * not set them. `--port` is not among them: extra_args may choose the port.
    */
   readonly managedFlags: readonly string[]
+  /**
+   * refusedFlags: flags no engine modelgate manages may run with, each with the reason given when
+   * extra_args set one (vLLM's `--sleep-idle-ttl`: it would sleep behind modelgate's back).
+   */
+  readonly refusedFlags: Readonly<Record<string, string>>
   readonly capabilities: EngineCapabilities
   /**
    * sleepShare: the share of what sleep mode can release (weights and KV cache, or the weights

@@ -136,6 +136,19 @@ plugins:
     )
   })
 
+  it("a catalogue entry whose extra_args abbreviate a flag its load sets itself, or set vLLM's --sleep-idle-ttl", () => {
+    refusedByBoth(
+      gateway(`    catalog:
+      - { name: a, model_path: x/y, extra_args: ['--ho=0.0.0.0'] }
+      - { name: b, model_path: x/y, engine_kind: sglang, extra_args: [--context, '4096'] }
+      - { name: c, model_path: x/y, extra_args: [--sleep-idle-ttl, '60'] }`),
+      {},
+      "plugins.gateway.catalog[0]: extra_args --ho abbreviates --host (argparse accepts a unique prefix): extra_args must not set --host; use the load request's own field instead",
+      'plugins.gateway.catalog[1]: extra_args --context abbreviates --context-length',
+      'plugins.gateway.catalog[2]: extra_args must not set --sleep-idle-ttl: an engine that puts itself to sleep',
+    )
+  })
+
   it('a YAML syntax error, with its line, column and the text of the line', () => {
     refusedByBoth(
       'server:\n  port: 3000\nplugins:\n\tgateway: {}\n',

@@ -227,12 +227,18 @@ describe('the catalogue through its API', () => {
     expect((await del(admin, 'two-way')).status).toBe(200)
   }, 30_000)
 
-  it('refuses what a load would refuse, when it is saved: gpu_ids against the TP, flags the load sets itself', async () => {
+  it('refuses what a load would refuse, when it is saved: gpu_ids against the TP, flags the load sets itself, abbreviated or not', async () => {
     const mismatch = await put(admin, 'm', { model_path: 'a/b', gpu_ids: [0], tensor_parallel_size: 2 })
     expect([mismatch.status, mismatch.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
     expect(mismatch.body.error?.message).toBe('tensor_parallel_size (2) must equal the number of gpu_ids (1)')
     const flag = await put(admin, 'm', { model_path: 'a/b', extra_args: ['--max-model-len', '4096'] })
     expect(flag.body.error?.message).toContain('extra_args must not set --max-model-len')
+    const abbreviated = await put(admin, 'm', { model_path: 'a/b', extra_args: ['--max-model', '4096'] })
+    expect([abbreviated.status, abbreviated.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(abbreviated.body.error?.message).toBe(
+      'extra_args --max-model abbreviates --max-model-len (argparse accepts a unique prefix): ' +
+        "extra_args must not set --max-model-len; use the load request's own field instead",
+    )
     const repeat = await put(admin, 'm', { model_path: 'a/b', gpu_ids: [1, 1] })
     expect(repeat.body.error?.message).toBe('gpu_ids must not repeat a GPU')
     // An engine this modelgate does not know; a flag the entry's own engine's load sets (SGLang's).
