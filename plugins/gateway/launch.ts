@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import { ENV_OVERRIDES } from '../../src/config/schema.ts'
 import { abbreviationIn, findFlagValue, hasFlag, quoteCommand, removeFlag } from '../../src/engine/argv.ts'
-import type { EngineDriver } from '../../src/engine/driver.ts'
+import { type EngineDriver, GPU_MEMORY_UTILIZATION_MIN } from '../../src/engine/driver.ts'
 import type { EngineKind } from '../../src/engine/kinds.ts'
 import { shortModelName } from '../../src/gpu/colors.ts'
 import { instanceSegmentName } from '../../src/gpu/kvcached.ts'
@@ -42,6 +42,11 @@ export function checkArgs(req: LoadRequest, driver: EngineDriver): { extra: stri
         `tensor_parallel_size (${tp}) must equal the number of gpu_ids (${req.gpu_ids.length})`,
       )
   }
+  const util = req.gpu_memory_utilization
+  if (util !== undefined && !(util >= GPU_MEMORY_UTILIZATION_MIN && util <= 1))
+    throw badRequest(
+      `gpu_memory_utilization ${util} must be at least ${GPU_MEMORY_UTILIZATION_MIN} and at most 1`,
+    )
   let extra = [...(req.extra_args ?? [])]
   const managed = (flag: string) =>
     `extra_args must not set ${flag}; use the load request's own field instead`

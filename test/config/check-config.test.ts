@@ -149,6 +149,17 @@ plugins:
     )
   })
 
+  it('a gpu_memory_utilization below 0.05, as the default or in a catalogue entry', () => {
+    refusedByBoth(
+      gateway(`    engine: { gpu_memory_utilization: 1e-300 }
+    catalog:
+      - { name: a, model_path: x/y, gpu_memory_utilization: 0.01 }`),
+      {},
+      'plugins.gateway.engine.gpu_memory_utilization:',
+      'plugins.gateway.catalog[0].gpu_memory_utilization:',
+    )
+  })
+
   it('a YAML syntax error, with its line, column and the text of the line', () => {
     refusedByBoth(
       'server:\n  port: 3000\nplugins:\n\tgateway: {}\n',

@@ -227,7 +227,7 @@ describe('the catalogue through its API', () => {
     expect((await del(admin, 'two-way')).status).toBe(200)
   }, 30_000)
 
-  it('refuses what a load would refuse, when it is saved: gpu_ids against the TP, flags the load sets itself, abbreviated or not', async () => {
+  it('refuses what a load would refuse, when it is saved: gpu_ids against the TP, flags the load sets itself, abbreviated or not, a utilization below the floor', async () => {
     const mismatch = await put(admin, 'm', { model_path: 'a/b', gpu_ids: [0], tensor_parallel_size: 2 })
     expect([mismatch.status, mismatch.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
     expect(mismatch.body.error?.message).toBe('tensor_parallel_size (2) must equal the number of gpu_ids (1)')
@@ -239,6 +239,9 @@ describe('the catalogue through its API', () => {
       'extra_args --max-model abbreviates --max-model-len (argparse accepts a unique prefix): ' +
         "extra_args must not set --max-model-len; use the load request's own field instead",
     )
+    const tiny = await put(admin, 'm', { model_path: 'a/b', gpu_memory_utilization: 1e-300 })
+    expect([tiny.status, tiny.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(tiny.body.error?.message).toContain('gpu_memory_utilization')
     const repeat = await put(admin, 'm', { model_path: 'a/b', gpu_ids: [1, 1] })
     expect(repeat.body.error?.message).toBe('gpu_ids must not repeat a GPU')
     // An engine this modelgate does not know; a flag the entry's own engine's load sets (SGLang's).

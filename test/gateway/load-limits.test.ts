@@ -100,3 +100,22 @@ describe('extra_args of a load', () => {
     expect(unload.status).toBe(202)
   })
 })
+
+describe('gpu_memory_utilization of a load', () => {
+  it('refuses a utilization below the floor of 0.05, and accepts the floor', async () => {
+    for (const util of [1e-300, 0.01, 0.049]) {
+      const [status, code, message] = await refusal({ model_path: 'm', gpu_memory_utilization: util })
+      expect([status, code]).toEqual([400, 'VALIDATION_ERROR'])
+      expect(message).toContain('gpu_memory_utilization')
+    }
+    const id = await gw.load(
+      { model_path: 'facebook/opt-125m', gpu_ids: [1], gpu_memory_utilization: 0.05 },
+      admin,
+    )
+    const unload = await gw.json(`/api/v1/models/${id}/unload`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${admin}` },
+    })
+    expect(unload.status).toBe(202)
+  })
+})

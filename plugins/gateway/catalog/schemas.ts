@@ -1,4 +1,5 @@
 import { type Static, Type as T, type TLiteral } from '@sinclair/typebox'
+import { GPU_MEMORY_UTILIZATION_MIN } from '../../../src/engine/driver.ts'
 import { ENGINE_KINDS, type EngineKind } from '../../../src/engine/kinds.ts'
 
 /**
@@ -52,7 +53,7 @@ const fields = {
   ),
   gpu_memory_utilization: T.Optional(
     T.Number({
-      exclusiveMinimum: 0,
+      minimum: GPU_MEMORY_UTILIZATION_MIN,
       maximum: 1,
       description: 'default: plugins.gateway.engine.gpu_memory_utilization when it loads',
     }),
