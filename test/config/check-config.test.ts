@@ -160,6 +160,17 @@ plugins:
     )
   })
 
+  it('catalogue names that differ only in case', () => {
+    refusedByBoth(
+      gateway(`    catalog:
+      - { name: Qwen/X, model_path: x/y }
+      - { name: other, model_path: x/y }
+      - { name: qwen/x, model_path: x/z }`),
+      {},
+      "plugins.gateway.catalog[2].name: 'qwen/x' differs only in case from 'Qwen/X', the name of plugins.gateway.catalog[0]: names are unique whatever their case",
+    )
+  })
+
   it('a YAML syntax error, with its line, column and the text of the line', () => {
     refusedByBoth(
       'server:\n  port: 3000\nplugins:\n\tgateway: {}\n',

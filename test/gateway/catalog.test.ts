@@ -257,6 +257,35 @@ describe('the catalogue through its API', () => {
     expect(sglangFlag.body.error?.message).toContain('--mem-fraction-static')
     expect((await list()).total).toBe(2)
   })
+
+  it('refuses a name that differs only in case from an entry, from either source; lookups stay exact', async () => {
+    const yamlTwin = await put(admin, 'ORG/yaml-model:V1', { model_path: 'a/b' })
+    expect([yamlTwin.status, yamlTwin.body.error?.code, yamlTwin.body.error?.message]).toEqual([
+      409,
+      'CATALOG_NAME_TAKEN',
+      "'ORG/yaml-model:V1' differs only in case from the catalogue entry 'org/yaml-model:v1' " +
+        `(defined in ${join(gw.dataDir, 'modelgate.yaml')}, plugins.gateway.catalog[0]): names are unique whatever their case`,
+    ])
+    expect((await put(admin, 'Qwen/X', { model_path: 'Qwen/Qwen2.5-7B-Instruct' })).status).toBe(201)
+    const twin = await put(admin, 'qwen/x', { model_path: 'a/b' })
+    expect([twin.status, twin.body.error?.code]).toEqual([409, 'CATALOG_NAME_TAKEN'])
+    expect(twin.body.error?.message).toBe(
+      "'qwen/x' differs only in case from the catalogue entry 'Qwen/X': names are unique whatever their case",
+    )
+    // The entry itself is replaced as before; another spelling does not find it, and the 404 says which.
+    expect((await put(admin, 'Qwen/X', { model_path: 'Qwen/Qwen2.5-7B-Instruct', pin: true })).status).toBe(
+      200,
+    )
+    const other = await as(viewer)(`/api/catalog/${encodeURIComponent('qwen/x')}`)
+    expect([other.status, other.body.error?.code, other.body.error?.message]).toEqual([
+      404,
+      'CATALOG_ENTRY_NOT_FOUND',
+      "No catalogue entry named 'qwen/x' (names match exactly: there is 'Qwen/X')",
+    ])
+    expect((await del(admin, 'qwen/x')).status).toBe(404)
+    expect((await del(admin, 'Qwen/X')).status).toBe(200)
+    expect((await list()).total).toBe(2)
+  })
 })
 
 describe('the catalogue across a restart', () => {

@@ -20,7 +20,7 @@ export const CatalogNameSchema = T.String({
   maxLength: CATALOG_NAME_MAX,
   pattern: NAME_CHARS.source,
   description:
-    'what clients put in `model`; unique; 1–128 of A–Z a–z 0–9 . _ : / - and not a file path (no leading /, ' +
+    'what clients put in `model`; unique whatever its case; 1–128 of A–Z a–z 0–9 . _ : / - and not a file path (no leading /, ' +
     'no empty, . or .. segment)',
   errorMessage:
     'must be 1–128 characters of A–Z a–z 0–9 . _ : / - (a served model name such as org/model:tag)',
