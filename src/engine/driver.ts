@@ -47,8 +47,8 @@ export interface EngineCapabilities {
  * --gpu-memory-utilization, SGLang's --mem-fraction-static). The engine must hold its weights, its
  * activations and some KV cache within it: below 5 % (4 GiB of an 80 GiB GPU, 1.2 GiB of a 24 GiB
  * one) no model it serves starts, and a figure such as 1e-300 only fails minutes later, in the
- * engine's own log. Loads, catalogue entries, the cluster's loads, the pre-load check and the
- * default in plugins.gateway.engine all refuse less.
+ * engine's own log. Loads, catalogue entries, the cluster's loads and the default in
+ * plugins.gateway.engine refuse less; the pre-load check, which loads nothing, answers for any.
  */
 export const GPU_MEMORY_UTILIZATION_MIN = 0.05
 

@@ -1,5 +1,4 @@
 import { Elysia, t } from 'elysia'
-import { GPU_MEMORY_UTILIZATION_MIN } from '../../../src/engine/driver.ts'
 import { badRequest, notFound } from '../../../src/http/errors.ts'
 import { ControllerError } from '../../../src/http/schemas.ts'
 import {
@@ -74,7 +73,7 @@ const CheckBody = t.Object(
     gpu_ids: t.Optional(t.Array(t.Integer({ minimum: 0 }), { minItems: 1 })),
     gpu_name: t.Optional(t.String({ minLength: 1, description: 'instead of gpu_ids' })),
     tensor_parallel_size: t.Optional(t.Integer({ minimum: 1, maximum: 64 })),
-    gpu_memory_utilization: t.Optional(t.Number({ minimum: GPU_MEMORY_UTILIZATION_MIN, maximum: 1 })),
+    gpu_memory_utilization: t.Optional(t.Number({ exclusiveMinimum: 0, maximum: 1 })),
   },
   { additionalProperties: false },
 )
