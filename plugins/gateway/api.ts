@@ -369,11 +369,12 @@ export interface GatewayApi {
    * and those saved through the API (source `api`). Changes come as `gateway.catalog.changed`.
    */
   catalog(): CatalogEntry[]
-  /** catalogEntry: the entry a client's `model` names, or undefined. */
+  /** catalogEntry: the entry a client's `model` names (spelled exactly), or undefined. */
   catalogEntry(name: string): CatalogEntry | undefined
   /**
    * saveCatalogEntry creates or replaces an API entry, as PUT /api/catalog/{name} does (its checks and
-   * AppErrors: 400 VALIDATION_ERROR, 400 CATALOG_ENTRY_TOO_LARGE, 409 CATALOG_ENTRY_FROM_CONFIG).
+   * AppErrors: 400 VALIDATION_ERROR, 400 CATALOG_ENTRY_TOO_LARGE, 409 CATALOG_ENTRY_FROM_CONFIG,
+   * 409 CATALOG_NAME_TAKEN for a name that differs only in case from an entry).
    */
   saveCatalogEntry(
     name: string,

@@ -1,4 +1,5 @@
 import { type Static, Type as T, type TLiteral } from '@sinclair/typebox'
+import { GPU_MEMORY_UTILIZATION_MIN } from '../../src/engine/driver.ts'
 import {
   DEFAULT_ENGINE_KIND,
   ENGINE_KINDS,
@@ -65,7 +66,7 @@ export const GatewayConfig = T.Object(
         ),
         gpu_memory_utilization: T.Number({
           default: 0.9,
-          exclusiveMinimum: 0,
+          minimum: GPU_MEMORY_UTILIZATION_MIN,
           maximum: 1,
           description: "a load's share of each GPU when its body names none (vLLM --gpu-memory-utilization)",
         }),

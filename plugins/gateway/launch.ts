@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import { ENV_OVERRIDES } from '../../src/config/schema.ts'
-import { findFlagValue, hasFlag, quoteCommand, removeFlag } from '../../src/engine/argv.ts'
-import type { EngineDriver } from '../../src/engine/driver.ts'
+import { abbreviationIn, findFlagValue, hasFlag, quoteCommand, removeFlag } from '../../src/engine/argv.ts'
+import { type EngineDriver, GPU_MEMORY_UTILIZATION_MIN } from '../../src/engine/driver.ts'
 import type { EngineKind } from '../../src/engine/kinds.ts'
 import { shortModelName } from '../../src/gpu/colors.ts'
 import { instanceSegmentName } from '../../src/gpu/kvcached.ts'
@@ -30,7 +30,8 @@ function slug(s: string): string {
 
 /**
  * checkArgs validates GPU ids against tensor parallelism and extra_args (the driver's managed flags,
- * which the load body sets, may not be given there); a `--port` is taken out.
+ * which the load body sets, and its refused flags may not be given there, nor abbreviated as argparse
+ * would accept them: nor may `--port`, which is read here); a `--port` is taken out.
  */
 export function checkArgs(req: LoadRequest, driver: EngineDriver): { extra: string[]; port: number | null } {
   const tp = req.tensor_parallel_size ?? 1
@@ -41,10 +42,29 @@ export function checkArgs(req: LoadRequest, driver: EngineDriver): { extra: stri
         `tensor_parallel_size (${tp}) must equal the number of gpu_ids (${req.gpu_ids.length})`,
       )
   }
+  const util = req.gpu_memory_utilization
+  if (util !== undefined && !(util >= GPU_MEMORY_UTILIZATION_MIN && util <= 1))
+    throw badRequest(
+      `gpu_memory_utilization ${util} must be at least ${GPU_MEMORY_UTILIZATION_MIN} and at most 1`,
+    )
   let extra = [...(req.extra_args ?? [])]
-  for (const flag of driver.managedFlags) {
-    if (hasFlag(extra, flag))
-      throw badRequest(`extra_args must not set ${flag}; use the load request's own field instead`)
+  const managed = (flag: string) =>
+    `extra_args must not set ${flag}; use the load request's own field instead`
+  const refused = (flag: string) => `extra_args must not set ${flag}: ${driver.refusedFlags[flag]}`
+  for (const flag of driver.managedFlags) if (hasFlag(extra, flag)) throw badRequest(managed(flag))
+  for (const flag of Object.keys(driver.refusedFlags))
+    if (hasFlag(extra, flag)) throw badRequest(refused(flag))
+  const refusedFlags = Object.keys(driver.refusedFlags)
+  const abbreviated = abbreviationIn(extra, [...driver.managedFlags, ...refusedFlags, '--port'])
+  if (abbreviated) {
+    const { arg, flag } = abbreviated
+    const why =
+      flag === '--port'
+        ? 'spell it --port, which modelgate reads'
+        : refusedFlags.includes(flag)
+          ? refused(flag)
+          : managed(flag)
+    throw badRequest(`extra_args ${arg} abbreviates ${flag} (argparse accepts a unique prefix): ${why}`)
   }
   let port: number | null = null
   const portArg = findFlagValue(extra, '--port')

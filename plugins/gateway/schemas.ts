@@ -1,5 +1,6 @@
 import type { TLiteral } from '@sinclair/typebox'
 import { type Static, t } from 'elysia'
+import { GPU_MEMORY_UTILIZATION_MIN } from '../../src/engine/driver.ts'
 import type { MemoryMetrics } from '../../src/engine/engine-logs.ts'
 import { ENGINE_KINDS, type EngineKind, WAKE_PHASES, WAKE_PHASES_DOC } from '../../src/engine/kinds.ts'
 
@@ -105,7 +106,7 @@ export const LoadBody = t.Object(
     served_model_name: t.Optional(t.String({ minLength: 1, description: 'default: model_path' })),
     gpu_memory_utilization: t.Optional(
       t.Number({
-        exclusiveMinimum: 0,
+        minimum: GPU_MEMORY_UTILIZATION_MIN,
         maximum: 1,
         description: 'default: plugins.gateway.engine.gpu_memory_utilization',
       }),

@@ -83,6 +83,34 @@ export function hasFlag(args: readonly string[], flag: string, opts: FlagOptions
   return findFlagHits(args, flag, opts).length > 0
 }
 
+/**
+ * abbreviationIn: the first arg of `args` that Python's argparse, which vLLM's and SGLang's parsers
+ * are (allow_abbrev on), would read as one of `flags` without spelling it: a strict prefix of it
+ * (`--ho` for `--host`, `--gpu-memory=0.9` for `--gpu-memory-utilization`, `-t` for `-tp`),
+ * underscores read as dashes, unless the arg is itself one of `flags`. argparse takes a prefix that
+ * is unique among all of the parser's options; modelgate does not know every option of every engine
+ * build, so any prefix of one of `flags` counts (a prefix that is ambiguous to the engine would
+ * fail its start anyway). Nothing after `--` is a flag. Null when there is none.
+ */
+export function abbreviationIn(
+  args: readonly string[],
+  flags: readonly string[],
+): { arg: string; flag: string } | null {
+  const known = flags.map(normalizeFlag)
+  const exact = new Set(known)
+  for (const arg of args) {
+    if (arg === '--') break
+    if (!arg.startsWith('-')) continue
+    const eq = arg.indexOf('=')
+    const name = normalizeFlag(eq > 0 ? arg.slice(0, eq) : arg)
+    const dashes = name.startsWith('--') ? 2 : 1
+    if (name.length <= dashes || exact.has(name)) continue
+    const flag = known.find((f) => f.startsWith(name) && (f.startsWith('--') ? 2 : 1) === dashes)
+    if (flag) return { arg: eq > 0 ? arg.slice(0, eq) : arg, flag }
+  }
+  return null
+}
+
 /** removeFlag drops every occurrence of a flag and its value, so the gateway can merge its own. */
 export function removeFlag(args: readonly string[], flag: string, opts: FlagOptions = {}): string[] {
   const drop = new Set<number>()

@@ -42,6 +42,16 @@ export interface EngineCapabilities {
   sharedCache: boolean
 }
 
+/**
+ * GPU_MEMORY_UTILIZATION_MIN: the least share of a GPU a load may give its engine (vLLM's
+ * --gpu-memory-utilization, SGLang's --mem-fraction-static). The engine must hold its weights, its
+ * activations and some KV cache within it: below 5 % (4 GiB of an 80 GiB GPU, 1.2 GiB of a 24 GiB
+ * one) no model it serves starts, and a figure such as 1e-300 only fails minutes later, in the
+ * engine's own log. Loads, catalogue entries, the cluster's loads and the default in
+ * plugins.gateway.engine refuse less; the pre-load check, which loads nothing, answers for any.
+ */
+export const GPU_MEMORY_UTILIZATION_MIN = 0.05
+
 export interface EngineDriver {
   /** kind: the `engine.kind` value (`vllm`, …) */
   readonly kind: string
@@ -54,6 +64,11 @@ export interface EngineDriver {
    * not set them. `--port` is not among them: extra_args may choose the port.
    */
   readonly managedFlags: readonly string[]
+  /**
+   * refusedFlags: flags no engine modelgate manages may run with, each with the reason given when
+   * extra_args set one (vLLM's `--sleep-idle-ttl`: it would sleep behind modelgate's back).
+   */
+  readonly refusedFlags: Readonly<Record<string, string>>
   readonly capabilities: EngineCapabilities
   /**
    * sleepShare: the share of what sleep mode can release (weights and KV cache, or the weights

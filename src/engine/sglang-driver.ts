@@ -20,6 +20,7 @@ export const sglangDriver: EngineDriver = {
   label: 'SGLang',
   defaultCommand: ['python3', '-m', 'sglang.launch_server'],
   managedFlags: SGLANG_MANAGED_FLAGS,
+  refusedFlags: {},
   capabilities: { sleepLevels: [1], partialWake: false, sharedCache: false },
   /** A release frees the weights, the KV cache and the CUDA graphs; the CUDA context stays. */
   sleepShare: { 1: 0.9 },

@@ -21,6 +21,11 @@ export const vllmDriver: EngineDriver = {
     '--gpu-memory-utilization',
     '--enable-sleep-mode',
   ],
+  refusedFlags: {
+    '--sleep-idle-ttl':
+      "an engine that puts itself to sleep when idle would be asleep behind modelgate's back (its routing, " +
+      "memory and wake); modelgate sleeps its engines itself (POST /api/models/instances/{instance_id}/sleep, the router's auto-sleep)",
+  },
   capabilities: { sleepLevels: [1, 2], partialWake: true, sharedCache: true },
   /**
    * vLLM's own figures: level 1 offloads the weights and drops the KV cache ("about 90 %"), level 2

@@ -136,6 +136,41 @@ plugins:
     )
   })
 
+  it("a catalogue entry whose extra_args abbreviate a flag its load sets itself, or set vLLM's --sleep-idle-ttl", () => {
+    refusedByBoth(
+      gateway(`    catalog:
+      - { name: a, model_path: x/y, extra_args: ['--ho=0.0.0.0'] }
+      - { name: b, model_path: x/y, engine_kind: sglang, extra_args: [--context, '4096'] }
+      - { name: c, model_path: x/y, extra_args: [--sleep-idle-ttl, '60'] }`),
+      {},
+      "plugins.gateway.catalog[0]: extra_args --ho abbreviates --host (argparse accepts a unique prefix): extra_args must not set --host; use the load request's own field instead",
+      'plugins.gateway.catalog[1]: extra_args --context abbreviates --context-length',
+      'plugins.gateway.catalog[2]: extra_args must not set --sleep-idle-ttl: an engine that puts itself to sleep',
+    )
+  })
+
+  it('a gpu_memory_utilization below 0.05, as the default or in a catalogue entry', () => {
+    refusedByBoth(
+      gateway(`    engine: { gpu_memory_utilization: 1e-300 }
+    catalog:
+      - { name: a, model_path: x/y, gpu_memory_utilization: 0.01 }`),
+      {},
+      'plugins.gateway.engine.gpu_memory_utilization:',
+      'plugins.gateway.catalog[0].gpu_memory_utilization:',
+    )
+  })
+
+  it('catalogue names that differ only in case', () => {
+    refusedByBoth(
+      gateway(`    catalog:
+      - { name: Qwen/X, model_path: x/y }
+      - { name: other, model_path: x/y }
+      - { name: qwen/x, model_path: x/z }`),
+      {},
+      "plugins.gateway.catalog[2].name: 'qwen/x' differs only in case from 'Qwen/X', the name of plugins.gateway.catalog[0]: names are unique whatever their case",
+    )
+  })
+
   it('a YAML syntax error, with its line, column and the text of the line', () => {
     refusedByBoth(
       'server:\n  port: 3000\nplugins:\n\tgateway: {}\n',

@@ -227,12 +227,21 @@ describe('the catalogue through its API', () => {
     expect((await del(admin, 'two-way')).status).toBe(200)
   }, 30_000)
 
-  it('refuses what a load would refuse, when it is saved: gpu_ids against the TP, flags the load sets itself', async () => {
+  it('refuses what a load would refuse, when it is saved: gpu_ids against the TP, flags the load sets itself, abbreviated or not, a utilization below the floor', async () => {
     const mismatch = await put(admin, 'm', { model_path: 'a/b', gpu_ids: [0], tensor_parallel_size: 2 })
     expect([mismatch.status, mismatch.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
     expect(mismatch.body.error?.message).toBe('tensor_parallel_size (2) must equal the number of gpu_ids (1)')
     const flag = await put(admin, 'm', { model_path: 'a/b', extra_args: ['--max-model-len', '4096'] })
     expect(flag.body.error?.message).toContain('extra_args must not set --max-model-len')
+    const abbreviated = await put(admin, 'm', { model_path: 'a/b', extra_args: ['--max-model', '4096'] })
+    expect([abbreviated.status, abbreviated.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(abbreviated.body.error?.message).toBe(
+      'extra_args --max-model abbreviates --max-model-len (argparse accepts a unique prefix): ' +
+        "extra_args must not set --max-model-len; use the load request's own field instead",
+    )
+    const tiny = await put(admin, 'm', { model_path: 'a/b', gpu_memory_utilization: 1e-300 })
+    expect([tiny.status, tiny.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
+    expect(tiny.body.error?.message).toContain('gpu_memory_utilization')
     const repeat = await put(admin, 'm', { model_path: 'a/b', gpu_ids: [1, 1] })
     expect(repeat.body.error?.message).toBe('gpu_ids must not repeat a GPU')
     // An engine this modelgate does not know; a flag the entry's own engine's load sets (SGLang's).
@@ -246,6 +255,35 @@ describe('the catalogue through its API', () => {
     })
     expect([sglangFlag.status, sglangFlag.body.error?.code]).toEqual([400, 'VALIDATION_ERROR'])
     expect(sglangFlag.body.error?.message).toContain('--mem-fraction-static')
+    expect((await list()).total).toBe(2)
+  })
+
+  it('refuses a name that differs only in case from an entry, from either source; lookups stay exact', async () => {
+    const yamlTwin = await put(admin, 'ORG/yaml-model:V1', { model_path: 'a/b' })
+    expect([yamlTwin.status, yamlTwin.body.error?.code, yamlTwin.body.error?.message]).toEqual([
+      409,
+      'CATALOG_NAME_TAKEN',
+      "'ORG/yaml-model:V1' differs only in case from the catalogue entry 'org/yaml-model:v1' " +
+        `(defined in ${join(gw.dataDir, 'modelgate.yaml')}, plugins.gateway.catalog[0]): names are unique whatever their case`,
+    ])
+    expect((await put(admin, 'Qwen/X', { model_path: 'Qwen/Qwen2.5-7B-Instruct' })).status).toBe(201)
+    const twin = await put(admin, 'qwen/x', { model_path: 'a/b' })
+    expect([twin.status, twin.body.error?.code]).toEqual([409, 'CATALOG_NAME_TAKEN'])
+    expect(twin.body.error?.message).toBe(
+      "'qwen/x' differs only in case from the catalogue entry 'Qwen/X': names are unique whatever their case",
+    )
+    // The entry itself is replaced as before; another spelling does not find it, and the 404 says which.
+    expect((await put(admin, 'Qwen/X', { model_path: 'Qwen/Qwen2.5-7B-Instruct', pin: true })).status).toBe(
+      200,
+    )
+    const other = await as(viewer)(`/api/catalog/${encodeURIComponent('qwen/x')}`)
+    expect([other.status, other.body.error?.code, other.body.error?.message]).toEqual([
+      404,
+      'CATALOG_ENTRY_NOT_FOUND',
+      "No catalogue entry named 'qwen/x' (names match exactly: there is 'Qwen/X')",
+    ])
+    expect((await del(admin, 'qwen/x')).status).toBe(404)
+    expect((await del(admin, 'Qwen/X')).status).toBe(200)
     expect((await list()).total).toBe(2)
   })
 })

@@ -1,4 +1,5 @@
 import { type Static, t } from 'elysia'
+import { GPU_MEMORY_UTILIZATION_MIN } from '../../../src/engine/driver.ts'
 import {
   EngineKindSchema,
   GpuAvailableSchema,
@@ -41,7 +42,7 @@ export const ClusterLoadBody = t.Object(
     tensorParallelSize: t.Optional(t.Integer({ minimum: 1, maximum: 64 })),
     enableSleepMode: t.Optional(t.Boolean()),
     extraArgs: t.Optional(t.Array(t.String(), { description: 'appended to the engine command line' })),
-    gpuMemoryUtilization: t.Optional(t.Number({ exclusiveMinimum: 0, maximum: 1 })),
+    gpuMemoryUtilization: t.Optional(t.Number({ minimum: GPU_MEMORY_UTILIZATION_MIN, maximum: 1 })),
     force: t.Optional(t.Boolean({ description: "skip the target's memory-profile pre-load check" })),
     engineKind: t.Optional(EngineKindSchema),
   },

@@ -24,7 +24,9 @@ const PUT_DOCS =
   'tensor_parallel_size GPUs of one kind here (or its gpu_ids) could hold one engine of it, whatever runs now: the ' +
   'message gives the need per GPU (the newest matching memory profile, else gpu_memory_utilization × the device), ' +
   "each GPU kind's count and size, and the TP. Without a GPU probe it is saved unchecked, with a `warning`. " +
-  '409 CATALOG_ENTRY_FROM_CONFIG for a name defined in the YAML (edit it there); 409 CATALOG_FULL past 1000 ' +
+  '409 CATALOG_ENTRY_FROM_CONFIG for a name defined in the YAML (edit it there); 409 CATALOG_NAME_TAKEN for a ' +
+  'name that differs only in case from an entry of either source (names are unique whatever their case; ' +
+  'lookups are exact); 409 CATALOG_FULL past 1000 ' +
   `saved entries. ${NAME_RULES}`
 
 export function catalogRoutes(store: CatalogStore) {

@@ -38,6 +38,14 @@ export function nameProblem(name: string): string | null {
   return null
 }
 
+/**
+ * foldName: the spelling two names share when they differ only in case. Names are unique folded so:
+ * clients and keys name models by them, and `Qwen/X` beside `qwen/x` would be two entries a person
+ * cannot tell apart, each a different load. Lookups stay exact, as the engines' served names and
+ * every listener's `model` match are: a client gets the model it spelled or none.
+ */
+export const foldName = (name: string): string => name.toLowerCase()
+
 /** Fields: an entry's fields with the defaults applied (what is stored and compared). */
 export type Fields = Omit<CatalogEntry, 'name' | 'source' | 'updated_at'>
 
@@ -103,7 +111,7 @@ export function entry(
 
 /**
  * catalogProblems: the YAML catalogue's problems, each with its dotted path: a name that is a path,
- * a name given twice, fields a load would refuse. Run by the plugin's `validate` (check-config).
+ * a name given twice (or again in another case), fields a load would refuse. Run by the plugin's `validate` (check-config).
  */
 export function catalogProblems(
   entries: readonly CatalogConfigEntry[],
@@ -116,9 +124,15 @@ export function catalogProblems(
     const where = `${at}[${i}]`
     const bad = nameProblem(e.name)
     if (bad) problems.push(`${where}.name: ${bad}`)
-    const seen = first.get(e.name)
-    if (seen !== undefined) problems.push(`${where}.name: '${e.name}' is already the name of ${at}[${seen}]`)
-    else first.set(e.name, i)
+    const seen = first.get(foldName(e.name))
+    if (seen === undefined) first.set(foldName(e.name), i)
+    else if (entries[seen]?.name === e.name)
+      problems.push(`${where}.name: '${e.name}' is already the name of ${at}[${seen}]`)
+    else
+      problems.push(
+        `${where}.name: '${e.name}' differs only in case from '${entries[seen]?.name}', the name of ${at}[${seen}]: ` +
+          'names are unique whatever their case',
+      )
     const { name: _name, ...fields } = e
     const refused = fieldsProblem(
       e.name,

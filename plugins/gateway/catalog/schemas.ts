@@ -1,4 +1,5 @@
 import { type Static, Type as T, type TLiteral } from '@sinclair/typebox'
+import { GPU_MEMORY_UTILIZATION_MIN } from '../../../src/engine/driver.ts'
 import { ENGINE_KINDS, type EngineKind } from '../../../src/engine/kinds.ts'
 
 /**
@@ -19,7 +20,7 @@ export const CatalogNameSchema = T.String({
   maxLength: CATALOG_NAME_MAX,
   pattern: NAME_CHARS.source,
   description:
-    'what clients put in `model`; unique; 1–128 of A–Z a–z 0–9 . _ : / - and not a file path (no leading /, ' +
+    'what clients put in `model`; unique whatever its case; 1–128 of A–Z a–z 0–9 . _ : / - and not a file path (no leading /, ' +
     'no empty, . or .. segment)',
   errorMessage:
     'must be 1–128 characters of A–Z a–z 0–9 . _ : / - (a served model name such as org/model:tag)',
@@ -52,7 +53,7 @@ const fields = {
   ),
   gpu_memory_utilization: T.Optional(
     T.Number({
-      exclusiveMinimum: 0,
+      minimum: GPU_MEMORY_UTILIZATION_MIN,
       maximum: 1,
       description: 'default: plugins.gateway.engine.gpu_memory_utilization when it loads',
     }),

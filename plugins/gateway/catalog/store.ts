@@ -8,7 +8,7 @@ import { AppError, badRequest, conflict, notFound } from '../../../src/http/erro
 import type { GatewayProfiles } from '../api.ts'
 import { type CatalogRow, gatewayCatalog } from '../db/catalog.ts'
 import { catalogFit } from './fit.ts'
-import { entry, type Fields, fieldsProblem, nameProblem, withDefaults } from './rules.ts'
+import { entry, type Fields, fieldsProblem, foldName, nameProblem, withDefaults } from './rules.ts'
 import type {
   CatalogChange,
   CatalogConfigEntry,
@@ -21,7 +21,8 @@ import type {
  * CatalogStore is the catalogue: the models this host may serve on demand, from two sources. The
  * YAML's entries (`plugins.gateway.catalog`, source `config`) are fixed for the life of the process
  * and changed only there; the API's (source `api`) are kept in SQLite and survive restarts. Names
- * are unique across both (the YAML's duplicates fail check-config). Every change made here goes out
+ * are unique across both, whatever their case (the YAML's duplicates fail check-config; a save of
+ * a name that differs only in case from an entry is 409), and looked up exactly. Every change made here goes out
  * on the bus as `gateway.catalog.changed`, so a reader keeps no copy that could drift. Reads come
  * from memory (a request that names a model may ask whether it is catalogued): this store is the
  * table's only writer, and it writes the row before it changes what it holds.
@@ -77,7 +78,19 @@ export class CatalogStore {
       const { name, ...f } = e
       this.configured.set(name, { index, entry: entry(name, withDefaults(f), 'config', null) })
     })
-    for (const row of deps.db.select().from(gatewayCatalog).all()) this.saved.set(row.name, fromRow(row))
+    for (const row of deps.db.select().from(gatewayCatalog).all()) {
+      this.saved.set(row.name, fromRow(row))
+      // Saved before names were unique whatever their case, or before the YAML named it in another
+      // case: both stay readable, and the operator is told.
+      const twin = this.caseTwin(row.name)
+      const index = twin && this.configured.get(twin.name)?.index
+      if (twin)
+        deps.log.warn(
+          `catalogue entry '${row.name}' saved through the API differs only in case from '${twin.name}'` +
+            `${index === undefined ? '' : ` (plugins.gateway.catalog[${index}])`}: remove one`,
+          { entry: row.name },
+        )
+    }
   }
 
   list(): CatalogEntry[] {
@@ -94,7 +107,7 @@ export class CatalogStore {
   /** require: the entry, or 400 for a name that cannot be one, 404 CATALOG_ENTRY_NOT_FOUND. */
   require(name: string): CatalogEntry {
     const found = this.get(requireName(name))
-    if (!found) throw notFound(`No catalogue entry named '${name}'`, 'CATALOG_ENTRY_NOT_FOUND')
+    if (!found) throw this.notFound(name)
     return found
   }
 
@@ -107,6 +120,7 @@ export class CatalogStore {
   async save(name: string, body: CatalogEntryFields): Promise<{ saved: CatalogSaved; created: boolean }> {
     requireName(name)
     this.refuseConfigured(name)
+    this.refuseCaseTwin(name)
     const fields = withDefaults(body)
     const refused = fieldsProblem(
       name,
@@ -129,7 +143,7 @@ export class CatalogStore {
   remove(name: string): void {
     requireName(name)
     this.refuseConfigured(name)
-    if (!this.saved.has(name)) throw notFound(`No catalogue entry named '${name}'`, 'CATALOG_ENTRY_NOT_FOUND')
+    if (!this.saved.has(name)) throw this.notFound(name)
     this.deps.db.delete(gatewayCatalog).where(eq(gatewayCatalog.name, name)).run()
     this.saved.delete(name)
     this.sorted = null
@@ -149,6 +163,34 @@ export class CatalogStore {
       if (verdict.fits === false)
         this.deps.log.warn(`plugins.gateway.catalog[${index}]: ${verdict.message}`, { entry: e.name })
     }
+  }
+
+  /** caseTwin: the entry whose name differs from `name` only in case, if any. */
+  private caseTwin(name: string): CatalogEntry | undefined {
+    const folded = foldName(name)
+    for (const n of [...this.configured.keys(), ...this.saved.keys()])
+      if (n !== name && foldName(n) === folded) return this.get(n)
+    return undefined
+  }
+
+  /** notFound: 404 CATALOG_ENTRY_NOT_FOUND, naming the entry spelled in another case when there is one. */
+  private notFound(name: string): AppError {
+    const twin = this.caseTwin(name)
+    const hint = twin ? ` (names match exactly: there is '${twin.name}')` : ''
+    return notFound(`No catalogue entry named '${name}'${hint}`, 'CATALOG_ENTRY_NOT_FOUND')
+  }
+
+  /** refuseCaseTwin: 409 CATALOG_NAME_TAKEN when another entry's name differs only in case. */
+  private refuseCaseTwin(name: string): void {
+    const twin = this.caseTwin(name)
+    if (!twin) return
+    const configured = this.configured.get(twin.name)
+    const file = this.deps.configFile ?? 'the configuration modelgate was started with'
+    const where = configured ? ` (defined in ${file}, plugins.gateway.catalog[${configured.index}])` : ''
+    throw conflict(
+      `'${name}' differs only in case from the catalogue entry '${twin.name}'${where}: names are unique whatever their case`,
+      'CATALOG_NAME_TAKEN',
+    )
   }
 
   private refuseConfigured(name: string): void {
