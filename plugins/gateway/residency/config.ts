@@ -19,8 +19,7 @@ export const ResidencyConfig = T.Object(
       default: 64,
       minimum: 1,
       description:
-        'requests held per model while it loads or wakes; beyond it 429 queue_full with Retry-After. ' +
-        'One inference key holds at most half of it (at least 1), or its max_concurrent when that is more',
+        'requests held per model while it loads or wakes; beyond it 429 queue_full with Retry-After',
     }),
     queue_timeout_seconds: T.Integer({
       default: 300,
