@@ -14,8 +14,8 @@ export interface InstanceControl {
   wake(inst: ManagedInstance, trace?: SpanBase | null): Promise<WakeResult>
   /** queue: a catalogued model's requests wait in its queue while it loads or wakes (null: not catalogued). */
   queue(inst: ManagedInstance): { max: number; timeoutMs: number } | null
-  /** abandoned: every request waiting for the instance left. */
-  abandoned(inst: ManagedInstance): void
+  /** abandoned: every request waiting for the instance left; true when its load was cancelled. */
+  abandoned(inst: ManagedInstance): boolean
   /** pinned: the host keeps the instance's model resident (a pinned catalogue entry). */
   pinned(inst: ManagedInstance): boolean
 }
@@ -77,9 +77,10 @@ export class ManagedHandle implements InstanceHandle {
   }
 
   /**
-   * wake: the instance serves again, or can no longer serve (failed, stopping, gone: the request is
-   * planned again and meets what it is now). A sleep still under way is waited for first, then the
-   * instance's one wake runs (or is joined); a wake that leaves the engine asleep is an error.
+   * wake: the instance serves again, or can no longer serve (stopping, gone: the request is planned
+   * again and meets what it is now). A sleep still under way is waited for first, then the
+   * instance's one wake runs (or is joined); a wake that leaves the engine asleep is an error, and
+   * so is a load that ends failed (its waiters are told why).
    */
   async wake(trace?: SpanBase | null): Promise<void> {
     const l = this.inst.lifecycle
@@ -88,6 +89,8 @@ export class ManagedHandle implements InstanceHandle {
       if (l.state === 'starting') {
         // A catalogued model's load: the request waits for it (only such requests are held here).
         await l.waitUntil((x) => x.state !== 'starting', { what: `the load of ${this.id}` })
+        if (this.inst.status === 'failed')
+          throw new Error(`the load of ${this.id} failed: ${this.inst.row.error ?? 'no reason given'}`)
         continue
       }
       if (l.state !== 'sleeping' && !(l.state === 'active' && l.operation === 'sleep')) return
@@ -107,8 +110,8 @@ export class ManagedHandle implements InstanceHandle {
     return this.control.queue(this.inst)
   }
 
-  abandoned(): void {
-    this.control.abandoned(this.inst)
+  abandoned(): boolean {
+    return this.control.abandoned(this.inst)
   }
 
   phase(): string | null {

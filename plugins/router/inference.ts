@@ -1,5 +1,5 @@
 import type { DirectoryAnswers, ListenerPlan, ModelDirectory } from '../../src/directory/directory.ts'
-import { queueFull } from '../../src/directory/hold-queue.ts'
+import { queueFull, serverStopping } from '../../src/directory/hold-queue.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
 import { AppError, proxyError } from '../../src/http/errors.ts'
 import type { WireAction, WireRequest } from '../../src/wire/route.ts'
@@ -47,6 +47,7 @@ const ROUTER_ANSWERS: DirectoryAnswers = {
     modelWaking(model, seconds ?? 10, `Model '${model}' is still loading; retry in ${seconds ?? 10} s`),
   wakeFailed: (model, reason) => wakeFailed(model, reason),
   queueFull: queueFull,
+  stopping: serverStopping,
   unavailable: (model) =>
     proxyError(
       503,

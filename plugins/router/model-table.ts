@@ -202,9 +202,14 @@ export class ModelTable {
 }
 
 /**
- * serving: an instance that is active or sleeping (not loading, failed or stopping), or a catalogued
- * model a request may load (`absent`: the router lists it as sleeping, and a request brings it).
+ * serving: an instance that is active or sleeping (not failed or stopping), or a catalogued model a
+ * request may load (`absent`: the router lists it as sleeping, and a request brings it) or that is
+ * loading (`starting` with a queue: its requests wait for the load, as the gateway's do). A model
+ * loaded by hand that is still loading is not routed yet.
  */
 function serving(b: Backend): boolean {
-  return b.readiness() === 'absent' || (b.sleepState?.() ?? null) !== null
+  const r = b.readiness()
+  if (r === 'absent') return true
+  if (r === 'starting') return (b.queue?.() ?? null) !== null
+  return (b.sleepState?.() ?? null) !== null
 }

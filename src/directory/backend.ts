@@ -74,8 +74,12 @@ export interface Backend {
    * listener's wake_on_request (a model served on demand: its residency settings); null: they don't.
    */
   queue?(): { max: number; timeoutMs: number } | null
-  /** abandoned: every request waiting for it left (a load only they asked for may be cancelled). */
-  abandoned?(): void
+  /**
+   * abandoned: every request waiting for it left (a load only they asked for may be cancelled).
+   * True when it cancelled the load under way: its wake then ends without serving, which is no
+   * failure of the model (the next request starts a load again).
+   */
+  abandoned?(): boolean
   /** phase: what its load or wake is doing now, for a refusal's message (null: nothing to say). */
   phase?(): string | null
   /** sleepState: its sleep as the router's views show it (local backends); null while it neither serves nor sleeps (loading, failed, stopping). */

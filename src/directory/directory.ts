@@ -8,8 +8,8 @@ import type { BodyRange } from '../wire/body-range.ts'
 import type { ScannedJson } from '../wire/json-scan.ts'
 import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
 import { askForUsage, charged, requestCost, type UsageMode } from '../wire/usage.ts'
-import type { Backend, BackendKind, BackendRequest, LeaseHandle } from './backend.ts'
-import { Displaced, HoldQueue } from './hold-queue.ts'
+import type { Backend, BackendKind, BackendRequest, LeaseHandle, Readiness } from './backend.ts'
+import { Displaced, HoldQueue, queueShare, type Seat } from './hold-queue.ts'
 import { orderBackends } from './order.ts'
 import { type HoldOutcome, registerHoldMetrics, type WakePolicy, WakeRecord } from './wake.ts'
 
@@ -56,6 +56,8 @@ export interface DirectoryAnswers {
   unavailable(model: string): AppError
   /** 429: as many requests wait for it as its queue holds. */
   queueFull(model: string, retryAfterSeconds: number): AppError
+  /** 503: the server is stopping: a request held for the model is answered now, not served here. */
+  stopping(model: string): AppError
 }
 
 /** Retry-After of a wake when none was measured and the backend cannot tell. */
@@ -123,6 +125,8 @@ export class ModelDirectory {
   private readonly records = new Map<string, WakeRecord>()
   /** Per served model name: requests held for it now, in the order they go on. */
   private readonly holding = new Map<string, HoldQueue>()
+  /** Per served model name: the wake requests started and joined (wakeFirst), while it runs. */
+  private readonly runs = new Map<string, WakeRun>()
   /** Aborted when the host stops: held requests are answered at once. */
   private readonly lifetime = new AbortController()
   /** Aborted when the host begins to stop: requests queued for a load are answered at once. */
@@ -293,14 +297,21 @@ export class ModelDirectory {
     const first = cands[0]!
     const name = first.model
     const retryAfter = () => this.retryAfterSeconds(first)
-    if (afterWake) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    // A model whose last wake or load failed says so, also to a request that waited for it.
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
+    if (afterWake) {
+      // Not loaded after all (its load ended without serving, and not by a failure): it cannot
+      // serve now; asleep again: it is being woken.
+      if (first.readiness() === 'absent') return this.refuse(p, req, p.answers.unavailable(name))
+      return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    }
     const queue = first.queue?.() ?? null
-    const priority = req.grant?.priority ?? NORMAL_PRIORITY
-    if (queue && !(this.holding.get(name)?.hasRoom(priority, queue.max) ?? queue.max > 0))
+    const seat = seatOf(req, queue)
+    if (queue && !(this.holding.get(name)?.hasRoom(seat, queue.max) ?? queue.max > 0))
       return this.refuse(p, req, p.answers.queueFull(name, retryAfter()))
-    const sleepers = cands.filter((b) => b.local && b.wake && b.readiness() !== 'ready')
+    // What can come to serve (a stopping or failed instance beside a catalogued model cannot).
+    const sleepers = cands.filter((b) => b.local && b.wake && wakeable(b.readiness()))
     const holds = !(p.policy === 'reject' && !queue)
     // Traced: a held request's wait is a span, the wake under it; a refused one's wake is its own child.
     const held = holds
@@ -309,17 +320,63 @@ export class ModelDirectory {
           'modelgate.hold.queued': queue !== null,
         }) ?? null)
       : null
-    const wakes = sleepers.map((b) => this.wake(b, held ?? req.trace))
-    const wake =
+    const wake = this.join(name, sleepers, held ?? req.trace).done
+    if (!holds) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, seat, held) }
+  }
+
+  /**
+   * join: the model's wake for a request: the one requests started, while it runs, or a new one of
+   * every backend of it that sleeps or loads (it serves as soon as one does). Its end is the
+   * directory's once, however many requests wait for it and through whichever backends: each
+   * backend's failure is recorded for its model, and a wake that serves nothing is logged in one
+   * line with how many requests it failed.
+   */
+  private join(model: string, sleepers: readonly Backend[], trace: SpanBase | null | undefined): WakeRun {
+    const under = this.runs.get(model)
+    if (under) {
+      under.requests++
+      trace?.event('modelgate.wake.joined', { 'gen_ai.request.model': model })
+      return under
+    }
+    const run: WakeRun = { requests: 1, cancelled: false, done: RESOLVED }
+    const wakes = sleepers.map((b) =>
+      b.wake!(trace).catch((err: Error) => {
+        // Cancelled because nobody waited for it any more: no failure of the model.
+        if (!run.cancelled) this.record(b.model).failed(performance.now(), err.message)
+        throw err
+      }),
+    )
+    const served =
       wakes.length === 1
         ? wakes[0]!
         : Promise.any(wakes).then(
             () => {},
             (err: AggregateError) => Promise.reject(err.errors[0]),
           )
-    wake.catch((err: Error) => this.log.warn('wake on request failed', { model: name, error: err.message }))
-    if (!holds) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
-    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, held) }
+    run.done = served.then(
+      () => {
+        if (this.runs.get(model) === run) this.runs.delete(model)
+      },
+      (err: Error) => {
+        if (this.runs.get(model) === run) this.runs.delete(model)
+        if (!run.cancelled)
+          this.log.warn('wake on request failed', { model, error: err.message, requests: run.requests })
+        throw err
+      },
+    )
+    // Every request awaits it through its hold (or not at all, when refused at once).
+    run.done.catch(() => {})
+    this.runs.set(model, run)
+    return run
+  }
+
+  /** cancelRun: the model's wake under way was cancelled (nobody waits): it ends, not fails, and is not joined. */
+  private cancelRun(model: string): void {
+    const run = this.runs.get(model)
+    if (!run) return
+    run.cancelled = true
+    this.runs.delete(model)
   }
 
   /** hold: the request waits for the wake (up to hold_timeout), then is planned again. */
@@ -331,6 +388,7 @@ export class ModelDirectory {
     p: ListenerPlan,
     client: AbortSignal,
     queue: { max: number; timeoutMs: number } | null,
+    seat: Seat,
     span: TraceSpan | null,
   ): Promise<WireAction> {
     const t0 = performance.now()
@@ -340,7 +398,7 @@ export class ModelDirectory {
       waiting = new HoldQueue()
       this.holding.set(name, waiting)
     }
-    const waiter = waiting.enter(req.grant?.priority ?? NORMAL_PRIORITY, wake, queue?.max ?? null)
+    const waiter = waiting.enter(seat, wake, queue?.max ?? null)
     if (!waiter) return this.refuse(p, req, p.answers.queueFull(name, this.retryAfterSeconds(first)))
     let outcome: HoldOutcome = 'awake'
     let reason = ''
@@ -359,8 +417,9 @@ export class ModelDirectory {
       waiting.leave(waiter)
       if (waiting.size === 0 && this.holding.get(name) === waiting) {
         this.holding.delete(name)
-        // The last request waiting for it left: a load only requests asked for may stop.
-        if (outcome === 'client_gone') first.abandoned?.()
+        // The last request waiting for it left: a load only requests asked for may stop, and a
+        // load so cancelled is no failure: the next request starts another.
+        if (outcome === 'client_gone' && first.abandoned?.()) this.cancelRun(name)
       }
     }
     this.bus.emit('proxy.held', { model: name, outcome, held_ms: performance.now() - t0 })
@@ -394,7 +453,7 @@ export class ModelDirectory {
         )
       }
       case 'stopping':
-        return this.refuse(p, req, p.answers.waking(name, 5, 'The server is stopping'))
+        return this.refuse(p, req, p.answers.stopping(name))
       case 'wake_failed':
         return this.refuse(p, req, p.answers.wakeFailed(name, reason))
     }
@@ -542,6 +601,34 @@ class Lease implements LeaseHandle, BackendRequest {
 }
 
 const NONE: readonly Backend[] = []
+const RESOLVED: Promise<void> = Promise.resolve()
+
+/** WakeRun: one model's wake as requests started and joined it (ModelDirectory.join). */
+interface WakeRun {
+  /** How many requests asked for it (held or answered at once). */
+  requests: number
+  /** cancelled: every request left and its backend cancelled it (its end is no failure). */
+  cancelled: boolean
+  /** Settles with the wake: the model serves, or the wake failed. */
+  done: Promise<void>
+}
+
+/**
+ * seatOf: a request as a model's queue places it: its key's priority (none: normal) and, in a
+ * bounded queue, its key's share of it (queueShare); a request without a key of its own is no party.
+ */
+function seatOf(req: PlanRequest, queue: { max: number } | null): Seat {
+  const grant = req.grant
+  const priority = grant?.priority ?? NORMAL_PRIORITY
+  const party = grant?.party ?? null
+  if (!party) return { priority, party: null, share: null }
+  return { priority, party: party.id, share: queue ? queueShare(queue.max, party.maxConcurrent) : null }
+}
+
+/** wakeable: a backend of this readiness serves once its wake (or load) is over. */
+function wakeable(r: Readiness): boolean {
+  return r !== 'ready' && r !== 'unavailable'
+}
 
 /** taken: whether a backend is one of the listener's kinds and not excluded (already tried). */
 function taken(

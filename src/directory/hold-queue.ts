@@ -5,9 +5,15 @@ import { type AppError, proxyError } from '../http/errors.ts'
  * that order; when its bounded queue is full, a request of higher priority takes the place of the
  * newest waiter of the lowest priority below its own, which is refused (`displaced`), and anything
  * else is refused itself. A request without a key counts as normal.
+ *
+ * In a bounded queue each inference key (a party) holds at most its share of the places (queueShare):
+ * one key's flood during a load leaves room for the others. Requests without a key (the static
+ * key, open inference) are no party: only the queue's own bound holds them.
  */
 export interface Waiter {
   readonly priority: number
+  /** party: the inference key it came with (its id), null for none. */
+  readonly party: string | null
   /** Settles when the wait is over: released (the wake it waited for ended), or displaced. */
   readonly done: Promise<void>
 }
@@ -26,8 +32,26 @@ export class Displaced extends Error {
   }
 }
 
+/** Seat: who asks for a place: its priority, and its party with the places it may hold (null: no party). */
+export interface Seat {
+  readonly priority: number
+  readonly party: string | null
+  /** share: at most this many of the party's requests wait at once (null: no bound of its own). */
+  readonly share: number | null
+}
+
+/**
+ * queueShare: the places of a queue of `max` one key may hold: half of them (at least 1), or the
+ * key's own max_concurrent when that says more; never more than the queue has.
+ */
+export function queueShare(max: number, maxConcurrent: number | null): number {
+  return Math.min(max, Math.max(1, Math.floor(max / 2), maxConcurrent ?? 0))
+}
+
 export class HoldQueue {
   private readonly entries: Entry[] = []
+  /** How many waiters each party has now. */
+  private readonly parties = new Map<string, number>()
   private seq = 0
 
   get size(): number {
@@ -35,11 +59,14 @@ export class HoldQueue {
   }
 
   /**
-   * enter: a request of `priority` waits for `wake` (which the queue follows: when one ends, the
-   * waiters are released in order; when one fails, its waiters are failed). With `max`, a full queue makes room by displacing
-   * the newest waiter of the lowest priority below `priority`; null when there is none (refuse it).
+   * enter: a request (`seat`) waits for `wake` (which the queue follows: when one ends, the
+   * waiters are released in order; when one fails, its waiters are failed). With `max`, a party
+   * that holds its share is refused (null), and a full queue makes room by displacing the newest
+   * waiter of the lowest priority below the seat's; null when there is none (refuse it).
    */
-  enter(priority: number, wake: Promise<void>, max: number | null): Waiter | null {
+  enter(seat: Seat, wake: Promise<void>, max: number | null): Waiter | null {
+    const { priority, party } = seat
+    if (max !== null && !this.withinShare(seat)) return null
     if (max !== null && this.entries.length >= max) {
       const victim = this.lowest()
       if (!victim || victim.priority <= priority) return null
@@ -54,8 +81,9 @@ export class HoldQueue {
     })
     // A waiter nobody awaits any more (its client left) must not turn a rejection into an unhandled one.
     done.catch(() => {})
-    const entry: Entry = { priority, seq: this.seq++, wake, done, resolve, reject }
+    const entry: Entry = { priority, party, seq: this.seq++, wake, done, resolve, reject }
     this.entries.push(entry)
+    if (party !== null) this.parties.set(party, (this.parties.get(party) ?? 0) + 1)
     wake.then(
       () => this.settle(wake, null),
       (err: Error) => this.settle(wake, err),
@@ -63,17 +91,27 @@ export class HoldQueue {
     return entry
   }
 
-  /** hasRoom: whether a request of `priority` would get a place among at most `max` (enter would not refuse it). */
-  hasRoom(priority: number, max: number): boolean {
+  /** hasRoom: whether `seat` would get a place among at most `max` (enter would not refuse it). */
+  hasRoom(seat: Seat, max: number): boolean {
+    if (!this.withinShare(seat)) return false
     if (this.entries.length < max) return true
     const victim = this.lowest()
-    return victim !== null && victim.priority > priority
+    return victim !== null && victim.priority > seat.priority
+  }
+
+  /** waiting: how many requests of `party` wait now. */
+  waiting(party: string): number {
+    return this.parties.get(party) ?? 0
   }
 
   /** leave: a waiter stops waiting (its client went away, its deadline passed). */
   leave(w: Waiter): void {
-    const i = this.entries.indexOf(w as Entry)
-    if (i >= 0) this.entries.splice(i, 1)
+    this.remove(w as Entry)
+  }
+
+  /** withinShare: the seat's party holds fewer places than its share (always, for no party). */
+  private withinShare(seat: Seat): boolean {
+    return seat.party === null || seat.share === null || this.waiting(seat.party) < seat.share
   }
 
   /**
@@ -102,7 +140,12 @@ export class HoldQueue {
 
   private remove(e: Entry): void {
     const i = this.entries.indexOf(e)
-    if (i >= 0) this.entries.splice(i, 1)
+    if (i < 0) return
+    this.entries.splice(i, 1)
+    if (e.party === null) return
+    const n = (this.parties.get(e.party) ?? 1) - 1
+    if (n > 0) this.parties.set(e.party, n)
+    else this.parties.delete(e.party)
   }
 }
 
@@ -118,5 +161,24 @@ export function queueFull(model: string, seconds: number): AppError {
     `Model '${model}' has as many requests waiting for it as its queue holds; retry in ${seconds} s`,
     undefined,
     { 'retry-after': String(seconds) },
+  )
+}
+
+/** Retry-After of a request a stopping server answered (another pod, or this one restarted, serves it). */
+const RETRY_AFTER_STOPPING_SECONDS = 5
+
+/**
+ * serverStopping: the answer of every listener to a request held for a model when the server
+ * stops (a queue's requests as the shutdown begins, a wake's once the drain is over): it was not
+ * served here, and may be sent again.
+ */
+export function serverStopping(model: string): AppError {
+  return proxyError(
+    503,
+    'service_unavailable',
+    'server_stopping',
+    `The server is stopping; the request for model '${model}' was not served. Retry in ${RETRY_AFTER_STOPPING_SECONDS} s`,
+    undefined,
+    { 'retry-after': String(RETRY_AFTER_STOPPING_SECONDS) },
   )
 }

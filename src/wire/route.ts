@@ -33,6 +33,11 @@ export interface InferenceGrant {
   readonly responseHead: string
   /** The key's place in every queue that holds requests (0 high, 1 normal, 2 low). */
   readonly priority: number
+  /**
+   * party: the key as a queue counts it (its id, and its max_concurrent, which may widen its share
+   * of a held queue); null or absent: no key of its own (the static key), bound only by the queue.
+   */
+  readonly party?: { readonly id: string; readonly maxConcurrent: number | null } | null
   /** metered: the key has a token limit (tpm or a budget), so `begin` needs the request's worst case. */
   readonly metered: boolean
   /**

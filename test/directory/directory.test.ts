@@ -172,7 +172,8 @@ beforeAll(async () => {
       }
     },
   }) as unknown as PluginDefinition
-  th = await startHost('plugins:\n  gateway: {}\n', [plugin], {}, undefined, { logLevel: 'error' })
+  // Warnings are kept (th.logs): a failed wake's one line is read.
+  th = await startHost('plugins:\n  gateway: {}\n', [plugin], {}, undefined, { logLevel: 'warn' })
   port = Number(new URL(th.url).port)
   th.host.bus.on('proxy.request', (e) => ended.push(e))
 })
@@ -265,6 +266,34 @@ describe('the model directory: refusals say what they are', () => {
     // No second wake while the failure is fresh (WAKE_RETRY_MS).
     expect(b.wakes).toBe(1)
     expect(WAKE_RETRY_MS).toBeGreaterThan(1000)
+  })
+})
+
+describe('the model directory: a failed wake', () => {
+  it('is logged once, with the number of requests it failed, however many waited for it', async () => {
+    policy = 'hold'
+    try {
+      const b = add('f1', 'failing-model')
+      b.state = 'asleep'
+      const conns: NetRaw[] = []
+      for (let i = 0; i < 5; i++) {
+        conns.push(await send('failing-model'))
+        await waitFor(`request ${i} held`, () => directory.held('failing-model') === conns.length)
+      }
+      b.wakeFails('out of memory')
+      for (const c of conns) {
+        await c.waitFor((r) => parse(r.text).length === 1, 5000, 'an answer')
+        expect(parse(c.text)[0]!.status).toBe(502)
+        c.socket.destroy()
+      }
+      expect(b.wakes).toBe(1)
+      const lines = th.logs.filter((l) => l.includes('wake on request failed') && l.includes('failing-model'))
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toContain('requests=5')
+      expect(lines[0]).toContain('out of memory')
+    } finally {
+      policy = 'reject'
+    }
   })
 })
 

@@ -57,6 +57,11 @@ interface PeerAsk {
  */
 const SLEEP_DRAIN_DEFAULT_MS = 60_000
 const ENGINE_WORK_MS = 120_000
+/**
+ * A load answers once its engine is spawned, after the target has read its GPUs (nvidia-smi, whose
+ * own deadline is 5 s) and run its pre-load check: longer than a plain call's deadline on a busy host.
+ */
+const LOAD_ANSWER_MS = 30_000
 /** How many loads this pod sent to peers it remembers, until the owner's heartbeat lists them. */
 const PLACED_LIMIT = 1024
 
@@ -84,8 +89,10 @@ export class RemoteLifecycle {
   async load(body: ClusterLoad): Promise<WithPod<LoadResponse>> {
     const pod = this.pod(body.targetPodId ?? this.podId)
     const req = gatewayLoad(body)
-    const res = await this.relay(pod, { method: 'POST', path: '/internal/models/load', body: req }, (r) =>
-      r.load(req),
+    const res = await this.relay(
+      pod,
+      { method: 'POST', path: '/internal/models/load', body: req, timeoutMs: LOAD_ANSWER_MS },
+      (r) => r.load(req),
     )
     if (pod.address) this.remember(res.instance_id, pod.podId)
     return { ...res, podId: pod.podId }

@@ -1,5 +1,5 @@
 import type { DirectoryAnswers } from '../../../src/directory/directory.ts'
-import { queueFull } from '../../../src/directory/hold-queue.ts'
+import { queueFull, serverStopping } from '../../../src/directory/hold-queue.ts'
 import { proxyError } from '../../../src/http/errors.ts'
 
 /** Retry-After of a model still loading or not ready, when its backend cannot tell. */
@@ -32,6 +32,7 @@ export const GATEWAY_ANSWERS: DirectoryAnswers = {
   wakeFailed: (model, reason) =>
     proxyError(502, 'bad_gateway', 'wake_failed', `Model '${model}' could not be woken up: ${reason}`),
   queueFull: queueFull,
+  stopping: serverStopping,
   unavailable: (model) =>
     proxyError(503, 'service_unavailable', 'model_not_ready', `Model '${model}' is not ready`, undefined, {
       'retry-after': String(RETRY_AFTER_STARTING_SECONDS),

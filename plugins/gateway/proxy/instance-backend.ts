@@ -33,7 +33,7 @@ export interface InstanceHandle {
   retryAfterSeconds?(): number | null
   sleepState(): SleepState | null
   queue?(): { max: number; timeoutMs: number } | null
-  abandoned?(): void
+  abandoned?(): boolean
   phase?(): string | null
   sleepable(): boolean
   sleep(level: 1 | 2, cancel: AbortSignal, why?: SleepReason): Promise<void>
@@ -109,8 +109,8 @@ export class InstanceBackend implements Backend {
     return this.h.queue?.() ?? null
   }
 
-  abandoned(): void {
-    this.h.abandoned?.()
+  abandoned(): boolean {
+    return this.h.abandoned?.() ?? false
   }
 
   phase(): string | null {

@@ -47,8 +47,8 @@ class CatalogBackend implements Backend {
     return this.manager.queue(this.model)
   }
 
-  abandoned(): void {
-    this.manager.abandoned(this.model)
+  abandoned(): boolean {
+    return this.manager.abandoned(this.model)
   }
 
   phase(): string {

@@ -19,7 +19,8 @@ export const ResidencyConfig = T.Object(
       default: 64,
       minimum: 1,
       description:
-        'requests held per model while it loads or wakes; beyond it 429 queue_full with Retry-After',
+        'requests held per model while it loads or wakes; beyond it 429 queue_full with Retry-After. ' +
+        'One inference key holds at most half of it (at least 1), or its max_concurrent when that is more',
     }),
     queue_timeout_seconds: T.Integer({
       default: 300,

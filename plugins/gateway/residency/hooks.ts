@@ -13,7 +13,8 @@ export interface ResidencyHooks {
   /** wake: with room made first; `trace`: the waiting request's span, the wake's parent. */
   wake(inst: ManagedInstance, signal?: AbortSignal, trace?: SpanBase | null): Promise<WakeResult>
   queue(name: string): { max: number; timeoutMs: number } | null
-  abandoned(name: string): void
+  /** abandoned: every request waiting for `name` left; true when a load only they asked for was cancelled. */
+  abandoned(name: string): boolean
   /** sleepIdle: an idle instance's sleep, refused for a pinned model, recorded as a decision. */
   sleepIdle(inst: ManagedInstance, level: 1 | 2, opts: SleepOptions): Promise<SleepResult>
   /** pinned: a pinned catalogue entry's model (never slept for idleness, never evicted). */

@@ -192,28 +192,40 @@ export class ResidencyManager implements ResidencyHooks {
    * leaves); an operator's or the preload's is not.
    */
   bringUp(name: string, signal: AbortSignal, onDemand = true, trace: SpanBase | null = null): Promise<void> {
-    let p = this.bringing.get(name)
-    if (!p) {
-      if (onDemand) this.onDemand.add(name)
-      // The first request's span is the parent of the load's or wake's (the others join it).
-      p = this.doBringUp(name, signal, trace).finally(() => {
-        this.bringing.delete(name)
-        this.onDemand.delete(name)
-      })
-      this.bringing.set(name, p)
-    }
+    const under = this.bringing.get(name)
+    if (under) return under
+    if (onDemand) this.onDemand.add(name)
+    // The first request's span is the parent of the load's or wake's (the others join it).
+    const p: Promise<void> = this.doBringUp(name, signal, trace).finally(() => {
+      // A cancelled bring-up was let go already (abandoned): the next one may be under way.
+      if (this.bringing.get(name) !== p) return
+      this.bringing.delete(name)
+      this.onDemand.delete(name)
+    })
+    this.bringing.set(name, p)
     return p
   }
 
-  /** abandoned: every request waiting for `name` left; a load only they asked for is cancelled. */
-  abandoned(name: string): void {
-    if (!this.onDemand.has(name)) return
+  /**
+   * abandoned: every request waiting for `name` left; a load only they asked for is cancelled, and
+   * its bring-up let go at once (true): the next request for the model starts a new one instead of
+   * joining the one that ends cancelled.
+   */
+  abandoned(name: string): boolean {
+    if (!this.onDemand.has(name)) return false
+    let cancelled = false
     for (const i of this.instancesOf(name)) {
       if (i.status !== 'starting') continue
       this.d.log.info('cancelling a load nothing waits for any more', { model: name, instance: i.id })
       this.metrics.action(name, 'cancel', 'abandoned')
       void this.d.service.unload(i.id).catch(() => {})
+      cancelled = true
     }
+    if (cancelled) {
+      this.bringing.delete(name)
+      this.onDemand.delete(name)
+    }
+    return cancelled
   }
 
   private async doBringUp(name: string, signal: AbortSignal, trace: SpanBase | null): Promise<void> {
@@ -228,9 +240,8 @@ export class ResidencyManager implements ResidencyHooks {
           signal,
           what: `the load of ${name}`,
         })
-        const s = this.d.service.get(starting.id)?.status
-        if (s === 'active') return
-        throw new Error(`the load of ${name} ended ${s ?? 'removed'}`)
+        if (this.d.service.get(starting.id)?.status === 'active') return
+        throw this.loadEnded(name, starting.id)
       }
       const sleeping = insts.find((i) => i.status === 'sleeping')
       if (sleeping) {
@@ -279,8 +290,15 @@ export class ResidencyManager implements ResidencyHooks {
       signal,
       what: `the load of ${entry.name}`,
     })
-    const s = this.d.service.get(started)?.status
-    if (s !== 'active') throw new Error(`the load of ${entry.name} ended ${s ?? 'removed'}`)
+    if (this.d.service.get(started)?.status !== 'active') throw this.loadEnded(entry.name, started)
+  }
+
+  /** loadEnded: a load that ended without serving, as its waiters are told (a failure with its reason). */
+  private loadEnded(name: string, id: string): Error {
+    const inst = this.d.service.get(id)
+    if (inst?.status === 'failed')
+      return new Error(`the load of ${name} failed: ${inst.error ?? 'no reason given'}`)
+    return new Error(`the load of ${name} ended ${inst?.status ?? 'removed'}`)
   }
 
   /**

@@ -44,6 +44,11 @@ export class KeyGrant implements InferenceGrant {
     return key !== null && (key.tpm !== null || key.budgetTokens !== null)
   }
 
+  /** party: the key itself, whose id and max_concurrent a held queue reads (null: the static key). */
+  get party(): InferenceKey | null {
+    return this.key
+  }
+
   begin(model: string, worst: number, now = Date.now()): AppError | null {
     if (this.model !== null || this.over) return null
     const key = this.key
