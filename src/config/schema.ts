@@ -79,7 +79,8 @@ export const RootConfigSchema = T.Object(
         max_connections: T.Integer({
           default: 0,
           minimum: 0,
-          description: 'open client connections per listener; 0 derives it from the open-file limit',
+          description:
+            'open client connections per listener; 0 derives it from the open-file limit. Connections with no complete request head yet hold at most half of it (past that a new one cuts the one open longest); a full listener cuts the connection waiting longest for a head',
         }),
         max_connections_per_address: T.Integer({
           default: 1024,

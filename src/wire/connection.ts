@@ -7,6 +7,7 @@ import { writeAll } from './pool.ts'
 import { type ParsedRequest, RequestError, type RequestHead, RequestParser } from './request-parser.ts'
 import { errorResponse } from './responses.ts'
 import type { WireRoute } from './route.ts'
+import type { Waiting, WaitList } from './waiting.ts'
 
 /**
  * A reserve connection (accepted past the cap, for health only) must send its whole head within
@@ -80,6 +81,13 @@ export interface ConnFront {
   readonly hostname: string
   readonly port: number
   readonly stopped: boolean
+  /**
+   * Connections that have not completed a request head since they opened (silent, or a first head
+   * arriving), oldest first: the ones shed first under pressure.
+   */
+  readonly fresh: WaitList
+  /** Keep-alive connections between requests (no complete head since their last answer), oldest first. */
+  readonly idle: WaitList
   overflow: number
   bufferedBodyBytes: number
   unverifiedInternal: number
@@ -99,7 +107,11 @@ export interface ConnFront {
  * rather than a second object: a connection stays one object, with no hop between the two halves
  * on the hot path.
  */
-export abstract class Connection implements WireClient {
+export abstract class Connection implements WireClient, Waiting {
+  waitPrev: Waiting | null = null
+  waitNext: Waiting | null = null
+  waitList: WaitList | null = null
+  waitingSince = 0
   private readonly parser: RequestParser
   /** What runs for the request being answered: an exchange, or a deferred decision (Waiting). */
   protected current: Running | null = null
@@ -123,6 +135,8 @@ export abstract class Connection implements WireClient {
   /** performance.now() when a lingering close began (0: not lingering). */
   private lingerStart = 0
   http10 = false
+  /** Responses completed on this connection (0: it never had a complete head answered). */
+  private answers = 0
 
   constructor(
     protected readonly front: ConnFront,
@@ -135,7 +149,11 @@ export abstract class Connection implements WireClient {
     this.parser = new RequestParser({
       maxHeadBytes: HEAD_BYTES,
       ...front.opts.limits,
-      bodyLimit: (head) => this.admit(head),
+      bodyLimit: (head) => {
+        // A complete head: the connection is no longer waiting, and is not shed under pressure.
+        this.waitList?.remove(this)
+        return this.admit(head)
+      },
     })
     // A connection's first head is due from when it opened: one that never sends a byte is cut at
     // the head deadline like a slow one, instead of being held until the idle timeout.
@@ -179,17 +197,19 @@ export abstract class Connection implements WireClient {
     }
   }
 
-  /** idleSince: when the connection went idle between requests (null: busy, arriving or closing). */
-  get idleSince(): number | null {
-    return this.current || this.closing || this.arriving !== 0 || this.parser.buffered > 0
-      ? null
-      : this.lastActive
-  }
-
-  /** closeIdle: the front reclaims this idle keep-alive connection for a new one. */
-  closeIdle(): void {
+  /**
+   * shed: the front cuts this waiting connection (no complete head since it opened or since its
+   * last answer) to make room under pressure. A keep-alive connection that has sent nothing since
+   * its answer is ended (a FIN, as a keep-alive close always may come); any other is reset, so its
+   * descriptor is free at once. Either way it leaves the listener's counts now.
+   */
+  shed(): void {
+    this.waitList?.remove(this)
     this.closing = true
-    this.socket.end()
+    this.arriving = 0
+    if (this.answers > 0 && this.parser.buffered === 0) this.socket.end()
+    else this.socket.terminate()
+    this.onClose()
   }
 
   onData(data: Buffer): void {
@@ -336,6 +356,7 @@ export abstract class Connection implements WireClient {
    * reads the answer instead of a reset.
    */
   closeConnection(linger = false): void {
+    this.waitList?.remove(this)
     this.endCurrent()
     this.release()
     if (linger && !this.closing && !this.closed) this.lingerStart = performance.now()
@@ -357,10 +378,13 @@ export abstract class Connection implements WireClient {
     // A request already arriving behind this response gets its head deadline from now, not from
     // when its first bytes came in while a long response ran.
     this.arriving = this.parser.buffered > 0 ? now : 0
+    this.answers++
     if (!reuse || this.front.stopped || this.reserve) {
       this.closeConnection()
       return
     }
+    // Waiting for its next head from now: in the keep-alive list until one is complete.
+    this.front.idle.add(this, now)
     if (this.paused) {
       this.paused = false
       this.socket.resume()
@@ -387,6 +411,7 @@ export abstract class Connection implements WireClient {
   onClose(): void {
     if (this.closed) return
     this.closed = true
+    this.waitList?.remove(this)
     this.queue = null
     this.front.conns.delete(this)
     this.front.forget(this.address)

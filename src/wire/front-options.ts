@@ -67,10 +67,17 @@ export interface FrontLimits {
    */
   minBodyBytesPerSecond: number
   /**
-   * Open client connections; beyond it (and the reserve) a new connection takes the place of an
-   * idle keep-alive one if there is one, else it is closed at once.
+   * Open client connections; beyond it a new connection takes the place of the one waiting longest
+   * for a head (no complete head since it opened, or a keep-alive one since its last answer) if
+   * there is one, else of a reserve one, else it is closed at once.
    */
   maxConnections: number
+  /**
+   * Connections that have not completed a request head since they opened (silent, or a first head
+   * still arriving); a new connection past it cuts the one of them that opened longest ago. 0: half
+   * of maxConnections. The rest of the listener is kept for clients that have sent a head.
+   */
+  maxUnauthenticated: number
   /** Open connections from one client address (0: no cap); beyond it a new one is closed at once. */
   maxConnectionsPerAddress: number
   /**
@@ -102,6 +109,7 @@ export const DEFAULT_FRONT_LIMITS: FrontLimits = Object.freeze({
   headTimeoutMs: 60_000,
   minBodyBytesPerSecond: 1024,
   maxConnections: 10_000,
+  maxUnauthenticated: 0,
   maxConnectionsPerAddress: 1024,
   maxBufferedBodyBytes: 1024 * 1024 * 1024,
   maxUnverifiedInternal: 16,

@@ -4,6 +4,7 @@ import type { ConnFront } from './connection.ts'
 import { ClientConn } from './dispatch.ts'
 import { DEFAULT_FRONT_LIMITS, type FrontLimits, type FrontOptions } from './front-options.ts'
 import type { WireRoute } from './route.ts'
+import { WaitList } from './waiting.ts'
 
 /** How often the front looks for requests that are arriving too slowly. */
 const SWEEP_MS = 1000
@@ -47,6 +48,10 @@ export class WireFront implements ConnFront {
   rejected = 0
   /** Idle keep-alive connections closed to make room for a new one while the listener was full. */
   reclaimed = 0
+  /** Connections with no complete head yet, cut to make room for a new one (see FrontLimits.maxUnauthenticated). */
+  shedFresh = 0
+  readonly fresh = new WaitList()
+  readonly idle = new WaitList()
   /** Open connections by client address (for maxConnectionsPerAddress). */
   private readonly perAddress = new Map<string, number>()
   /** Body bytes held for requests now (see FrontLimits.maxBufferedBodyBytes). */
@@ -64,6 +69,8 @@ export class WireFront implements ConnFront {
   constructor(readonly opts: FrontOptions) {
     const front = this
     this.limits = { ...DEFAULT_FRONT_LIMITS, ...opts.front }
+    if (this.limits.maxUnauthenticated <= 0)
+      this.limits.maxUnauthenticated = Math.max(1, Math.floor(this.limits.maxConnections / 2))
     this.tracing = opts.telemetry?.enabled ? opts.telemetry : null
     const limits = this.limits
     this.listener = Bun.listen<ClientConn>({
@@ -76,14 +83,12 @@ export class WireFront implements ConnFront {
           const address = s.remoteAddress
           const fromAddress = front.perAddress.get(address) ?? 0
           const perAddress = limits.maxConnectionsPerAddress
-          let full = front.conns.size >= limits.maxConnections
-          // A full listener first makes room by closing an idle keep-alive connection, as nginx
-          // reuses its keep-alive connections: a client waiting between requests yields to a new one.
-          if (full && front.reclaimIdle()) full = front.conns.size >= limits.maxConnections
-          if (
-            (perAddress > 0 && fromAddress >= perAddress) ||
-            (full && front.overflow >= limits.reserveConnections)
-          ) {
+          const overAddress = perAddress > 0 && fromAddress >= perAddress
+          // Room for a new connection is made first from the connections waiting longest for a
+          // head (makeRoom), so that connections that send nothing cannot fill the listener.
+          if (!overAddress) front.makeRoom()
+          const full = front.conns.size >= limits.maxConnections
+          if (overAddress || (full && front.overflow >= limits.reserveConnections)) {
             front.rejected++
             s.terminate()
             return
@@ -92,6 +97,7 @@ export class WireFront implements ConnFront {
           front.conns.add(s.data)
           front.perAddress.set(address, fromAddress + 1)
           if (full) front.overflow++
+          else front.fresh.add(s.data, performance.now())
           if (front.opts.idleTimeoutSeconds > 0) s.timeout(front.opts.idleTimeoutSeconds)
         },
         data(s, d) {
@@ -121,15 +127,29 @@ export class WireFront implements ConnFront {
     for (const c of this.conns) c.checkArrival(now)
   }
 
-  /** reclaimIdle closes one connection idle between requests (the least recently active); false if none. */
-  reclaimIdle(): boolean {
-    let oldest: ClientConn | null = null
-    for (const c of this.conns)
-      if (c.idleSince !== null && (!oldest || c.idleSince < oldest.idleSince!)) oldest = c
-    if (!oldest) return false
-    this.reclaimed++
-    oldest.closeIdle()
-    return true
+  /**
+   * makeRoom, before a new connection is counted: connections with no complete head yet (`fresh`:
+   * silent since they opened, or a first head still arriving) may hold at most maxUnauthenticated
+   * of the listener, so past it the one that opened longest ago is cut; and a full listener cuts
+   * the connection waiting longest for a head, fresh or keep-alive between requests (as nginx
+   * reuses its keep-alive connections). Oldest first: a client that means to send a request sends
+   * its head as soon as it has connected, so the newest connections (the new one among them) are
+   * the likeliest to be served, and a flood of silent connections only ever cuts its own oldest.
+   */
+  makeRoom(): void {
+    const limits = this.limits
+    if (this.fresh.size >= limits.maxUnauthenticated) this.cut(this.fresh.oldest as ClientConn)
+    if (this.conns.size < limits.maxConnections) return
+    const fresh = this.fresh.oldest
+    const idle = this.idle.oldest
+    const oldest = fresh && (!idle || fresh.waitingSince <= idle.waitingSince) ? fresh : idle
+    if (oldest) this.cut(oldest as ClientConn)
+  }
+
+  private cut(c: ClientConn): void {
+    if (c.waitList === this.idle) this.reclaimed++
+    else this.shedFresh++
+    c.shed()
   }
 
   /** forget: a connection closed (its address's count). */

@@ -621,11 +621,21 @@ describe('wire front: hostile clients', () => {
 
   it('past maxConnections serves the reserve health only, then closes new connections at once', async () => {
     const f = front({
-      front: { maxConnections: 2, reserveConnections: 1, alwaysServe: (p) => p === '/api/hello' },
+      front: {
+        maxConnections: 2,
+        maxUnauthenticated: 2,
+        reserveConnections: 1,
+        alwaysServe: (p) => p === '/api/hello',
+      },
     })
+    // Two connections with a request running (a waiting one would make room for a new one).
+    upGate = Promise.withResolvers<void>()
     const held = [await Raw.open(f.port), await Raw.open(f.port)]
-    // Both count once the listener has seen them open: wait on that, not on time.
-    await waitFor('the listener to see both connections', () => f.conns.size >= 2, { timeoutMs: 2000 })
+    for (const c of held) c.write(REQ('GET', '/v1/gate'))
+    // Both count once the listener has seen them open and their heads: wait on that, not on time.
+    await waitFor('the listener to see both requests', () => f.conns.size >= 2 && f.fresh.size === 0, {
+      timeoutMs: 2000,
+    })
     expect(f.conns.size).toBe(2)
     // A reserve connection: health is answered (and the connection closed), anything else is 503.
     const health = await rawExchange(f.port, REQ('GET', '/api/hello'), { waitMs: 2000 })
@@ -641,8 +651,10 @@ describe('wire front: hostile clients', () => {
     expect(extra.text).toBe('')
     expect(f.rejected).toBe(rejected + 1)
     // The connections already open keep being served.
+    upGate.resolve()
     held[0]!.write(REQ('GET', '/api/hello'))
-    expect(await held[0]!.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+    expect(await held[0]!.waitFor((r) => parse(r.text).length === 2, 2000)).toBe(true)
+    expect(parse(held[0]!.text).map((r) => r.status)).toEqual([200, 200])
     for (const c of [...held, reserve]) c.socket.terminate()
   })
 
@@ -650,20 +662,26 @@ describe('wire front: hostile clients', () => {
     const f = front({
       front: { maxConnections: 2, reserveConnections: 1, alwaysServe: (p) => p === '/api/hello' },
     })
-    // Two connections busy sending a head (not idle: nothing to reclaim).
-    const busy = [await Raw.open(f.port), await Raw.open(f.port)]
-    for (const c of busy) c.write('GET /api/hello HTTP/1.1\r\n')
-    await waitFor('both connections counted', () => f.conns.size >= 2, { timeoutMs: 2000 })
+    // Two connections with a request running (not waiting for a head: nothing to make room with).
+    upGate = Promise.withResolvers<void>()
+    const busy: Raw[] = []
+    for (let i = 0; i < 2; i++) {
+      const c = await Raw.open(f.port)
+      c.write(REQ('GET', '/v1/gate'))
+      busy.push(c)
+      await waitFor('the request running', () => f.conns.size > i && f.fresh.size === 0, { timeoutMs: 2000 })
+    }
     const silent = await Raw.open(f.port)
     await waitFor('the silent reserve connection', () => f.overflow >= 1, { timeoutMs: 2000 })
     expect(await silent.waitFor((r) => r.closed, 5000)).toBe(true)
     const health = await rawExchange(f.port, REQ('GET', '/api/hello'), { waitMs: 2000 })
     expect(parse(health.text)[0]!.status).toBe(200)
+    upGate.resolve()
     for (const c of busy) c.socket.terminate()
   })
 
   it('a full listener makes room for a new connection by closing an idle keep-alive one', async () => {
-    const f = front({ front: { maxConnections: 2, reserveConnections: 0 } })
+    const f = front({ front: { maxConnections: 2, maxUnauthenticated: 2, reserveConnections: 0 } })
     const idle = [await Raw.open(f.port), await Raw.open(f.port)]
     for (const c of idle) {
       c.write(REQ('GET', '/api/hello'))
@@ -676,6 +694,50 @@ describe('wire front: hostile clients', () => {
     expect(f.reclaimed).toBe(1)
     await waitFor('one idle connection closed', () => idle.some((c) => c.closed), { timeoutMs: 2000 })
     for (const c of [...idle, fresh]) c.socket.terminate()
+  })
+
+  it('connections without a complete head hold at most maxUnauthenticated: the one open longest is cut first', async () => {
+    const f = front({ front: { maxConnections: 10, maxUnauthenticated: 2, reserveConnections: 0 } })
+    // A head arriving and never finished (Slowloris) counts as much as a silent connection.
+    const slow = await Raw.open(f.port)
+    slow.write('GET /api/hello HTTP/1.1\r\nHo')
+    await waitFor('the slow connection counted', () => f.fresh.size >= 1, { timeoutMs: 2000 })
+    const silent = await Raw.open(f.port)
+    await waitFor('the silent connection counted', () => f.fresh.size >= 2, { timeoutMs: 2000 })
+    const third = await Raw.open(f.port)
+    expect(await slow.waitFor((r) => r.closed, 5000)).toBe(true)
+    expect(slow.text).toBe('')
+    expect(silent.closed).toBe(false)
+    const fourth = await Raw.open(f.port)
+    expect(await silent.waitFor((r) => r.closed, 5000)).toBe(true)
+    // The newest were kept, and are served.
+    for (const c of [third, fourth]) {
+      c.write(REQ('GET', '/api/hello'))
+      expect(await c.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+      expect(parse(c.text)[0]!.status).toBe(200)
+    }
+    expect(f.shedFresh).toBe(2)
+    expect(f.fresh.size).toBe(0)
+    for (const c of [third, fourth]) c.socket.terminate()
+  })
+
+  it('a full listener cuts whichever connection has waited longest for a head, silent or keep-alive', async () => {
+    const f = front({ front: { maxConnections: 2, maxUnauthenticated: 2, reserveConnections: 0 } })
+    const silent = await Raw.open(f.port)
+    await waitFor('the silent connection counted', () => f.fresh.size >= 1, { timeoutMs: 2000 })
+    const served = await Raw.open(f.port)
+    served.write(REQ('GET', '/api/hello'))
+    expect(await served.waitFor((r) => parse(r.text).length === 1, 2000)).toBe(true)
+    // The silent one opened before the served one's answer ended: it goes first, then the served one.
+    const next = await Raw.open(f.port)
+    expect(await silent.waitFor((r) => r.closed, 5000)).toBe(true)
+    expect(served.closed).toBe(false)
+    const last = await Raw.open(f.port)
+    expect(await served.waitFor((r) => r.closed, 5000)).toBe(true)
+    expect(served.text.length).toBeGreaterThan(0)
+    expect(next.closed).toBe(false)
+    expect([f.shedFresh, f.reclaimed]).toEqual([1, 1])
+    for (const c of [next, last]) c.socket.terminate()
   })
 
   it('answers 408 to a head that is not complete within headTimeoutMs (Slowloris)', async () => {
