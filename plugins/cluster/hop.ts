@@ -243,6 +243,7 @@ export class ClusterHop implements BackendSource {
         root: m?.modelPath ?? name,
         instance_id: m?.instanceId ?? null,
         pod_id: entry.podId,
+        state: m?.status === 'sleeping' ? 'sleeping' : 'active',
       })
     }
     this.firstSeen = seen

@@ -455,6 +455,28 @@ export interface GatewayInferenceApi {
 }
 
 /** RemoteModel: a model another pod serves, as `GET /v1/models` lists it after the local ones. */
+/**
+ * ListedState: a model's state in `GET /v1/models`: serving (`active`), asleep or loading (a request
+ * waits for it or is told to retry, as `proxy.wake_on_request` says), or a catalogue entry not
+ * loaded (`unloaded`: a request loads it).
+ */
+export type ListedState = 'active' | 'sleeping' | 'loading' | 'unloaded'
+
+/** ListedModel: one entry of `GET /v1/models` (OpenAI's model object, with modelgate's fields). */
+export interface ListedModel {
+  id: string
+  object: 'model'
+  created: number
+  owned_by: 'modelgate'
+  root: string
+  max_model_len: number | null
+  state: ListedState
+  /** The instance that serves it (null: none yet, a catalogue entry not loaded or not reported). */
+  instance_id: string | null
+  /** The pod that serves it, for a model of another pod of the cluster. */
+  pod_id?: string
+}
+
 export interface RemoteModel {
   /** The served model name (what `model` names). */
   id: string
@@ -464,6 +486,8 @@ export interface RemoteModel {
   root: string
   instance_id: string | null
   pod_id: string
+  /** Its state on that pod. */
+  state: ListedState
 }
 
 /** The preset and memory-profile record shapes and bundle format, for the cluster's fleet and placement routes. */

@@ -19,6 +19,12 @@ import type { ModelEntry } from './model-table.ts'
  * from an unknown name (404). The decision rests on the configuration alone (a configured name
  * always wins over a gateway instance of the same name), so it cannot change under a held request.
  */
+/** ModelViewer: which models one caller of the model list sees, and whether with their engine addresses. */
+export interface ModelViewer {
+  readonly addresses: boolean
+  sees(entry: ModelEntry): boolean
+}
+
 export class GatewayKeyGate {
   constructor(
     private readonly auth: AuthService,
@@ -51,6 +57,24 @@ export class GatewayKeyGate {
    * is read: the refusal, or the grant it goes with (admit's, or judged now for a request admit left
    * anonymous), or null (no key needed: a standalone model, or inference is open).
    */
+  /**
+   * viewer: what a caller of `GET /models` sees, judged from its Authorization as the inference routes
+   * judge it: every model while inference is open or for an admin token; else the standalone models
+   * (which need no key) and the gateway models its key lists. Without a key (or with one refused)
+   * it sees the standalone models alone, or gets the refusal when there are none, as its inference
+   * would. Engine addresses are for admins (or while admin access is open) only.
+   */
+  async viewer(authorization: string | null): Promise<AppError | ModelViewer> {
+    const admin = await this.auth.isAdmin(authorization)
+    if (admin || !this.guarded) return { addresses: admin, sees: () => true }
+    const verdict = this.auth.admitInference(authorization)
+    if (verdict instanceof AppError) {
+      if (!this.standalone) return verdict
+      return { addresses: false, sees: (e) => e.endpoint !== null }
+    }
+    return { addresses: false, sees: (e) => e.endpoint !== null || verdict === null || verdict.lists(e.name) }
+  }
+
   check(
     entry: ModelEntry | undefined,
     grant: InferenceGrant | null,

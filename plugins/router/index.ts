@@ -20,8 +20,9 @@ const DESCRIPTION =
   "the gateway's models need that key (`Authorization: Bearer <key>`, 401 missing_api_key / " +
   'invalid_api_key otherwise) on POST /v1/chat/completions, POST /v1/completions, POST ' +
   '/action/sleep/{model_name} and POST /action/wakeup/{model_name}; so does a model name the router ' +
-  'does not know. The read-only routes (/models, /models/*, /traffic/stats*, /sleep/*, /health*, ' +
-  '/get_server_info) need no key. Every error has the shape {error: {message, type, code}}.'
+  'does not know. GET /models and /v1/models then list the standalone models and those the key may use ' +
+  '(engine addresses for an admin token only). The other read-only routes (/models/*, /traffic/stats*, ' +
+  '/sleep/*, /health*, /get_server_info) need no key. Every error has the shape {error: {message, type, code}}.'
 
 export interface RouterOptions {
   /** the router's clock (epoch ms); Date.now unless a test moves time forward itself */

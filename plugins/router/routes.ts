@@ -68,6 +68,14 @@ const ACTION_KEY_RULE = `${KEY_RULE} A path without a model name is an unknown r
 
 const authError = { 401: RouterError }
 
+const MODELS_RULE =
+  "While the gateway's models need a key (see the inference routes), the list holds the standalone " +
+  "models and the gateway models the caller's key may use; without a key it holds the standalone " +
+  'models alone, or is 401 when there are none. An admin token (`auth.mode` simple or oauth) sees ' +
+  "every model. `endpoint` is the engine's address for an admin (or while admin access is open, " +
+  '`auth.mode: none`); for anyone else it is {host: "", port: 0}, as for a model with no engine yet: ' +
+  'an engine has no authentication of its own.'
+
 export function routerRoutes(service: RouterService, log: Logger) {
   const guard =
     <R>(fn: (c: RouteContext) => R | Promise<R>) =>
@@ -79,6 +87,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
         return render(err, log, new URL(c.request.url).pathname) as unknown as R
       }
     }
+  const listModels = guard(({ request }) => service.modelsFor(request.headers.get('authorization')))
   // Served by the listener's front (RouterInference.wire); declared here for /docs.
   const inference = servedByTheFront
   const inferenceDoc = (summary: string, body: object, ok: unknown) => ({
@@ -122,15 +131,20 @@ export function routerRoutes(service: RouterService, log: Logger) {
       inference,
       inferenceDoc('Text completion (OpenAI-compatible)', CompletionRequest, Completion),
     )
-    .get('/v1/models', () => service.models(), {
-      response: ModelListSchema,
-      detail: { tags, summary: 'Models (OpenAI client `models.list()`); same as GET /models' },
+    .get('/v1/models', listModels, {
+      response: { 200: ModelListSchema, ...authError, 429: RouterError },
+      detail: {
+        tags,
+        summary: 'Models (OpenAI client `models.list()`); same as GET /models',
+        description: MODELS_RULE,
+      },
     })
-    .get('/models', () => service.models(), {
-      response: ModelListSchema,
+    .get('/models', listModels, {
+      response: { 200: ModelListSchema, ...authError, 429: RouterError },
       detail: {
         tags,
         summary: 'Configured models with their endpoints (and gateway models with from_gateway)',
+        description: MODELS_RULE,
       },
     })
     .get(

@@ -150,7 +150,21 @@ export class RouterService {
   }
 
   models(): { object: 'list'; data: ModelView[] } {
-    return { object: 'list', data: this.table.all().map(modelView) }
+    return { object: 'list', data: this.table.all().map((e) => modelView(e, true)) }
+  }
+
+  /**
+   * modelsFor: `GET /models` and `/v1/models` for the caller whose Authorization this is (access.ts,
+   * GatewayKeyGate.viewer): the models it may use, their engine addresses for an admin only.
+   */
+  async modelsFor(authorization: string | null): Promise<{ object: 'list'; data: ModelView[] }> {
+    const viewer = await this.gate.viewer(authorization)
+    if (viewer instanceof AppError) throw viewer
+    const data = this.table
+      .all()
+      .filter((e) => viewer.sees(e))
+      .map((e) => modelView(e, viewer.addresses))
+    return { object: 'list', data }
   }
 
   idleModels(threshold: number) {

@@ -18,13 +18,17 @@ export interface ModelView {
   endpoint: Address
 }
 
-export function modelView(e: ModelEntry): ModelView {
+/** NO_ADDRESS: the endpoint of a model with no engine to give (not loaded yet, or not shown to the caller). */
+const NO_ADDRESS = { host: '', port: 0 } as const
+
+/** modelView: a model's entry in the model list; its engine's address only when `addresses`. */
+export function modelView(e: ModelEntry, addresses: boolean): ModelView {
   return {
     id: e.name,
     object: 'model',
     created: e.created,
     owned_by: 'modelgate',
-    endpoint: e.backends()[0]?.address?.() ?? { host: '', port: 0 },
+    endpoint: addresses ? (e.backends()[0]?.address?.() ?? NO_ADDRESS) : NO_ADDRESS,
   }
 }
 

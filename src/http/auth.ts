@@ -462,6 +462,22 @@ export class AuthService {
   }
 
   /**
+   * isAdmin: whether `authorization` carries an admin token of either role, or admin access is open
+   * (auth.mode none); never throws. What a route that answers everyone shows only to an operator
+   * (the router's model list gives engine addresses to admins alone) asks.
+   */
+  async isAdmin(authorization: string | null): Promise<boolean> {
+    if (this.mode === 'none') return true
+    const token = bearerOf(authorization)
+    if (!token) return false
+    try {
+      return (await this.verifyToken(token)).roles.length > 0
+    } catch {
+      return false
+    }
+  }
+
+  /**
    * checkInference enforces the inference key on a route the framework serves (proxy error shape):
    * the same judgement as the front's (admitInference). The admin JWT is not accepted.
    */

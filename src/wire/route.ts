@@ -51,6 +51,8 @@ export interface InferenceGrant {
    * inference request (the router's sleep and wakeup): null, or the 403 refusal. Counts nothing.
    */
   allows(model: string): AppError | null
+  /** lists: whether `model` is on the key's model list (a key with no list has every model); counts nothing. */
+  lists(model: string): boolean
   /**
    * end: the request has ended with `status`, having used `usage` (null: not known): once, whether
    * it began or was refused before (then it is counted as a refusal, under no model's name).

@@ -319,10 +319,13 @@ describe('cluster inference hop', () => {
 
   it("lists the cluster's models on /v1/models, local ones first", async () => {
     const res = await fetch(`${pods.a.url}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } })
-    const list = (await res.json()) as { data: { id: string; pod_id?: string; instance_id: string }[] }
-    expect(list.data.map((m) => m.id)).toEqual(['both', instances.a!.both!, 'only-b', 'only-c'])
-    expect(list.data[2]).toMatchObject({ pod_id: 'b', instance_id: instances.b!['only-b'] })
-    expect(list.data[3]).toMatchObject({ pod_id: 'c', instance_id: instances.c!['only-c'] })
+    const list = (await res.json()) as {
+      data: { id: string; pod_id?: string; instance_id: string; state: string }[]
+    }
+    expect(list.data.map((m) => m.id)).toEqual(['both', 'only-b', 'only-c'])
+    expect(list.data[0]).toMatchObject({ state: 'active', instance_id: instances.a!.both! })
+    expect(list.data[1]).toMatchObject({ state: 'active', pod_id: 'b', instance_id: instances.b!['only-b'] })
+    expect(list.data[2]).toMatchObject({ state: 'active', pod_id: 'c', instance_id: instances.c!['only-c'] })
   })
 
   it('documents the hop route in /docs as an internal (signed) route', async () => {

@@ -196,6 +196,7 @@ function grantOf(priority: string | null): InferenceGrant | null {
     metered: false,
     begin: () => null,
     allows: () => null,
+    lists: () => true,
     end: (status) => {
       grantEnds.push(status)
     },

@@ -33,12 +33,16 @@ describe('inference routes', () => {
     stub.stop()
   })
 
-  it('lists every active instance by served name and by instance id', async () => {
+  it('lists every model a client may name once, with its state: active, loading, sleeping', async () => {
     const res = await fetch(`${px.url}/v1/models`)
     expect(res.status).toBe(200)
     const body = (await res.json()) as { object: string; data: Record<string, unknown>[] }
     expect(body.object).toBe('list')
-    expect(body.data.map((d) => d.id)).toEqual(['llama', 'm', 'm2'])
+    expect(body.data.map((d) => [d.id, d.state, d.instance_id])).toEqual([
+      ['llama', 'active', 'm'],
+      ['w-served', 'loading', 'w'],
+      ['z-served', 'sleeping', 'z'],
+    ])
     expect(body.data[0]).toEqual({
       id: 'llama',
       object: 'model',
@@ -46,6 +50,7 @@ describe('inference routes', () => {
       owned_by: 'modelgate',
       root: 'meta/llama',
       max_model_len: 4096,
+      state: 'active',
       instance_id: 'm',
     })
   })

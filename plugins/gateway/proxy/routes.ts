@@ -11,9 +11,16 @@ import { type AppError, proxyError } from '../../../src/http/errors.ts'
 import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/model-field.ts'
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
 import { upstreams } from '../../../src/wire/pool.ts'
-import type { WireAction, WireForwardAction, WireRequest } from '../../../src/wire/route.ts'
+import type { InferenceGrant, WireAction, WireForwardAction, WireRequest } from '../../../src/wire/route.ts'
 import { askForUsage, charged, requestCost, type UsageMode } from '../../../src/wire/usage.ts'
-import type { GatewayApi, GatewayInferenceApi, RemoteModel } from '../api.ts'
+import type {
+  GatewayApi,
+  GatewayInferenceApi,
+  InstanceStatus,
+  ListedModel,
+  ListedState,
+  RemoteModel,
+} from '../api.ts'
 import { GATEWAY_ANSWERS } from './answers.ts'
 import { ProxyMetrics } from './metrics.ts'
 
@@ -114,7 +121,7 @@ export function createInference(deps: InferenceDeps): {
     },
     {
       match: (path, method) => method === 'GET' && path === '/v1/models',
-      wire: () => ({ json: handlers.modelList() }),
+      wire: (req) => ({ json: handlers.modelList(req.grant) }),
     },
     {
       match: (path) => path.startsWith(DIRECT),
@@ -128,6 +135,15 @@ export function createInference(deps: InferenceDeps): {
  * GATEWAY_KINDS: what the gateway's `/v1` serves: its instances, and in a cluster the pods that
  * serve a model (one hop). LOCAL_KINDS: what a pod serves a hop it received (never a second hop).
  */
+/** LISTED_STATES: how `GET /v1/models` names an instance's status (stopping and failed ones are not listed). */
+const LISTED_STATES: Partial<Record<InstanceStatus, ListedState>> = {
+  active: 'active',
+  sleeping: 'sleeping',
+  starting: 'loading',
+}
+/** STATE_RANK: which state a name's entry shows when several of its instances differ (lower first). */
+const STATE_RANK: Record<ListedState, number> = { active: 0, loading: 1, sleeping: 2, unloaded: 3 }
+
 const GATEWAY_KINDS: ReadonlySet<BackendKind> = new Set(['instance', 'pod'])
 const LOCAL_KINDS: ReadonlySet<BackendKind> = new Set(['instance'])
 
@@ -140,6 +156,8 @@ export class GatewayInference implements GatewayInferenceApi {
   private readonly plan: ListenerPlan
   private readonly local: ListenerPlan
   private remoteModels: (() => RemoteModel[]) | null = null
+  /** When this gateway started (Unix seconds): `created` of a catalogue entry from the YAML. */
+  private readonly startedAt = Math.floor(Date.now() / 1000)
 
   constructor(private readonly deps: InferenceDeps) {
     const metrics = new ProxyMetrics(deps.metrics)
@@ -223,46 +241,64 @@ export class GatewayInference implements GatewayInferenceApi {
   }
 
   /**
-   * modelList: `GET /v1/models`, every active instance once by served name and once by id, then the
-   * models other pods of the cluster serve (by served name, with the pod that serves it).
+   * modelList: `GET /v1/models`, every model a client may name here, once each by its name: this
+   * pod's instances (active, sleeping, loading), the catalogue's entries not loaded (a request loads
+   * them), then the models other pods of the cluster serve (with the pod that serves one). `state`
+   * says which; with a key, only the models on its list. No engine address is given.
    */
-  modelList(): { object: 'list'; data: Record<string, unknown>[] } {
-    const data: Record<string, unknown>[] = []
-    const seen = new Set<string>()
+  modelList(grant: InferenceGrant | null): { object: 'list'; data: ListedModel[] } {
+    const listed = new Map<string, ListedModel>()
+    const may = (name: string) => !listed.has(name) && (grant === null || grant.lists(name))
     for (const i of this.deps.api.list()) {
-      if (i.status !== 'active') continue
-      const created = Math.floor(Date.parse(i.ready_at ?? i.loaded_at) / 1000)
-      const max = i.max_tokens ?? i.memory_metrics?.max_model_len ?? null
-      for (const id of [i.served_model_name, i.id]) {
-        if (seen.has(id)) continue
-        seen.add(id)
-        data.push({
-          id,
-          object: 'model',
-          created,
-          owned_by: 'modelgate',
-          root: i.model_path,
-          max_model_len: max,
-          instance_id: i.id,
-        })
+      const state = LISTED_STATES[i.status]
+      if (state === undefined) continue
+      const seen = listed.get(i.served_model_name)
+      if (seen) {
+        // Replicas of one name: the entry says the most a request finds (one active serves it).
+        if (STATE_RANK[state] < STATE_RANK[seen.state]) Object.assign(seen, { state, instance_id: i.id })
+        continue
       }
+      if (!may(i.served_model_name)) continue
+      listed.set(i.served_model_name, {
+        id: i.served_model_name,
+        object: 'model',
+        created: Math.floor(Date.parse(i.ready_at ?? i.loaded_at) / 1000),
+        owned_by: 'modelgate',
+        root: i.model_path,
+        max_model_len: i.max_tokens ?? i.memory_metrics?.max_model_len ?? null,
+        state,
+        instance_id: i.id,
+      })
+    }
+    for (const e of this.deps.api.catalog()) {
+      if (!may(e.name)) continue
+      listed.set(e.name, {
+        id: e.name,
+        object: 'model',
+        created: e.updated_at ? Math.floor(Date.parse(e.updated_at) / 1000) : this.startedAt,
+        owned_by: 'modelgate',
+        root: e.model_path,
+        max_model_len: e.max_tokens,
+        state: 'unloaded',
+        instance_id: null,
+      })
     }
     for (const m of this.remoteModels?.() ?? []) {
-      if (seen.has(m.id)) continue
-      seen.add(m.id)
-      const { id, created, root, instance_id, pod_id } = m
-      data.push({
+      if (!may(m.id)) continue
+      const { id, created, root, instance_id, pod_id, state } = m
+      listed.set(id, {
         id,
         object: 'model',
         created,
         owned_by: 'modelgate',
         root,
         max_model_len: null,
+        state,
         instance_id,
         pod_id,
       })
     }
-    return { object: 'list', data }
+    return { object: 'list', data: [...listed.values()] }
   }
 
   /**

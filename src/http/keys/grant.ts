@@ -77,9 +77,14 @@ export class KeyGrant implements InferenceGrant {
     return null
   }
 
+  lists(model: string): boolean {
+    const key = this.key
+    return !key || key.models === null || key.models.has(model)
+  }
+
   allows(model: string): AppError | null {
     const key = this.key
-    if (!key || key.models === null || key.models.has(model)) return null
+    if (!key || this.lists(model)) return null
     this.ends.refused(key, 'model')
     return modelNotAllowed(key, model)
   }
