@@ -172,7 +172,7 @@ export class BenchmarkService {
     const exec = new RunExecution(run, {
       gateway: this.gateway,
       mainUrl: () => this.ctx.mainUrl(),
-      apiKey: this.ctx.config.auth.inference_api_key || undefined,
+      apiKey: this.ctx.auth.ownInferenceKey() ?? undefined,
       repo: this.repo,
       cfg: this.cfg,
       log: this.ctx.log,

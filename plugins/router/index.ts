@@ -58,7 +58,7 @@ export const routerPlugin = (opts: RouterOptions = {}) =>
             description: DESCRIPTION,
           },
         ],
-        routes: routerDashboardRoutes(service, () => ctx.config.auth.inference_api_key),
+        routes: routerDashboardRoutes(service, () => ctx.auth.ownInferenceKey() ?? undefined),
         api: service,
         start: () => service.start(),
         stop: () => service.stop(),

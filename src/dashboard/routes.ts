@@ -166,9 +166,10 @@ export function dashboardRoutes(deps: DashboardDeps) {
           description:
             'The dashboard of a signed-in admin is given the key automatically, for its chat playground. ' +
             'admin-readonly is refused (403): the key is a credential that changes state (a request wakes a sleeping ' +
-            'model), which a read-only role must not obtain, so its dashboard shows no chat. `key` is null when ' +
-            'INFERENCE_API_KEY is not set (inference is open). Never cached (`no-store`). Kept under /api/dashboard, ' +
-            'not /api/auth, which is public.',
+            'model), which a read-only role must not obtain, so its dashboard shows no chat. `key` is INFERENCE_API_KEY; ' +
+            'while keys made through /api/keys are in force without it, a key this process made at start-up for its ' +
+            'own clients (held in memory only, no limits, usage counted as `static`); null while inference is open. ' +
+            'Never cached (`no-store`). Kept under /api/dashboard, not /api/auth, which is public.',
           'x-required-role': 'admin',
         },
       },

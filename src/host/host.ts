@@ -212,7 +212,7 @@ export class Host {
         feeds: () =>
           this.running.map((r) => ({ events: r.def.dashboard?.events ?? [], live: r.instance.live })),
       },
-      inferenceKey: () => config.root.auth.inference_api_key || null,
+      inferenceKey: () => this.auth.ownInferenceKey(),
     })
   }
 

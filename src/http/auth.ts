@@ -268,6 +268,15 @@ export class AuthService {
     return this.log
   }
 
+  /**
+   * ownInferenceKey: the key this process's own clients (the dashboard of a signed-in admin, proxy
+   * benchmarks) send to its inference routes: INFERENCE_API_KEY, else while keys are in force the
+   * in-memory console key (InferenceKeys.ownKey); null while inference is open.
+   */
+  ownInferenceKey(): string | null {
+    return this.keys.ownKey()
+  }
+
   /** inferenceKeyRequired: inference needs a key (INFERENCE_API_KEY is set, or a key was ever created). */
   get inferenceKeyRequired(): boolean {
     return this.keys.required

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import type { Registry } from 'prom-client'
 import type { EventBus } from '../../host/bus.ts'
 import type { Store } from '../../store/db.ts'
@@ -121,9 +122,24 @@ export class InferenceKeys implements KeyEnds {
     this.usage.stop()
   }
 
+  /**
+   * consoleKey: the key the dashboard's chat and proxy benchmarks send while inference needs a key and
+   * no static one is set (keys made through the API, or every key since deleted: inference stays
+   * closed). Made at start-up, held in memory only, never stored nor logged; it is judged as the
+   * static key is (no limits, usage under `static`). Only an admin's session is given it, and an
+   * admin may make any key anyway: it grants nothing an admin lacks. A new one each start.
+   */
+  private readonly consoleKey = `mg-console-${randomBytes(24).toString('base64url')}`
+
   /** required: inference needs a key (the static one is set, or a key was ever created). */
   get required(): boolean {
     return this.staticKey !== null || this.book.everCreated
+  }
+
+  /** ownKey: the key this process's own clients send (the dashboard, proxy benchmarks); null: inference is open. */
+  ownKey(): string | null {
+    if (!this.required) return null
+    return this.staticKey ?? this.consoleKey
   }
 
   /** admit judges a request's key from its head (see the class comment). */
@@ -132,6 +148,7 @@ export class InferenceKeys implements KeyEnds {
     const given = bearerOf(authorization)
     if (given === null) return missingKey()
     if (this.staticKey !== null && safeEqual(given, this.staticKey)) return new KeyGrant(this, null, '')
+    if (safeEqual(given, this.consoleKey)) return new KeyGrant(this, null, '')
     const key = this.book.find(given)
     if (key === undefined || (key.expiresAt !== null && key.expiresAt <= now)) {
       this.metrics?.refused('unknown', 'invalid_key')
