@@ -136,7 +136,27 @@ describe.skipIf(skip !== null)('the dashboard in a browser', () => {
   })
 
   it('chats with the model in a stream through /v1 with the inference key, showing TTFT and tokens/s', async () => {
+    // A catalogued model not loaded is offered too (a chat with it loads it), as /v1/models lists it.
+    const token = (await gw.host.auth.issueToken('test', ['admin'])).token
+    const saved = await fetch(`${gw.url}/api/catalog/on-demand`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model_path: 'org/on-demand-7b', gpu_memory_utilization: 0.2 }),
+    })
+    expect(saved.status).toBe(201)
     await page.click('nav a:has-text("Chat")')
+    await page.locator('select[name=model] option[value="on-demand"][data-state="unloaded"]').waitFor({
+      state: 'attached',
+    })
+    expect(await page.locator('select[name=model] option').allTextContents()).toContain(
+      'on-demand (unloaded)',
+    )
+    // The active model is the one chosen.
+    expect(
+      await page
+        .locator('select[name=model]')
+        .evaluate((el) => (el as HTMLSelectElement).selectedOptions[0]?.dataset.state),
+    ).toBe('active')
     await page.fill('textarea[name=message]', 'Tell me about GPUs')
     await page.evaluate(() => {
       const w = window as unknown as { contentChanges: number }

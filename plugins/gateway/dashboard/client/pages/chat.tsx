@@ -1,14 +1,16 @@
 import { signal } from '@preact/signals'
-import { useState } from 'preact/hooks'
+import { useEffect, useState } from 'preact/hooks'
 import { ErrorNote } from '../../../../../src/dashboard/client/components/error-note.tsx'
 import { ms } from '../../../../../src/dashboard/client/format.ts'
 import { canWrite } from '../../../../../src/dashboard/client/session.ts'
 import { type ApiError, host } from '../api.ts'
 import { type ChatMessage, type ChatStats, streamChat } from '../chat-stream.ts'
-import { sortedInstances } from '../live.ts'
+import { catalogChanges, sortedInstances } from '../live.ts'
 
 /**
- * ChatPage, the playground: a streaming chat with any active model through the gateway's `/v1`,
+ * ChatPage, the playground: a streaming chat with any model a client may name (the gateway's own
+ * `GET /v1/models`: active, sleeping, loading, or catalogued and not loaded, which the chat loads)
+ * through the gateway's `/v1`,
  * with time to first token and tokens per second for each answer. The inference key comes from the
  * gateway (`/api/dashboard/inference-key`) and stays in this module's memory: it is never typed,
  * shown, stored, or put in a URL. Only an admin is given the key (a request can wake a sleeping
@@ -24,6 +26,21 @@ const keyOnce = () => {
     },
   )
   return inferenceKey
+}
+
+/** Listed: a model of `GET /v1/models`, with its state (active, sleeping, loading, unloaded). */
+interface Listed {
+  id: string
+  state: string
+}
+const listed = signal<Listed[] | null>(null)
+
+/** refreshModels: the models the chat offers, as an OpenAI client lists them (with the same key). */
+async function refreshModels(): Promise<void> {
+  const key = await keyOnce()
+  const res = await fetch('/v1/models', key ? { headers: { authorization: `Bearer ${key}` } } : {})
+  if (!res.ok) return
+  listed.value = ((await res.json()) as { data: Listed[] }).data
 }
 
 interface Turn extends ChatMessage {
@@ -64,14 +81,24 @@ export function ChatPage() {
 }
 
 function Playground() {
-  const active = sortedInstances.value.filter((i) => i.status === 'active')
+  const instances = sortedInstances.value
+  const changes = catalogChanges.value
+  // Listed again whenever an instance or the catalogue changes (a load, a sleep, an entry saved).
+  useEffect(() => {
+    void refreshModels().catch(() => undefined)
+  }, [instances, changes])
+  const models: Listed[] =
+    listed.value ??
+    [...new Set(instances.filter((i) => i.status === 'active').map((i) => i.served_model_name))].map(
+      (id) => ({ id, state: 'active' }),
+    )
   const [model, setModel] = useState('')
   const [system, setSystem] = useState('')
   const [input, setInput] = useState('')
   const [maxTokens, setMaxTokens] = useState('256')
-  const chosen = active.some((i) => i.served_model_name === model)
+  const chosen = models.some((m) => m.id === model)
     ? model
-    : (active[0]?.served_model_name ?? '')
+    : ((models.find((m) => m.state === 'active') ?? models[0])?.id ?? '')
 
   const send = async (e: Event) => {
     e.preventDefault()
@@ -113,10 +140,10 @@ function Playground() {
         <label>
           Model
           <select name="model" value={chosen} onChange={(e) => setModel(e.currentTarget.value)}>
-            {active.length === 0 && <option value="">no active model</option>}
-            {[...new Set(active.map((i) => i.served_model_name))].map((name) => (
-              <option key={name} value={name}>
-                {name}
+            {models.length === 0 && <option value="">no model</option>}
+            {models.map((m) => (
+              <option key={m.id} value={m.id} data-state={m.state}>
+                {m.state === 'active' ? m.id : `${m.id} (${m.state})`}
               </option>
             ))}
           </select>
