@@ -77,10 +77,10 @@ describe('proxy in front of the engine simulator', () => {
     await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
   })
 
-  it('lists the instance through the openai client', async () => {
-    const ids = []
-    for await (const m of client.models.list()) ids.push(m.id)
-    expect(ids).toEqual([MODEL, 'qwen-1'])
+  it('lists the model once through the openai client, with its state and instance', async () => {
+    const listed = []
+    for await (const m of client.models.list()) listed.push(m as unknown as Record<string, unknown>)
+    expect(listed.map((m) => [m.id, m.state, m.instance_id])).toEqual([[MODEL, 'active', 'qwen-1']])
   })
 
   it('passes the stream through frame for frame, as the engine sends it', async () => {
