@@ -424,7 +424,7 @@ export class ClusterService {
 
   private async refreshGpus(): Promise<void> {
     try {
-      const snap = await this.deps.gateway.gpuSnapshot()
+      const snap = await this.deps.gateway.gpuReading()
       if (!snap.available) return
       this.gpus = snap.gpus.map((g) => ({
         gpuId: g.index,

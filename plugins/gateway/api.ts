@@ -365,6 +365,11 @@ export interface GatewayApi {
   /** gpuSnapshot: the GPUs and their processes as nvidia-smi last reported them (cached briefly). */
   gpuSnapshot(): Promise<GpuSnapshot>
   /**
+   * gpuReading: the GPUs as a view shows them: the newest reading at once, however old (`takenAt`),
+   * a fresh one taken in the background (GpuProbe.reading); never waits for nvidia-smi but at start.
+   */
+  gpuReading(): Promise<GpuSnapshot>
+  /**
    * catalog: the models this host may serve on demand, by name: the YAML's entries (source `config`)
    * and those saved through the API (source `api`). Changes come as `gateway.catalog.changed`.
    */

@@ -145,7 +145,9 @@ export const GatewayConfig = T.Object(
           default: 500,
           minimum: 0,
           description:
-            'a snapshot is reused this long (a sleep check and a footprint measurement read a fresh one)',
+            'a reading is reused this long by what decides (a sleep check and a footprint measurement read a ' +
+            'fresh one); views (/metrics, the GPU and memory pages) show the newest reading at once and take ' +
+            'a new one in the background once it is older',
         }),
       },
       { additionalProperties: false, default: {}, description: 'the GPU probe' },

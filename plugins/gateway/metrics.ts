@@ -47,8 +47,8 @@ export function registerGatewayMetrics(registry: Registry, service: GatewayServi
 
 /**
  * GPU memory per GPU, for boards and the 95 % alert: `modelgate_gpu_memory_total_bytes{gpu}` and
- * `modelgate_gpu_memory_free_bytes{gpu}` from the GPU probe at scrape (its cached snapshot,
- * `gpu.cache_ms`), and `modelgate_model_gpu_memory_bytes{model,gpu}`: what each served model's
+ * `modelgate_gpu_memory_free_bytes{gpu}` from the GPU probe's newest reading (a scrape never waits
+ * for nvidia-smi: GpuProbe.reading; `modelgate_gpu_reading_age_seconds` says how old it is), and `modelgate_model_gpu_memory_bytes{model,gpu}`: what each served model's
  * instances hold on each GPU as last measured (ready, sleep, wake). No series without a probe.
  */
 function registerGpuMetrics(registry: Registry, service: GatewayService): void {
@@ -60,7 +60,7 @@ function registerGpuMetrics(registry: Registry, service: GatewayService): void {
       registers: [registry],
       async collect() {
         this.reset()
-        const snap = await service.probe.snapshot().catch(() => null)
+        const snap = await service.probe.reading().catch(() => null)
         if (!snap?.available) return
         for (const g of snap.gpus) {
           const mib = name === 'total' ? g.memoryTotalMib : g.memoryFreeMib
@@ -68,6 +68,16 @@ function registerGpuMetrics(registry: Registry, service: GatewayService): void {
         }
       },
     })
+  new Gauge({
+    name: `${METRIC_PREFIX}gpu_reading_age_seconds`,
+    help: 'Age of the GPU reading the GPU memory series come from (taken in the background, never at scrape)',
+    registers: [registry],
+    async collect() {
+      this.reset()
+      const snap = await service.probe.reading().catch(() => null)
+      if (snap?.available) this.set(Math.max(0, (Date.now() - snap.takenAt) / 1000))
+    },
+  })
   perGpu('total', 'Memory of each GPU, as nvidia-smi reports it')
   perGpu('free', 'Free memory of each GPU, as nvidia-smi reports it')
   new Gauge({

@@ -157,6 +157,10 @@ export abstract class GatewayService implements GatewayApi {
     return this.probe.snapshot()
   }
 
+  gpuReading(): Promise<GpuSnapshot> {
+    return this.probe.reading()
+  }
+
   catalog(): CatalogEntry[] {
     return this.catalogue.list()
   }
@@ -260,6 +264,8 @@ export abstract class GatewayService implements GatewayApi {
       at: performance.now(),
     })
     if (change.kind !== 'state') return
+    // The GPUs' last reading shows them as they were: a view waits for the next one (GpuProbe.reading).
+    this.probe.invalidate()
     const { current, message } = change
     const previousStatus = change.previous as InstanceStatus
     if (current !== 'removed') {

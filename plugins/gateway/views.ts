@@ -55,7 +55,7 @@ async function kvUsagePerc(i: ManagedInstance): Promise<number | null> {
 }
 
 export async function gpuAvailableView(service: GatewayService) {
-  const snap = requireGpus(await service.gpuSnapshot())
+  const snap = requireGpus(await service.gpuReading())
   const perGpu = new Map<number, number>()
   for (const i of placed(service)) for (const g of i.row.gpu_ids) perGpu.set(g, (perGpu.get(g) ?? 0) + 1)
   return gpuAvailability(snap.gpus, perGpu)
@@ -63,7 +63,7 @@ export async function gpuAvailableView(service: GatewayService) {
 
 /** The shm directory is the shared cache's own (plugins.gateway.sharedcache.shm_dir); `_shmDir` is unused. */
 export async function memoryUsageView(service: GatewayService, _shmDir?: string) {
-  const snap = requireGpus(await service.gpuSnapshot())
+  const snap = requireGpus(await service.gpuReading())
   const instances = placed(service)
   const segments = service.sharedCache.usageByGpu()
   let kv: KvUsage | null = null
@@ -83,7 +83,7 @@ export async function memoryUsageView(service: GatewayService, _shmDir?: string)
 }
 
 export async function multiGpuView(service: GatewayService, _shmDir?: string) {
-  const snap = requireGpus(await service.gpuSnapshot())
+  const snap = requireGpus(await service.gpuReading())
   const instances = placed(service)
   const inputs: MultiGpuInstanceInput[] = await Promise.all(
     instances.map(async (i) => ({

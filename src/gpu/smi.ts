@@ -135,6 +135,10 @@ export class GpuProbe {
   private readonly cacheMs: number
   private cached: { snapshot: GpuSnapshot; at: number } | null = null
   private inflight: Promise<GpuSnapshot> | null = null
+  /** last: the newest reading taken, whatever its age (null before the first); what views are served. */
+  private last: GpuSnapshot | null = null
+  /** changed: invalidate() was called since `last` was taken: it shows the GPUs as they no longer are. */
+  private changed = false
   /** generation: bumped by invalidate, so a probe that began before it is not reused. */
   private generation = 0
 
@@ -155,6 +159,7 @@ export class GpuProbe {
     this.cached = null
     this.inflight = null
     this.generation++
+    this.changed = true
   }
 
   async snapshot(): Promise<GpuSnapshot> {
@@ -165,11 +170,29 @@ export class GpuProbe {
       if (this.generation === generation) {
         this.cached = { snapshot, at: Date.now() }
         this.inflight = null
-      }
+        this.last = snapshot
+        this.changed = false
+      } else this.last ??= snapshot
       return snapshot
     })
     this.inflight = running
     return running
+  }
+
+  /**
+   * reading: what a view shows (a metrics scrape, the GPU and memory pages, a heartbeat): the newest
+   * reading at once, however old (its `takenAt` says), while a fresh one is taken in the background
+   * once it is older than cacheMs, one for every caller. So a view never waits for nvidia-smi (one
+   * run can take seconds on a busy host), except for the first reading after start and the first
+   * after a change modelgate made itself (invalidate: a load, sleep, wake or unload), which the last
+   * reading no longer shows. What decides (a load's placement, a footprint, a sleep check) asks
+   * snapshot() instead.
+   */
+  async reading(): Promise<GpuSnapshot> {
+    const last = this.last
+    if (last === null || this.changed) return this.snapshot()
+    if (!(this.cached && Date.now() - this.cached.at < this.cacheMs)) this.snapshot().catch(() => undefined)
+    return last
   }
 
   private async probe(): Promise<GpuSnapshot> {

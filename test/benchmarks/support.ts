@@ -73,6 +73,7 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
     inFlight: () => 0,
     moveInProgress: () => false,
     gpuSnapshot: async () => ({ available: false as const, reason: 'no GPUs in this fake' }),
+    gpuReading: async () => ({ available: false as const, reason: 'no GPUs in this fake' }),
     catalog: () => [],
     catalogEntry: () => undefined,
     saveCatalogEntry: unsupported,

@@ -87,6 +87,10 @@ describe('gateway lifecycle against simulated engines', () => {
     const metrics = await (await fetch(`${gw.url}/metrics`)).text()
     expect(metrics).toContain('modelgate_models_total{status="active"} 1')
     expect(metrics).toMatch(new RegExp(`modelgate_gpu_memory_used_bytes\\{model_id="${id}"\\} \\d+`))
+    // The GPU series come from the newest reading, whose age is exposed beside them.
+    const age = Number(/^modelgate_gpu_reading_age_seconds (\S+)$/m.exec(metrics)?.[1])
+    expect(age).toBeGreaterThanOrEqual(0)
+    expect(metrics).toMatch(/^modelgate_gpu_memory_free_bytes\{gpu="1"\} \d+/m)
   })
 
   it('sleeps at level 1 and 2, freeing GPU memory per level, and wakes', async () => {

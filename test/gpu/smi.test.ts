@@ -232,6 +232,48 @@ esac`,
     expect(callCount()).toBe(4)
   })
 
+  it('serves a view the newest reading at once while nvidia-smi is slow, one fresh run for every caller', async () => {
+    // The fake answers with the used memory in a file, and only once a gate file exists.
+    const used = join(dir, 'used-r')
+    const gate = join(dir, 'gate-r')
+    const runs = join(dir, 'runs-r')
+    writeFileSync(used, '1000')
+    writeFileSync(runs, '')
+    writeFileSync(gate, '')
+    const slow = script(
+      'slow-smi',
+      `echo "$1" >> '${runs}'
+while [ ! -f '${gate}' ]; do sleep 0.01; done
+case "$1" in
+  --query-gpu=*) printf '0, GPU-a, NVIDIA H100 80GB HBM3, 81559, %s, 0, 0, 30\\n' "$(cat '${used}')" ;;
+esac`,
+    )
+    const runCount = () => readFileSync(runs, 'utf8').split('\n').filter(Boolean).length
+    const probe = new GpuProbe([slow], { cacheMs: 0 })
+    // The first reading after start is waited for: there is nothing older to show.
+    const first = await probe.reading()
+    if (!first.available) throw new Error(first.reason)
+    expect(first.gpus[0]!.memoryUsedMib).toBe(1000)
+    expect(runCount()).toBe(2)
+    // nvidia-smi now hangs: views still get the last reading, and ten of them start one run.
+    rmSync(gate)
+    writeFileSync(used, '7000')
+    const views = await Promise.all(Array.from({ length: 10 }, () => probe.reading()))
+    for (const v of views) expect(v).toBe(first)
+    await waitFor('the background reading to start', () => runCount() === 4)
+    expect(runCount()).toBe(4)
+    // A decision (snapshot) waits for the run under way; once it ends, views show it.
+    const decided = probe.snapshot()
+    writeFileSync(gate, '')
+    const fresh = await decided
+    if (!fresh.available) throw new Error(fresh.reason)
+    expect(fresh.gpus[0]!.memoryUsedMib).toBe(7000)
+    expect(fresh.takenAt).toBeGreaterThanOrEqual(first.takenAt)
+    const after = await probe.reading()
+    if (!after.available) throw new Error(after.reason)
+    expect(after.gpus[0]!.memoryUsedMib).toBe(7000)
+  })
+
   it('passes arguments through a wrapper command', async () => {
     const wrapper = script('wrapper', 'shift; exec "$@"')
     const snap = await new GpuProbe([wrapper, '--sim', fakeSmi]).snapshot()

@@ -84,6 +84,9 @@ export class FakeGateway implements GatewayApi {
     return false
   }
 
+  gpuReading(): Promise<GpuSnapshot> {
+    return this.gpuSnapshot()
+  }
   async gpuSnapshot(): Promise<GpuSnapshot> {
     return { available: false, reason: 'a fake gateway has no GPUs' }
   }

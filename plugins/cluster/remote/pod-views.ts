@@ -15,7 +15,7 @@ export function modelsFull(gateway: GatewayApi): ModelsFull {
 
 /** gpuInfo: nvidia-smi's GPUs with the compute processes on each (503 without a probe). */
 export async function gpuInfo(gateway: GatewayApi): Promise<GpuInfo> {
-  const snap = await gateway.gpuSnapshot()
+  const snap = await gateway.gpuReading()
   if (!snap.available)
     throw new AppError(503, 'GPU_PROBE_UNAVAILABLE', `No GPU probe available: ${snap.reason}`)
   return {
