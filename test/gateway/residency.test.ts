@@ -272,7 +272,9 @@ describe('residency: serving catalogued models on demand', () => {
     const { gw, token } = await boot([{ name: 'first' }, { name: 'second' }], {
       ports: [19220, 19239],
       gpus: '1x80',
-      env: { SIM_WAKE_DELAY_MS: '600' },
+      // A load slower than a wake, so that once the first load is measured, putting 'first' to
+      // sleep stays cheaper than unloading it.
+      env: { SIM_WAKE_DELAY_MS: '600', SIM_LOAD_DELAY_MS: '2500' },
     })
     expect((await chat(gw, 'first')).status).toBe(200)
     // Another program takes 40 GB of the GPU while 'first' is put to sleep for 'second': the plan
