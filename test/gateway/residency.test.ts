@@ -272,7 +272,9 @@ describe('residency: serving catalogued models on demand', () => {
     const { gw, token } = await boot([{ name: 'first' }, { name: 'second' }], {
       ports: [19220, 19239],
       gpus: '1x80',
-      env: { SIM_WAKE_DELAY_MS: '600' },
+      // A load slower than a wake, so that once the first load is measured, putting 'first' to
+      // sleep stays cheaper than unloading it.
+      env: { SIM_WAKE_DELAY_MS: '600', SIM_LOAD_DELAY_MS: '2500' },
     })
     expect((await chat(gw, 'first')).status).toBe(200)
     // Another program takes 40 GB of the GPU while 'first' is put to sleep for 'second': the plan
@@ -313,6 +315,45 @@ describe('residency: serving catalogued models on demand', () => {
     } finally {
       squatter.kill()
     }
+  }, 60_000)
+
+  it('learns the load time of a model loaded on demand, and counts it instead of the published one', async () => {
+    const { gw, token } = await boot([{ name: 'timed' }], {
+      ports: [26000, 26019],
+      env: { SIM_LOAD_DELAY_MS: '1500' },
+    })
+    const costs = async () =>
+      (await residency(gw, token)).models.find((m) => m.name === 'timed') as unknown as {
+        costs: { load_s: number; measured: { load: boolean } }
+      }
+    const before = await costs()
+    expect(before.costs.measured.load).toBe(false)
+    // The load as the test sees it on the bus: the spawn (null → starting) to active.
+    let spawned: number | null = null
+    let active: number | null = null
+    gw.host.bus.on('gateway.instance.status', (e) => {
+      if (e.instance.served_model_name === 'timed' && e.previousStatus === null) spawned = performance.now()
+    })
+    gw.host.bus.on('gateway.instance.lifecycle', (e) => {
+      const c = e.change
+      if (e.served_model_name === 'timed' && c.kind === 'state' && c.previous === 'starting')
+        active = c.current === 'active' ? e.at : null
+    })
+    const sent = performance.now()
+    const res = await chat(gw, 'timed')
+    const answered = performance.now()
+    expect(res.status).toBe(200)
+    expect(spawned).not.toBeNull()
+    expect(active).not.toBeNull()
+    const loadS = (active! - spawned!) / 1000
+    const after = await waitFor('the load measured', async () => {
+      const m = await costs()
+      return m.costs.measured.load ? m : undefined
+    })
+    // Near what the load took: within half and twice the observed load, and within the request's wait.
+    expect(after.costs.load_s).toBeGreaterThanOrEqual(loadS / 2)
+    expect(after.costs.load_s).toBeLessThanOrEqual(Math.min(loadS * 2, (answered - sent) / 1000))
+    expect(after.costs.load_s).toBeLessThan(before.costs.load_s)
   }, 60_000)
 
   it('serves an SGLang model of the catalogue on demand, on its own engine', async () => {

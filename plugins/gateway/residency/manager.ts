@@ -106,16 +106,23 @@ export class ResidencyManager implements ResidencyHooks {
     const loadStarted = new Map<string, number>()
     const wakeStarted = new Map<string, { at: number; level: 1 | 2 | null }>()
     d.bus.on('proxy.request', (e) => this.arrived(e.served ?? e.model))
+    // A load's spawn is announced as the status `null → starting`, never as a lifecycle change (a
+    // lifecycle starts in that state): its time, on the lifecycle's clock (performance.now()).
+    d.bus.on('gateway.instance.status', (e) => {
+      if (e.previousStatus === null && e.currentStatus === 'starting')
+        loadStarted.set(e.instance.id, performance.now())
+    })
     d.bus.on('gateway.instance.lifecycle', (e) => {
       const c = e.change
       const id = e.instance_id
       if (c.kind === 'state') {
-        if (c.current === 'starting') loadStarted.set(id, e.at)
+        if (c.previous === 'starting') {
+          const t0 = loadStarted.get(id)
+          loadStarted.delete(id)
+          if (t0 !== undefined && c.current === 'active') this.measure(e.served_model_name, 'load', e.at - t0)
+        }
         if (c.current === 'active') {
           this.residentSince.set(id, this.now())
-          const t0 = loadStarted.get(id)
-          if (t0 !== undefined && c.previous === 'starting')
-            this.measure(e.served_model_name, 'load', e.at - t0)
           const w = wakeStarted.get(id)
           if (w && c.previous === 'sleeping')
             this.measure(e.served_model_name, w.level === 2 ? 'wake2' : 'wake1', e.at - w.at)
