@@ -33,10 +33,13 @@ if (missing) {
 
 /**
  * Board queries with no data on this host, and why: no cluster plugin here (its four panels), no
- * request failed (5xx), no load failed, every sleep freed what it should.
+ * request failed (5xx), no load failed, every sleep freed what it should, no catalogue (so no cold
+ * start and nothing evicted) and no inference key (the per-key panels).
  */
 const NO_DATA_HERE = [
   /modelgate_cluster_/,
+  /modelgate_residency_actions_total|modelgate_cold_starts_total/,
+  /modelgate_key_/,
   /status=~"5\.\."/,
   /modelgate_model_load_failures_total/,
   /modelgate_model_sleep_verification_failures_total/,
