@@ -15,7 +15,18 @@ import { TrafficCounter } from './stats.ts'
  * wins over gateway instances of the same name. A blue-green move keeps the name, so the model and
  * its statistics survive it.
  */
-export type SleepStateName = 'active' | 'sleeping' | 'waking'
+/**
+ * SleepStateName: a model's state as the router shows it. The router API's three (active, sleeping,
+ * waking) are the states of a model that has an engine; a gateway model served on demand may have
+ * none: `unloaded` (catalogued, no instance now: not asleep, a request loads it) or `loading` (its
+ * instance is starting, requests wait in its queue).
+ */
+export type SleepStateName = 'active' | 'sleeping' | 'waking' | 'loading' | 'unloaded'
+
+/** ModelSleep: a model's sleep state (its backends' SleepState), with the states of a model with no engine. */
+export interface ModelSleep extends Omit<SleepState, 'status'> {
+  status: SleepStateName
+}
 
 const ENDPOINTS: ReadonlySet<BackendKind> = new Set(['endpoint'])
 const INSTANCES: ReadonlySet<BackendKind> = new Set(['instance'])
@@ -49,8 +60,12 @@ export class ModelEntry {
     return this.endpoint ? [this.endpoint] : this.directory.candidates(this.name, INSTANCES)
   }
 
-  /** sleep: its state as the router shows it, from its backends (any serving: active). */
-  get sleep(): SleepState {
+  /**
+   * sleep: its state as the router shows it, from its backends (any serving: active). A gateway
+   * model none of whose backends serves or sleeps is `loading` while an instance starts, else
+   * `unloaded` (a catalogued model with no instance): never `sleeping`, which it is not.
+   */
+  get sleep(): ModelSleep {
     if (this.endpoint) return this.endpoint.sleepState()
     let waking: SleepState | null = null
     let sleeping: SleepState | null = null
@@ -64,7 +79,9 @@ export class ModelEntry {
       else if (!sleeping || (s.since ?? Infinity) < (sleeping.since ?? Infinity)) sleeping = s
     }
     const s = waking ?? sleeping
-    return s ? { ...s, operation } : { status: 'sleeping', since: null, level: null, operation }
+    if (s) return { ...s, operation }
+    const loading = this.backends().some((b) => b.readiness() === 'starting')
+    return { status: loading ? 'loading' : 'unloaded', since: null, level: null, operation }
   }
 
   get state(): SleepStateName {
@@ -72,7 +89,7 @@ export class ModelEntry {
   }
 
   /** op: the sleep or wake under way on it (null: none). */
-  get op(): SleepState['operation'] {
+  get op(): ModelSleep['operation'] {
     return this.sleep.operation
   }
 
@@ -203,7 +220,7 @@ export class ModelTable {
 
 /**
  * serving: an instance that is active or sleeping (not failed or stopping), or a catalogued model a
- * request may load (`absent`: the router lists it as sleeping, and a request brings it) or that is
+ * request may load (`absent`: the router lists it as unloaded, and a request brings it) or that is
  * loading (`starting` with a queue: its requests wait for the load, as the gateway's do). A model
  * loaded by hand that is still loading is not routed yet.
  */

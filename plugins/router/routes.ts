@@ -211,7 +211,9 @@ export function routerRoutes(service: RouterService, log: Logger) {
         tags,
         summary: 'Sleep state of every model',
         description:
-          'active: {status, last_activity}; sleeping and waking: {status, sleep_time, sleep_duration, sleep_level}.',
+          'active: {status, last_activity}; sleeping and waking: {status, sleep_time, sleep_duration, sleep_level}. ' +
+          'A gateway model served on demand that has no engine now is not asleep: unloaded (catalogued, no ' +
+          'instance; a request loads it) or loading (its instance is starting), each {status, last_activity}.',
       },
     })
     .get('/sleep/candidates', () => service.sleepCandidates(), {
@@ -245,7 +247,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
           description:
             'Body: empty or {}; a field in it is refused (400 `invalid_request`): the action takes none. The model stops taking requests and its requests in flight finish ' +
             'first (drain; the engine is asked with mode=wait): a sleep never cuts a stream. Refusals answer 409 ' +
-            'with the error result: already sleeping, going to sleep, waking up, no sleep mode, requests still in ' +
+            'with the error result: already sleeping, going to sleep, waking up, not loaded or loading, no sleep mode, requests still in ' +
             'flight at control_timeout, or a request that arrived during the drain (the model is in use). 502 ' +
             'when the engine does not answer. ' +
             ACTION_KEY_RULE,
@@ -273,7 +275,7 @@ export function routerRoutes(service: RouterService, log: Logger) {
           summary: 'Wake a sleeping model (engine POST /wake_up); answers once it is awake',
           description:
             'Body: empty or {}; a field in it is refused (400 `invalid_request`). 409 with the error result when the model is already active, already ' +
-            'waking, or has slept less than auto_sleep.min_sleep_duration (then with min_sleep_duration and ' +
+            'waking, not loaded or loading (a request loads it), or has slept less than auto_sleep.min_sleep_duration (then with min_sleep_duration and ' +
             'actual_sleep_duration in seconds). 502 when the engine does not answer. ' +
             ACTION_KEY_RULE,
           parameters: [modelParam],
@@ -282,7 +284,12 @@ export function routerRoutes(service: RouterService, log: Logger) {
     )
     .get('/health', () => service.health(), {
       response: HealthSchema,
-      detail: { tags, summary: 'Router health', description: '`models_sleeping` counts waking models too.' },
+      detail: {
+        tags,
+        summary: 'Router health',
+        description:
+          '`models_sleeping` counts waking models too; an unloaded or loading gateway model counts in neither.',
+      },
     })
     .get(
       '/health/:model_name',

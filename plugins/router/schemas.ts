@@ -75,7 +75,20 @@ export const ModelTrafficDetailSchema = t.Object({
 })
 
 export const SleepStatusEntrySchema = t.Object({
-  status: t.Union([t.Literal('active'), t.Literal('sleeping'), t.Literal('waking')]),
+  status: t.Union(
+    [
+      t.Literal('active'),
+      t.Literal('sleeping'),
+      t.Literal('waking'),
+      t.Literal('loading'),
+      t.Literal('unloaded'),
+    ],
+    {
+      description:
+        'active, sleeping, waking; for a gateway model served on demand also unloaded (catalogued, no instance: ' +
+        'not asleep, a request loads it) and loading (its instance is starting)',
+    },
+  ),
   last_activity: t.Optional(NullableTimestamp),
   sleep_time: t.Optional(t.Union([Timestamp, t.Null()])),
   sleep_duration: t.Optional(Seconds('seconds asleep so far')),
@@ -111,7 +124,7 @@ export const HealthSchema = t.Object({
   timestamp: Timestamp,
   uptime: Seconds('seconds since the router started'),
   models_active: t.Integer(),
-  models_sleeping: t.Integer({ description: 'sleeping or waking' }),
+  models_sleeping: t.Integer({ description: 'sleeping or waking (an unloaded or loading model is neither)' }),
 })
 
 export const ModelHealthSchema = t.Object({

@@ -10,7 +10,7 @@ import type { RouterOverview } from './dashboard/changes.ts'
 import { ActionRefused, modelNotFound } from './errors.ts'
 import { RouterInference } from './inference.ts'
 import { type ModelEntry, ModelTable } from './model-table.ts'
-import { SleepController } from './sleep.ts'
+import { refuseWithoutEngine, SleepController } from './sleep.ts'
 import { TrafficCounter } from './stats.ts'
 import {
   iso,
@@ -237,8 +237,9 @@ export class RouterService {
     let active = 0
     let sleeping = 0
     for (const e of this.table.all()) {
+      // A model with no engine (unloaded, loading) is neither.
       if (e.state === 'active') active++
-      else sleeping++
+      else if (e.state === 'sleeping' || e.state === 'waking') sleeping++
     }
     const now = this.now()
     return {
@@ -300,6 +301,7 @@ export class RouterService {
     const e = this.requireForAction(name, authorization)
     try {
       const s = e.sleep
+      refuseWithoutEngine(s.status)
       if (s.status === 'waking' || e.endpoint?.wakePromise)
         throw new ActionRefused('Model is already waking up')
       if (s.operation === 'sleep')

@@ -7,7 +7,7 @@ import { AppError } from '../../src/http/errors.ts'
 import type { EndpointBackend } from './backends.ts'
 import type { RouterConfig } from './config.ts'
 import { ActionRefused } from './errors.ts'
-import type { ModelEntry, ModelTable } from './model-table.ts'
+import type { ModelEntry, ModelTable, SleepStateName } from './model-table.ts'
 
 /**
  * SleepController is the router's sleep policy and, for its configured endpoints, their sleep
@@ -152,6 +152,7 @@ export class SleepController {
    */
   sleep(e: ModelEntry, level: 1 | 2, why: SleepReason = 'operator'): Promise<void> {
     const s = e.sleep
+    refuseWithoutEngine(s.status)
     if (s.status === 'sleeping') throw new ActionRefused('Model is already sleeping')
     if (s.operation === 'sleep') throw new ActionRefused('Model is already going to sleep')
     if (s.status === 'waking' || e.endpoint?.wakePromise) throw new ActionRefused('Model is waking up')
@@ -275,6 +276,15 @@ export class SleepController {
   recentWakeFailure(model: string): string | null {
     return this.deps.directory.record(model).recentFailure(performance.now())
   }
+}
+
+/**
+ * refuseWithoutEngine: a model with no engine (a catalogued model with no instance, or one whose
+ * instance still loads) can be neither slept nor woken: it does not sleep. A request loads it.
+ */
+export function refuseWithoutEngine(status: SleepStateName): void {
+  if (status === 'unloaded') throw new ActionRefused('Model is not loaded (a request loads it)')
+  if (status === 'loading') throw new ActionRefused('Model is loading')
 }
 
 /** settleAll waits for every call and rethrows the first failure as the router's error kinds. */

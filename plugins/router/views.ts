@@ -1,5 +1,5 @@
 import type { Address } from '../../src/directory/backend.ts'
-import type { ModelEntry } from './model-table.ts'
+import type { ModelEntry, SleepStateName } from './model-table.ts'
 import { round, type TrafficSnapshot } from './stats.ts'
 
 /**
@@ -33,7 +33,7 @@ export function modelView(e: ModelEntry, addresses: boolean): ModelView {
 }
 
 export interface SleepStatusView {
-  status: 'active' | 'sleeping' | 'waking'
+  status: SleepStateName
   last_activity?: string | null
   sleep_time?: string | null
   sleep_duration?: number
@@ -42,7 +42,9 @@ export interface SleepStatusView {
 
 export function sleepStatusView(e: ModelEntry, now: number): SleepStatusView {
   const s = e.sleep
-  if (s.status === 'active') return { status: 'active', last_activity: iso(e.lastActivity) }
+  // A model with no engine (unloaded, loading) has no sleep to time: it reads as an active one does.
+  if (s.status === 'active' || s.status === 'unloaded' || s.status === 'loading')
+    return { status: s.status, last_activity: iso(e.lastActivity) }
   const since = s.since ?? now
   return {
     status: s.status,

@@ -5,7 +5,7 @@ import { Value } from '@sinclair/typebox/value'
 import type { Server } from 'bun'
 import type { Registry } from 'prom-client'
 import type { LoadedConfig } from '../config/load.ts'
-import { dashboardPages } from '../dashboard/pages.ts'
+import { dashboardPages, pageAddresses } from '../dashboard/pages.ts'
 import { dashboardRoutes } from '../dashboard/routes.ts'
 import { ModelDirectory } from '../directory/directory.ts'
 import { createBaseApp, renderError, shapeFor } from '../http/app.ts'
@@ -170,7 +170,13 @@ export class Host {
       { name: 'dashboard', description: 'The web dashboard, which every plugin feeds' },
       ...order.map((d) => ({ name: d.id, description: d.description })),
     ]
-    let app: AnyElysia = createBaseApp({ name: 'main', auth: this.auth, log: this.log })
+    let app: AnyElysia = createBaseApp({
+      name: 'main',
+      auth: this.auth,
+      log: this.log,
+      // A typed dashboard address (`/models`) opens its page (`/#/models`) where no route serves it.
+      fallback: pageAddresses(this.opts.definitions),
+    })
       .use(
         docsPlugin({
           title: 'modelgate',

@@ -65,6 +65,12 @@ export interface BaseAppOptions {
   log: Logger
   /** shape fixes the error shape for every path (the router's listener speaks only the proxy shape). */
   shape?: ErrorShape
+  /**
+   * fallback: what a GET (or HEAD) that no route matched may still answer, instead of the 404 (the
+   * main listener's typed dashboard addresses: dashboard/pages.ts, pageAddresses); null: the 404.
+   * It runs only where no route matched, so it never shadows a route nor skips a route's guard.
+   */
+  fallback?: (pathname: string) => Response | null
 }
 
 export function createBaseApp(opts: BaseAppOptions) {
@@ -110,6 +116,9 @@ export function createBaseApp(opts: BaseAppOptions) {
         return err.toResponse(shape)
       }
       if (code === 'NOT_FOUND') {
+        // HEAD reaches the app as a GET (host.ts serves it from the GET route).
+        const fallback = request.method === 'GET' ? (opts.fallback?.(pathname) ?? null) : null
+        if (fallback) return fallback
         const err =
           shape === 'proxy'
             ? proxyError(

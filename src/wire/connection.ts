@@ -311,7 +311,10 @@ export abstract class Connection implements WireClient, Waiting {
    * closes the connection, lingering so that a client still sending reads the answer.
    */
   private refuse(err: unknown): void {
-    const path = this.parser.pendingHead?.path ?? (this.parser.lastPath || '/')
+    const pending = this.parser.pendingHead
+    const path = pending?.path ?? (this.parser.lastPath || '/')
+    // The method as sent once its request line was read ('-': none yet, or no token).
+    const method = pending?.method ?? (this.parser.lastMethod || '-')
     let error: AppError
     let shape: ErrorShape
     if (err instanceof HeadRefusal) {
@@ -324,7 +327,7 @@ export abstract class Connection implements WireClient, Waiting {
       shape = this.front.opts.shapeOf(path)
     }
     this.write(errorResponse(error, shape, false))
-    this.front.opts.onRequest('-', path, '', error.status, 0, true)
+    this.front.opts.onRequest(method, path, '', error.status, 0, true)
     this.closeConnection(true)
   }
 

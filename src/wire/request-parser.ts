@@ -242,6 +242,17 @@ export class RequestParser {
 
   /** The request target of the request line being parsed ('' between requests), as sent. */
   private lastTarget = ''
+  /** The method of the request line being parsed ('' between requests or before one), as sent. */
+  private lastMethodSent = ''
+
+  /**
+   * lastMethod: the method of the request line being parsed, even when the request is then refused
+   * (a refusal's access line names it); '' between requests, before a request line is whole, or
+   * when what stands for it is no token (a malformed method is never written anywhere).
+   */
+  get lastMethod(): string {
+    return TOKEN.test(this.lastMethodSent) ? this.lastMethodSent : ''
+  }
 
   /**
    * lastPath: the path of the request line being parsed ('' between requests), even when the
@@ -283,6 +294,7 @@ export class RequestParser {
     this.head = null
     this.state = State.Head
     this.lastTarget = ''
+    this.lastMethodSent = ''
     return { head, body }
   }
 
@@ -384,7 +396,10 @@ export class RequestParser {
       const line = buf.toString('latin1', start, Math.min(eol, start + this.maxHead))
       const sp1 = line.indexOf(' ')
       const sp2 = line.indexOf(' ', sp1 + 1)
-      if (sp1 > 0 && sp2 > sp1) this.lastTarget = line.slice(sp1 + 1, sp2)
+      if (sp1 > 0 && sp2 > sp1) {
+        this.lastMethodSent = line.slice(0, sp1)
+        this.lastTarget = line.slice(sp1 + 1, sp2)
+      }
     }
     return new RequestError(431, 'request head too large')
   }
@@ -405,6 +420,7 @@ export class RequestParser {
         : sp1 === 3 && text.startsWith('GET')
           ? 'GET'
           : text.slice(0, sp1)
+    this.lastMethodSent = method
     if (method !== 'POST' && method !== 'GET') {
       if (!TOKEN.test(method)) throw new RequestError(400, 'malformed method')
       // CONNECT (a tunnel), TRACE, lower-case spellings and unknown methods: not implemented here.

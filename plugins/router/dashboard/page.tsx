@@ -98,12 +98,14 @@ export function RouterPage() {
               const s = view.sleep[m.id]
               const t = view.traffic.by_model[m.id]
               const state = s?.status ?? 'active'
+              // A catalogued model with no instance (or one still loading) does not sleep: no Sleep, no Wake.
+              const engineless = state === 'unloaded' || state === 'loading'
               return (
                 <tr key={m.id} data-model={m.id} data-state={state}>
                   <td>
                     {m.id}
                     <div class="muted small">
-                      {m.endpoint.host}:{m.endpoint.port}
+                      {engineless ? 'no engine: a request loads it' : `${m.endpoint.host}:${m.endpoint.port}`}
                     </div>
                   </td>
                   <td>
@@ -121,7 +123,7 @@ export function RouterPage() {
                   <td title={t?.last_activity ?? ''}>{t?.last_activity ? since(t.last_activity) : '—'}</td>
                   {canWrite.value && (
                     <td class="actions">
-                      {state === 'sleeping' ? (
+                      {engineless ? null : state === 'sleeping' ? (
                         <button
                           type="button"
                           disabled={busy === m.id}
