@@ -29,6 +29,21 @@ export class ManagedInstance {
   lastProgress = -1
   /** currentMemoryGib is the footprint per GPU last measured (ready, sleep, wake). */
   currentMemoryGib: Record<string, number> | null = null
+
+  /**
+   * holdsGibByGpu: what the instance holds on each of its GPUs now, the one figure every view shows
+   * of it (the models list, the GPU and memory views, the catalogue's residency, /metrics): measured
+   * in its current state (at readiness, after a sleep or a wake), else its readiness footprint, else
+   * the engine log's total on each of its GPUs; null while none of them is known.
+   */
+  holdsGibByGpu(): Record<string, number> | null {
+    if (this.currentMemoryGib) return this.currentMemoryGib
+    const base = this.row.memory_baseline_by_gpu
+    if (base && Object.keys(base).length) return base
+    const total = this.row.memory_metrics?.total_gpu_memory_gib
+    if (total === undefined) return null
+    return Object.fromEntries(this.row.gpu_ids.map((g) => [String(g), Math.round(total * 100) / 100]))
+  }
   /** backend: this instance as the model directory serves it (made once). */
   readonly backend: Backend
   /** startup: the load's span and its phases while the engine starts (ended once active or failed). */
@@ -108,6 +123,7 @@ export class ManagedInstance {
       evictable: r.evictable,
       memory_metrics: r.memory_metrics ?? null,
       memory_baseline_by_gpu: r.memory_baseline_by_gpu ?? null,
+      memory_gib_by_gpu: this.holdsGibByGpu(),
       launch_command: r.launch_command,
     }
   }

@@ -32,7 +32,7 @@ export function registerGatewayMetrics(registry: Registry, service: GatewayServi
     collect() {
       this.reset()
       for (const i of service.instances.values()) {
-        const byGpu = i.currentMemoryGib
+        const byGpu = i.holdsGibByGpu()
         if (!byGpu || i.status === 'failed') continue
         const gib = Object.values(byGpu).reduce((a, b) => a + b, 0)
         this.set({ model_id: i.id }, Math.round(gib * 2 ** 30))
@@ -89,8 +89,9 @@ function registerGpuMetrics(registry: Registry, service: GatewayService): void {
       this.reset()
       const sums = new Map<string, { model: string; gpu: string; gib: number }>()
       for (const i of service.instances.values()) {
-        if (!i.currentMemoryGib || i.status === 'failed') continue
-        for (const [gpu, gib] of Object.entries(i.currentMemoryGib)) {
+        const holds = i.holdsGibByGpu()
+        if (!holds || i.status === 'failed') continue
+        for (const [gpu, gib] of Object.entries(holds)) {
           const key = `${i.row.served_model_name}\u0000${gpu}`
           const s = sums.get(key) ?? { model: i.row.served_model_name, gpu, gib: 0 }
           s.gib += gib

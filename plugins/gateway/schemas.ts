@@ -75,6 +75,13 @@ export const InstanceSchema = t.Object({
   ready_at: t.Nullable(t.String()),
   extra_args: t.Array(t.String()),
   error: t.Nullable(t.String({ description: "the engine's own failure line when failed" })),
+  memory_gib_by_gpu: t.Nullable(
+    t.Record(t.String(), t.Number(), {
+      description:
+        'GiB the instance holds on each GPU index now, measured in its current state (at readiness, after a ' +
+        'sleep or wake): the one figure every view shows of it (null: not known yet)',
+    }),
+  ),
   evictable: t.Boolean({
     description:
       'the load said `evictable: true`: the residency manager may sleep or unload it to make room for another ' +
@@ -324,7 +331,11 @@ const ModelMemory = t.Object({
   model_path: t.String(),
   instance_id: t.String(),
   display_name: t.String(),
-  gpu_memory_gb: t.Number(),
+  gpu_memory_gb: t.Number({
+    description:
+      'GiB the instance holds now (on this GPU in a per-GPU row; on all its GPUs in /api/memory/usage)',
+  }),
+  weights_gb: t.Number({ description: 'of that, its weights and CUDA graphs' }),
   color: t.String(),
 })
 

@@ -356,6 +356,9 @@ export class SleepWake {
       if (!outcome.sleeping) {
         inst.row.sleep_level = null
         inst.row.slept_at = null
+        // Until the footprint after the wake is read (below), what it holds is its awake footprint,
+        // measured at readiness, not the asleep figure (ManagedInstance.holdsGibByGpu).
+        inst.currentMemoryGib = null
         inst.lifecycle.to('active', tags.length ? `woke (${tags.join(', ')})` : 'woke')
       } else {
         inst.events.emit('progress', { phase: 'waking', percent: 50, message: `woke ${tags.join(', ')}` })

@@ -45,6 +45,7 @@ function modelInput(i: ManagedInstance): ModelMemoryInput {
     gpu_ids: i.row.gpu_ids,
     weights_gib: m?.weights_memory_gib ?? null,
     cuda_graph_gib: m?.cuda_graph_memory_gib ?? null,
+    holds_gib_by_gpu: i.holdsGibByGpu(),
   }
 }
 

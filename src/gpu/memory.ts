@@ -97,21 +97,36 @@ export interface ModelMemoryInput {
   gpu_ids: readonly number[]
   weights_gib?: number | null
   cuda_graph_gib?: number | null
+  /**
+   * holds_gib_by_gpu: what the instance holds on each GPU now (the gateway's one figure of it,
+   * ManagedInstance.holdsGibByGpu); absent or null: weights + CUDA graphs stand in.
+   */
+  holds_gib_by_gpu?: Readonly<Record<string, number>> | null
 }
 
 export interface ModelMemoryRecord {
   model_path: string
   instance_id: string
   display_name: string
+  /** What the instance holds now: on the row's GPU (per-GPU rows), or on all its GPUs. */
   gpu_memory_gb: number
+  /** Of that, its weights and CUDA graphs (the rest: KV cache and overhead). */
+  weights_gb: number
   color: string
 }
 
 const perGpuModelGib = (m: ModelMemoryInput): number => (m.weights_gib ?? 0) + (m.cuda_graph_gib ?? 0)
 
+/** holdsOn: what `m` holds on GPU `gpu` now, else its weights + CUDA graphs there. */
+function holdsOn(m: ModelMemoryInput, gpu: number): number {
+  return m.holds_gib_by_gpu?.[String(gpu)] ?? perGpuModelGib(m)
+}
+
 /**
  * modelRecords labels and colours instances in the order given (oldest first). gpu_memory_gb is
- * weights + CUDA graphs: per GPU × number of GPUs for scope 'total', one GPU's share for 'per_gpu'.
+ * what the instance holds now (holds_gib_by_gpu; without it weights + CUDA graphs): summed over its
+ * GPUs for scope 'total', one GPU's for 'per_gpu' (multiGpuMemoryView gives each row its GPU's);
+ * weights_gb is its weights + CUDA graphs on the same scope.
  */
 export function modelRecords(
   instances: readonly ModelMemoryInput[],
@@ -124,11 +139,17 @@ export function modelRecords(
     })),
   )
   const colors = instanceColors(instances.map((m) => m.instance_id))
+  const gpus = (m: ModelMemoryInput) => (scope === 'total' ? Math.max(1, m.gpu_ids.length) : 1)
   return instances.map((m) => ({
     model_path: m.model_path,
     instance_id: m.instance_id,
     display_name: names.get(m.instance_id) ?? m.instance_id,
-    gpu_memory_gb: round2(perGpuModelGib(m) * (scope === 'total' ? Math.max(1, m.gpu_ids.length) : 1)),
+    gpu_memory_gb: round2(
+      scope === 'total' && m.holds_gib_by_gpu && m.gpu_ids.length
+        ? m.gpu_ids.reduce((a, g) => a + holdsOn(m, g), 0)
+        : (m.gpu_ids[0] === undefined ? perGpuModelGib(m) : holdsOn(m, m.gpu_ids[0])) * gpus(m),
+    ),
+    weights_gb: round2(perGpuModelGib(m) * gpus(m)),
     color: colors.get(m.instance_id) ?? '#888888',
   }))
 }
@@ -241,6 +262,8 @@ export interface MultiGpuMemoryView {
 }
 
 function baselineGib(m: MultiGpuInstanceInput, gpu: number): number {
+  const held = m.holds_gib_by_gpu?.[String(gpu)]
+  if (held !== undefined) return held
   const map = m.memory_baseline_by_gpu
   const value = map instanceof Map ? map.get(gpu) : (map as Record<number, number> | null | undefined)?.[gpu]
   return value ?? perGpuModelGib(m)
@@ -280,7 +303,10 @@ export function multiGpuMemoryView(input: {
       used_gb: gb(mem.used),
       free_gb: gb(mem.free),
       utilization_percent: g.utilizationPercent,
-      models: onGpu.flatMap((m) => perGpuRecords.get(m.instance_id) ?? []),
+      models: onGpu.flatMap((m) => {
+        const r = perGpuRecords.get(m.instance_id)
+        return r ? [{ ...r, gpu_memory_gb: round2(baselineGib(m, g.index)) }] : []
+      }),
     }
     if (onGpu.length === 0) return row
     const baselines = onGpu.reduce((acc, m) => acc + baselineGib(m, g.index), 0)

@@ -42,6 +42,7 @@ export function instance(id: string, port: number, extra: Partial<InstanceRecord
     evictable: false,
     memory_metrics: null,
     memory_baseline_by_gpu: null,
+    memory_gib_by_gpu: null,
     launch_command: '',
     ...extra,
   }

@@ -12,24 +12,33 @@ const row = (over: Partial<GpuRow> = {}): GpuRow => ({
   free_gb: 20,
   utilization_percent: 0,
   models: [
-    { model_path: 'a/A', instance_id: 'a', display_name: 'A', gpu_memory_gb: 10, color: '#112233' },
-    { model_path: 'b/B', instance_id: 'b', display_name: 'B', gpu_memory_gb: 5, color: '#445566' },
+    {
+      model_path: 'a/A',
+      instance_id: 'a',
+      display_name: 'A',
+      gpu_memory_gb: 30,
+      weights_gb: 10,
+      color: '#112233',
+    },
+    {
+      model_path: 'b/B',
+      instance_id: 'b',
+      display_name: 'B',
+      gpu_memory_gb: 15,
+      weights_gb: 5,
+      color: '#445566',
+    },
   ],
   kvcache: { total_gb: 30, prealloc_gb: 2, used_gb: 8, free_gb: 20 },
   ...over,
 })
-/** records: instances with their footprints on GPU 0, taking their KV cache from the shared pool unless `pooled` is false. */
-const records = (baselines: Record<string, number>, pooled = true) =>
-  new Map(
-    Object.entries(baselines).map(([id, gib]) => [
-      id,
-      { id, sharedcache_enabled: pooled, memory_baseline_by_gpu: { '0': gib } } as unknown as InstanceRecord,
-    ]),
-  )
+/** records: the instances' records (status, shared cache), taking their KV cache from the shared pool unless `pooled` is false. */
+const records = (ids: string[], pooled = true, status = 'active') =>
+  new Map(ids.map((id) => [id, { id, status, sharedcache_enabled: pooled } as unknown as InstanceRecord]))
 
 describe('the GPU bar', () => {
-  it('draws each footprint, the other processes and the KV pool, adding up to the GPU', () => {
-    const bar = gpuSegments(row(), records({ a: 30, b: 15 }))
+  it('draws what each instance holds, the other processes and the KV pool, adding up to the GPU', () => {
+    const bar = gpuSegments(row(), records(['a', 'b']))
     expect(bar.segments.map((s) => [s.kind, s.gib])).toEqual([
       ['instance', 30],
       ['instance', 15],
@@ -43,27 +52,41 @@ describe('the GPU bar', () => {
     expect(widths(bar).reduce((a, w) => a + w, 0)).toBeCloseTo(100, 6)
   })
 
-  it("uses weights + CUDA graphs for an instance not yet measured, as the view's pool does", () => {
-    const bar = gpuSegments(row(), records({ a: 30 }))
-    expect(bar.segments.find((s) => s.instanceId === 'b')!.gib).toBe(5)
-    expect(bar.segments.find((s) => s.kind === 'other')!.gib).toBe(15)
+  it("draws the view's own figure for each instance (one source: the gateway's), not a record's", () => {
+    const stale = new Map([
+      ['a', { id: 'a', status: 'active', sharedcache_enabled: true, memory_baseline_by_gpu: { '0': 70 } }],
+    ]) as unknown as Map<string, InstanceRecord>
+    const bar = gpuSegments(row(), stale)
+    expect(bar.segments.find((s) => s.instanceId === 'a')!.gib).toBe(30)
   })
 
-  it('marks a sleeping instance: its footprint is kept for its wake', () => {
-    const sleeping = new Map([
-      [
-        'a',
-        { id: 'a', status: 'sleeping', memory_baseline_by_gpu: { '0': 30 } } as unknown as InstanceRecord,
+  it('draws a sleeping instance as what it holds asleep, without a weights part', () => {
+    const asleep = row({
+      used_gb: 20,
+      free_gb: 60,
+      models: [
+        {
+          model_path: 'a/A',
+          instance_id: 'a',
+          display_name: 'A',
+          gpu_memory_gb: 3,
+          weights_gb: 10,
+          color: '#112233',
+        },
       ],
+    })
+    const [a, ...rest] = gpuSegments(asleep, records(['a'], false, 'sleeping')).segments
+    expect(a).toMatchObject({ label: 'A (asleep)', asleep: true, gib: 3 })
+    expect(a!.weightsGib).toBeUndefined()
+    expect(rest.map((s) => [s.kind, s.gib])).toEqual([
+      ['other', 17],
+      ['free', 60],
     ])
-    const [a, b] = gpuSegments(row(), sleeping).segments
-    expect(a).toMatchObject({ label: 'A (asleep)', asleep: true, gib: 30 })
-    expect(b).toMatchObject({ label: 'B', asleep: false })
   })
 
   it('draws no KV pool where the shared cache is off: footprints, other processes and free memory', () => {
     // The view still reports a "pool" (total − footprints − others): without the shared cache it is free memory.
-    const bar = gpuSegments(row(), records({ a: 30, b: 15 }, false))
+    const bar = gpuSegments(row(), records(['a', 'b'], false))
     expect(bar.segments.map((s) => [s.kind, s.gib])).toEqual([
       ['instance', 30],
       ['instance', 15],
@@ -84,7 +107,7 @@ describe('the GPU bar', () => {
   it('leaves out rounding noise and scales the bar down when the figures overrun the GPU', () => {
     const bar = gpuSegments(
       row({ kvcache: { total_gb: 35, prealloc_gb: 0.01, used_gb: 40, free_gb: 0 } }),
-      records({ a: 30, b: 15 }),
+      records(['a', 'b']),
     )
     expect(bar.segments.map((s) => s.kind)).toEqual(['instance', 'instance', 'kv-used'])
     const w = widths(bar)

@@ -231,14 +231,27 @@ describe('modelRecords', () => {
     { instance_id: 'i3', model_path: 'meta/Llama-70B', gpu_ids: [2, 3], weights_gib: 33, cuda_graph_gib: 1 },
   ]
 
-  it('reports weights plus CUDA graphs with unique names and colours', () => {
+  it('reports weights plus CUDA graphs for instances not measured, with unique names and colours', () => {
     const records = modelRecords(models)
+    const r = (instance_id: string, display_name: string, gib: number, model_path = 'Qwen/Qwen2.5-7B') => ({
+      model_path,
+      instance_id,
+      display_name,
+      gpu_memory_gb: gib,
+      weights_gb: gib,
+    })
     expect(records.map(({ color: _c, ...r }) => r)).toEqual([
-      { model_path: 'Qwen/Qwen2.5-7B', instance_id: 'i1', display_name: 'qwen', gpu_memory_gb: 15.2 },
-      { model_path: 'Qwen/Qwen2.5-7B', instance_id: 'i2', display_name: 'qwen (2)', gpu_memory_gb: 14.25 },
-      { model_path: 'meta/Llama-70B', instance_id: 'i3', display_name: 'Llama-70B', gpu_memory_gb: 68 },
+      r('i1', 'qwen', 15.2),
+      r('i2', 'qwen (2)', 14.25),
+      r('i3', 'Llama-70B', 68, 'meta/Llama-70B'),
     ])
     expect(new Set(records.map((r) => r.color)).size).toBe(3)
+  })
+
+  it('reports what a measured instance holds now, summed over its GPUs, beside its weights', () => {
+    const asleep = { ...models[2]!, holds_gib_by_gpu: { '2': 1.5, '3': 1.25 } }
+    expect(modelRecords([asleep])[0]).toMatchObject({ gpu_memory_gb: 2.75, weights_gb: 68 })
+    expect(modelRecords([asleep], 'per_gpu')[0]).toMatchObject({ gpu_memory_gb: 1.5, weights_gb: 34 })
   })
 
   it('reports one GPU’s share in per_gpu scope', () => {
@@ -337,9 +350,10 @@ describe('multiGpuMemoryView', () => {
       utilization_percent: 30,
       kvcache: { total_gb: 55, used_gb: 13, prealloc_gb: 1, free_gb: 41 },
     })
-    expect(view.gpus[0]?.models.map((m) => [m.instance_id, m.gpu_memory_gb])).toEqual([
-      ['shared-a', 15.2],
-      ['tp-b', 7.5],
+    // Each instance's row shows its footprint on this GPU (what the pool is computed without).
+    expect(view.gpus[0]?.models.map((m) => [m.instance_id, m.gpu_memory_gb, m.weights_gb])).toEqual([
+      ['shared-a', 16, 15.2],
+      ['tp-b', 9, 7.5],
     ])
   })
 

@@ -649,13 +649,10 @@ export class ResidencyManager implements ResidencyHooks {
     return null
   }
 
-  /** holdsMib: what the instance holds on each of its GPUs now (measured, else its claim). */
+  /** holdsMib: what the instance holds on the fullest of its GPUs now (ManagedInstance.holdsGibByGpu). */
   private holdsMib(inst: ManagedInstance): number {
-    const measured = inst.currentMemoryGib ? Math.max(0, ...Object.values(inst.currentMemoryGib)) : null
-    if (measured !== null) return measured * MiB
-    const base = inst.row.memory_baseline_by_gpu
-    if (base && Object.keys(base).length) return Math.max(...Object.values(base)) * MiB
-    return (inst.row.memory_metrics?.total_gpu_memory_gib ?? 0) * MiB
+    const holds = inst.holdsGibByGpu()
+    return holds && Object.keys(holds).length ? Math.max(0, ...Object.values(holds)) * MiB : 0
   }
 
   /** wakeNeedMib: what a sleeping instance takes back on each of its GPUs when it wakes. */

@@ -145,7 +145,7 @@ export class TimeSeriesSampler {
     await Promise.all(
       instances.map(async (inst) => {
         const model = inst.row.served_model_name
-        const gib = inst.currentMemoryGib
+        const gib = inst.holdsGibByGpu()
         if (gib && inst.status !== 'failed') {
           const key = `${SERIES.gpuMemory}/${model}`
           values[key] = (values[key] ?? 0) + Object.values(gib).reduce((a, b) => a + b, 0)

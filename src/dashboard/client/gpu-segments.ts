@@ -2,8 +2,9 @@ import type { GpuHolder, GpuRow } from './types.ts'
 
 /**
  * gpuSegments splits one GPU's memory into the bar the GPU view draws, from the multi-GPU view's
- * own figures so the bar and the API agree: each instance's footprint on this GPU (its measured
- * `memory_baseline_by_gpu`, else weights + CUDA graphs: what the view subtracts), other processes,
+ * own figures so the bar and the API agree: what each instance holds on this GPU now (the view's
+ * `gpu_memory_gb`, the gateway's one figure of it, measured in its current state: a sleeping
+ * instance shows what it keeps asleep, not what it will take back), other processes,
  * then the shared KV pool (used, preallocated, free). The view defines the pool as
  * total − footprints − other processes, so other processes = total − pool − footprints. There is a
  * pool only where the shared cache is on: a GPU one of whose instances takes its KV cache from it
@@ -21,7 +22,7 @@ export interface Segment {
   instanceId?: string
   /** Of an instance's footprint, its weights and CUDA graphs (the rest: KV cache and overhead). */
   weightsGib?: number
-  /** The instance sleeps: its footprint is what the view keeps for its wake, not what it holds now. */
+  /** The instance sleeps: its figure is what it holds asleep (its weights are in host memory or gone). */
   asleep?: boolean
 }
 
@@ -34,10 +35,6 @@ export interface GpuBar {
 /** Figures below this (GiB) are rounding noise between the view's rounded numbers: not drawn. */
 const NOISE_GIB = 0.05
 
-export function footprintOn(gpu: number, record: GpuHolder | undefined, fallback: number): number {
-  return record?.memory_baseline_by_gpu?.[String(gpu)] ?? fallback
-}
-
 export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, GpuHolder>): GpuBar {
   const total = row.total_gb ?? 0
   const used = row.used_gb ?? 0
@@ -45,10 +42,13 @@ export function gpuSegments(row: GpuRow, records: ReadonlyMap<string, GpuHolder>
     kind: 'instance',
     label: records.get(m.instance_id)?.status === 'sleeping' ? `${m.display_name} (asleep)` : m.display_name,
     asleep: records.get(m.instance_id)?.status === 'sleeping',
-    gib: footprintOn(row.gpu_index, records.get(m.instance_id), m.gpu_memory_gb),
+    gib: m.gpu_memory_gb,
     color: m.color,
     instanceId: m.instance_id,
-    weightsGib: m.gpu_memory_gb,
+    // Asleep, the weights are no longer on the GPU: the figure is all there is to draw.
+    ...(records.get(m.instance_id)?.status === 'sleeping'
+      ? {}
+      : { weightsGib: Math.min(m.weights_gb, m.gpu_memory_gb) }),
   }))
   const footprints = segments.reduce((a, s) => a + s.gib, 0)
   const pooled = row.models.some((m) => records.get(m.instance_id)?.sharedcache_enabled === true)

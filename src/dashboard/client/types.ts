@@ -52,7 +52,13 @@ export interface GpuRow {
   used_gb: number | null
   free_gb: number | null
   kvcache?: { total_gb: number; used_gb: number; prealloc_gb: number; free_gb: number } | null
-  models: { instance_id: string; display_name: string; gpu_memory_gb: number; color: string }[]
+  models: {
+    instance_id: string
+    display_name: string
+    gpu_memory_gb: number
+    weights_gb: number
+    color: string
+  }[]
 }
 export interface GpuHolder {
   status: string

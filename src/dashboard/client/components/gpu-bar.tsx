@@ -21,7 +21,7 @@ export function GpuCard(props: {
   const describe = (s: Segment) => {
     const head = `${s.label}: ${gib(s.gib, 2)} (${percent(s.gib, bar.total)} of ${gib(bar.total)})`
     const w = s.weightsGib
-    if (s.asleep) return `${head}: kept for its wake`
+    if (s.asleep) return `${head}: held while asleep`
     if (w === undefined || w >= s.gib) return head
     return `${head}: weights and CUDA graphs ${gib(w, 2)}, KV cache and overhead ${gib(s.gib - w, 2)}`
   }

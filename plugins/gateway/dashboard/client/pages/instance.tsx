@@ -14,16 +14,24 @@ import { InstanceProgress } from './models.tsx'
 function MemoryFigures({ instance }: { instance: InstanceRecord }) {
   const m = instance.memory_metrics
   const baseline = instance.memory_baseline_by_gpu
+  const held = instance.memory_gib_by_gpu
   return (
     <section class="card">
       <h3>Memory</h3>
-      {!m && !baseline && <p class="muted">Measured when the engine is ready.</p>}
+      {!m && !baseline && !held && <p class="muted">Measured when the engine is ready.</p>}
       <dl class="figures">
+        {held &&
+          Object.entries(held).map(([g, v]) => (
+            <Fragment key={g}>
+              <dt>holds on GPU {g} now</dt>
+              <dd data-gpu={g}>{gib(v, 2)}</dd>
+            </Fragment>
+          ))}
         {baseline &&
           Object.entries(baseline).map(([g, v]) => (
             <Fragment key={g}>
-              <dt>footprint on GPU {g}</dt>
-              <dd data-gpu={g}>{gib(v, 2)}</dd>
+              <dt>footprint on GPU {g} at readiness</dt>
+              <dd data-baseline-gpu={g}>{gib(v, 2)}</dd>
             </Fragment>
           ))}
         {m && (

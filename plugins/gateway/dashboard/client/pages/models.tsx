@@ -8,9 +8,10 @@ import { colors, operations, progress, sortedInstances } from '../live.ts'
 import type { InstanceRecord } from '../types.ts'
 
 /** ModelsPage: every instance with its state, GPUs, port and memory, and (for admins) the load form. */
+/** footprint: what the instance holds on all its GPUs now (the gateway's one figure of it, in its state). */
 function footprint(i: InstanceRecord): number | null {
-  const b = i.memory_baseline_by_gpu
-  return b ? Object.values(b).reduce((a, v) => a + v, 0) : null
+  const held = i.memory_gib_by_gpu
+  return held ? Object.values(held).reduce((a, v) => a + v, 0) : null
 }
 
 /** InstanceProgress: the load's (or a wake's) progress bar while it runs. */
