@@ -112,14 +112,13 @@ describe('benchmark runner', () => {
     client = new HttpStreamClient()
     const recorder = new ScenarioRecorder(noSla)
     const signal = new AbortController().signal
-    const started = performance.now()
     await runScenarioLoad(
       client,
       plan(sleepy.url, { warmupRequests: 0, totalRequests: 2, requestTimeoutMs: 200 }),
       recorder,
       signal,
     )
-    expect(performance.now() - started).toBeLessThan(2000)
+    // Cut at the timeout (the stub answers after 3 s): the error says so, for both requests.
     expect(recorder.summarize(1).errors).toEqual([{ message: 'request timed out after 200 ms', count: 2 }])
     const closed = new ScenarioRecorder(noSla)
     const port = await freePort()
@@ -138,9 +137,9 @@ describe('benchmark runner', () => {
     )
     const m = recorder.summarize(outcome.durationSec)
     expect(m.successful_requests).toBe(20)
-    // 20 Poisson arrivals at 40/s take about half a second
+    // 20 Poisson arrivals at 40/s take about half a second: spaced, not sent at once. A floor only
+    // (a busy machine makes the run longer, never shorter); how long it takes is not asserted.
     expect(outcome.durationSec).toBeGreaterThan(0.2)
-    expect(outcome.durationSec).toBeLessThan(1.2)
   })
 
   it('stops at once when cancelled, counting in-flight requests as cancelled, not failed', async () => {
@@ -148,7 +147,6 @@ describe('benchmark runner', () => {
     client = new HttpStreamClient()
     const recorder = new ScenarioRecorder(noSla)
     const ac = new AbortController()
-    const started = performance.now()
     const running = runScenarioLoad(
       client,
       plan(slow.url, { warmupRequests: 0, body: () => '{"max_tokens":100,"stream":true}' }),
@@ -162,8 +160,11 @@ describe('benchmark runner', () => {
     )
     ac.abort()
     const outcome = await running
-    expect(performance.now() - started).toBeLessThan(1000)
     expect(outcome.cancelled).toBe(true)
+    // At once: both streams were cut, neither ran to its 100 tokens.
+    const streamed = Object.values(await slow.stats()).map((r) => r.chunks)
+    expect(streamed).toHaveLength(2)
+    expect(streamed.every((n) => n > 0 && n < 100)).toBe(true)
     const m = recorder.summarize(outcome.durationSec)
     expect(m.cancelled_requests).toBe(2)
     expect(m.failed_requests).toBe(0)

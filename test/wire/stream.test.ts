@@ -8,9 +8,10 @@ import {
   encoder,
   FakeGateway,
   instance,
+  lockstep,
   type ProxyHost,
   postJson,
-  readChunks,
+  readFrames,
   type Stub,
   sseResponse,
   startProxyHost,
@@ -64,16 +65,23 @@ describe('streaming pass-through', () => {
 
   it('hands every engine chunk on as it arrives, unchanged, with the engine status and headers', async () => {
     const frames = streamFrames(12)
-    stub.handler = () => sseResponse(frames, 25)
+    const stepped = lockstep(frames)
+    stub.handler = () => stepped.response()
     const res = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', stream: true, ...msg })
     expect(res.status).toBe(200)
     expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8')
     expect(res.headers.get('x-engine')).toBe('stub')
-    const { chunks, at } = await readChunks(res)
-    expect(chunks).toEqual(frames)
-    expect(chunks.at(-1)).toBe('data: [DONE]\n\n')
-    // Not batched: chunks arrive spread over the stream's duration, not all at the end.
-    expect(at.at(-1)! - at[0]!).toBeGreaterThan(200)
+    // Not batched: the engine sends each frame only once the client has the one before (lockstep),
+    // so each reaches the client while the engine has sent it and no more; whole, in order, unchanged.
+    const sentAt: number[] = []
+    const { frames: got, text } = await readFrames(res, () => {
+      sentAt.push(stepped.sent)
+      stepped.received()
+    })
+    expect(got).toEqual(frames)
+    expect(text).toBe(frames.join(''))
+    expect(sentAt).toEqual(frames.map((_, i) => i + 1))
+    expect(got.at(-1)).toBe('data: [DONE]\n\n')
     await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     const ev = px.events.at(-1)!
     expect(ev).toMatchObject({
@@ -98,7 +106,14 @@ describe('streaming pass-through', () => {
   })
 
   it('aborts the upstream request at once when the client goes away', async () => {
-    stub.handler = () => sseResponse(streamFrames(1000), 20)
+    // The engine sends two frames, then nothing more (it holds until the test ends): the cancel
+    // must reach it from the client's going away alone, not on the engine's next write.
+    const held = Promise.withResolvers<void>()
+    let pulls = 0
+    stub.handler = () =>
+      sseResponse(streamFrames(1000), 0, async () => {
+        if (++pulls > 2) await held.promise
+      })
     const before = stub.aborts
     const ac = new AbortController()
     const res = await fetch(`${px.url}/v1/chat/completions`, {
@@ -107,12 +122,23 @@ describe('streaming pass-through', () => {
       signal: ac.signal,
     })
     const reader = res.body!.getReader()
-    await reader.read()
-    await reader.read()
-    const t0 = performance.now()
+    let got = ''
+    while (got.split('\n\n').length <= 2) {
+      const { done, value } = await reader.read()
+      if (done) break
+      got += new TextDecoder().decode(value)
+    }
+    expect(got).toStartWith(streamFrames(2).slice(0, 2).join(''))
     ac.abort()
-    await waitFor('the engine to see the cancel', () => stub.aborts > before, { timeoutMs: 2000 })
-    expect(performance.now() - t0).toBeLessThan(500)
+    try {
+      await waitFor('the engine to see the cancel while it sends nothing', () => stub.aborts > before, {
+        timeoutMs: 2000,
+      })
+      // Two frames sent, and at most the third pull, holding: the engine wrote nothing more.
+      expect(pulls).toBeLessThanOrEqual(3)
+    } finally {
+      held.resolve()
+    }
     await waitFor('lease released', () => api.totalInFlight() === 0, { timeoutMs: 2000 })
     expect(px.events.at(-1)).toMatchObject({ status: 499, streamed: true })
     expect(api.doubleReleases).toBe(0)
@@ -319,7 +345,8 @@ describe('streaming pass-through', () => {
       // and the held engine is not pulled again meanwhile, since nobody reads.
       stub.handler = chatHandler(20)
       const other = await postJson(`${px.url}/v1/chat/completions`, { model: 'm', stream: true, ...msg })
-      expect((await readChunks(other)).chunks).toEqual(streamFrames(20))
+      expect(other.status).toBe(200)
+      expect((await readFrames(other)).frames).toEqual(streamFrames(20))
       // Bounded by kernel socket buffers on two hops (a few MB each), not growing any more.
       expect(settled).toBeLessThan(600)
       expect(pulls - settled).toBeLessThanOrEqual(16)

@@ -482,3 +482,109 @@ export async function readChunks(res: Response): Promise<{ chunks: string[]; at:
   }
   return { chunks, at }
 }
+
+/**
+ * Lockstep: an engine stream whose next frame does not exist until the client has received the
+ * one before it (the test calls `received()` for each frame it reads, as readFrames does). A proxy
+ * that held frames back (buffered the reply, or waited for more before writing) would leave the
+ * client waiting for a frame the engine cannot send yet: readFrames' deadline ends the test. So
+ * delivery frame by frame is shown without timing anything, and a busy machine cannot coalesce two
+ * frames into one read, since the second is not sent before the first is read.
+ */
+export interface Lockstep {
+  /** response: the engine's reply (a new stream over the same frames each time). */
+  response(init?: { status?: number; headers?: Record<string, string> }): Response
+  /** received: the client has the latest frame; the engine may send the next. */
+  received(): void
+  /** sent: how many frames the engine has sent so far. */
+  readonly sent: number
+}
+
+export function lockstep(frames: string[]): Lockstep {
+  let gate = Promise.withResolvers<void>()
+  let sent = 0
+  return {
+    get sent() {
+      return sent
+    },
+    received() {
+      gate.resolve()
+    },
+    response(init = {}) {
+      let i = 0
+      sent = 0
+      gate = Promise.withResolvers<void>()
+      return new Response(
+        new ReadableStream<Uint8Array>(
+          {
+            async pull(c) {
+              if (i > 0) {
+                await gate.promise
+                gate = Promise.withResolvers<void>()
+              }
+              if (i >= frames.length) return c.close()
+              c.enqueue(encoder.encode(frames[i++]!))
+              sent = i
+            },
+          },
+          { highWaterMark: 0 },
+        ),
+        {
+          status: init.status ?? 200,
+          headers: {
+            'content-type': 'text/event-stream; charset=utf-8',
+            'x-engine': 'stub',
+            ...init.headers,
+          },
+        },
+      )
+    },
+  }
+}
+
+/**
+ * readFrames reads an SSE body and splits it into frames ("data: …\n\n", the separator kept), in
+ * the order received; after each complete frame it calls `onFrame` (with the frame and its index).
+ * Frames are found in the bytes, whatever the network did to them (split or joined). A read that
+ * brings nothing within `deadlineMs` fails, naming the frames had so far: a deadline, not a figure.
+ */
+export async function readFrames(
+  res: Response,
+  onFrame: (frame: string, i: number) => void = () => {},
+  deadlineMs = 10_000,
+): Promise<{ frames: string[]; text: string }> {
+  const decoder = new TextDecoder()
+  const reader = res.body!.getReader()
+  const frames: string[] = []
+  let text = ''
+  let rest = ''
+  for (;;) {
+    let timer: Timer | undefined
+    const next = await Promise.race([
+      reader.read(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () =>
+            reject(
+              new Error(
+                `no bytes within ${deadlineMs} ms after ${frames.length} frame(s): ${JSON.stringify(frames)}`,
+              ),
+            ),
+          deadlineMs,
+        )
+      }),
+    ]).finally(() => clearTimeout(timer))
+    if (next.done) break
+    const s = decoder.decode(next.value, { stream: true })
+    text += s
+    rest += s
+    for (let end = rest.indexOf('\n\n'); end >= 0; end = rest.indexOf('\n\n')) {
+      const frame = rest.slice(0, end + 2)
+      rest = rest.slice(end + 2)
+      frames.push(frame)
+      onFrame(frame, frames.length - 1)
+    }
+  }
+  if (rest !== '') frames.push(rest) // an incomplete last frame, kept so that tests see it
+  return { frames, text }
+}
