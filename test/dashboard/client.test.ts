@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'bun:test'
 import type { GpuRow, InstanceRecord } from '../../plugins/gateway/dashboard/client/types.ts'
-import { splitArgs } from '../../src/dashboard/client/format.ts'
+import { splitArgs, tick } from '../../src/dashboard/client/format.ts'
 import { gpuSegments, widths } from '../../src/dashboard/client/gpu-segments.ts'
 
 /** The dashboard's pure parts: the GPU bar's arithmetic and the extra-arguments splitter. */
@@ -113,6 +113,15 @@ describe('the GPU bar', () => {
     const w = widths(bar)
     expect(w.reduce((a, x) => a + x, 0)).toBeCloseTo(100, 6)
     expect(w[2]! / w[0]!).toBeCloseTo(40 / 30, 6)
+  })
+})
+
+describe('chart ticks', () => {
+  it('keep three significant digits, so small figures do not all read 0', () => {
+    expect([0, 0.0005, 0.001, 0.0015, 0.002].map(tick)).toEqual(['0', '0.0005', '0.001', '0.0015', '0.002'])
+    expect([0.25, 0.5, 1, 12.5, 999].map(tick)).toEqual(['0.25', '0.5', '1', '12.5', '999'])
+    expect(tick(1_234_567)).toBe('1,234,567')
+    expect(tick(-0.125)).toBe('-0.125')
   })
 })
 

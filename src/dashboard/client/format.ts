@@ -49,3 +49,14 @@ export function splitArgs(text: string): string[] {
   if (arg !== null) out.push(arg)
   return out
 }
+
+/**
+ * tick: a y-axis figure with as many digits as it takes to tell it from its neighbours (three
+ * significant ones), so a chart of small values (a KV-cache use of 0.002) does not read 0, 0, 0.
+ */
+export function tick(v: number): string {
+  if (v === 0 || !Number.isFinite(v)) return String(v)
+  const abs = Math.abs(v)
+  if (abs >= 1000) return Math.round(v).toLocaleString('en-US')
+  return String(Number(v.toPrecision(3)))
+}

@@ -1,5 +1,6 @@
 import { useEffect, useRef } from 'preact/hooks'
 import uPlot from 'uplot'
+import { tick } from '../format.ts'
 import type { TimeSeries } from '../types.ts'
 
 /**
@@ -46,7 +47,7 @@ export function TimeChart(props: { id: string; title: string; unit: string; ts: 
           x: { time: true },
           y: { range: (_u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] },
         },
-        axes: [{}, { label: props.unit, size: 56 }],
+        axes: [{}, { label: props.unit, size: 56, values: (_u, splits) => splits.map(tick) }],
         series: [
           {},
           ...props.lines.map((l) => ({ label: l.label, stroke: l.color, width: 2, spanGaps: false })),
