@@ -128,8 +128,16 @@ describe('memory profiles and the pre-load check', () => {
   })
 
   it('grades the pre-load check info, ok, caution and danger against free memory', async () => {
+    // No profile: the engine's claim at start (utilization × the GPU), as the load's placement counts
+    // it. Here that is more than GPU 0 has free, so the check says danger, as the load would refuse.
     const free = (await check({ model_path: 'acme/unknown', gpu_ids: [0] })).body
-    expect(free).toMatchObject({ warning_level: 'info', profile_found: false, gpu_name: H100, gpu_ids: [0] })
+    expect(free).toMatchObject({
+      warning_level: 'danger',
+      profile_found: false,
+      gpu_name: H100,
+      gpu_ids: [0],
+    })
+    expect(free.estimated_memory_gib).toBeCloseTo(0.9 * free.gpu_total_memory_gib!, 2)
     const avail = free.available_memory_gib!
     expect(avail).toBeGreaterThan(55)
     expect(avail).toBeLessThan(65)

@@ -116,7 +116,8 @@ export async function checkPreload(
     gpu_name: gpuName,
     tensor_parallel_size: tp,
   })
-  if (!profile)
+  const util = req.gpu_memory_utilization ?? opts.defaultUtilization
+  if (!profile && (binding === null || base.gpu_total_memory_gib === null || util === undefined))
     return {
       ...base,
       ...none(
@@ -124,20 +125,34 @@ export async function checkPreload(
         binding ? round4(freeMib(binding) / 1024) : null,
       ),
     }
-  const deviceGib = base.gpu_total_memory_gib ?? profile.gpu_total_memory_gib
-  const util = req.gpu_memory_utilization ?? opts.defaultUtilization
-  const est = estimate(profile, util, deviceGib)
-  const found = { profile_found: true, estimated_memory_gib: round4(est.gib), profile_id: profile.id }
-  const needs = `${req.model_path} needs about ${gib(est.gib)} per GPU (profile '${profile.profile_name}')`
+  let est: { gib: number; budget: number | null; nonKv: number }
+  let found: { profile_found: boolean; estimated_memory_gib: number; profile_id: string | null }
+  let needs: string
+  if (profile) {
+    const deviceGib = base.gpu_total_memory_gib ?? profile.gpu_total_memory_gib
+    est = estimate(profile, util, deviceGib)
+    found = { profile_found: true, estimated_memory_gib: round4(est.gib), profile_id: profile.id }
+    needs = `${req.model_path} needs about ${gib(est.gib)} per GPU (profile '${profile.profile_name}')`
+  } else {
+    // No profile yet: what the engine claims at start (utilization × the GPU), as the load's own
+    // placement counts it, so the verdict and the load agree.
+    const claim = (util as number) * (base.gpu_total_memory_gib as number)
+    est = { gib: claim, budget: null, nonKv: 0 }
+    found = { profile_found: false, estimated_memory_gib: round4(claim), profile_id: null }
+    needs =
+      `${req.model_path} claims ${gib(claim)} per GPU at start (gpu_memory_utilization ${util} × ` +
+      `${gib(base.gpu_total_memory_gib as number)}; no memory profile recorded yet)`
+  }
   let availableGib: number
   let place: string
   if (binding) {
     availableGib = round4(freeMib(binding) / 1024)
     place = where(gpus, binding)
   } else if (snapshot.available) {
-    availableGib = profile.gpu_total_memory_gib
+    const total = profile?.gpu_total_memory_gib ?? 0
+    availableGib = total
     place = `an empty ${gpuName} (none on this host)`
-    base.gpu_total_memory_gib = profile.gpu_total_memory_gib
+    base.gpu_total_memory_gib = total
   } else {
     return {
       ...base,
@@ -189,8 +204,9 @@ function none(message: string, availableGib: number | null) {
 }
 
 /**
- * makePreloadCheck is the gateway's pre-load hook: after placement, a `danger` verdict refuses the
- * load with 400 INSUFFICIENT_MEMORY (the figures in the message) unless the body says force: true.
+ * makePreloadCheck is the gateway's pre-load hook: after placement, a `danger` verdict from a memory
+ * profile refuses the load with 400 INSUFFICIENT_MEMORY (the figures in the message) unless the body
+ * says force: true.
  */
 export function makePreloadCheck(
   profiles: ProfileStore,
@@ -210,7 +226,9 @@ export function makePreloadCheck(
       },
       opts,
     )
-    if (r.warning_level === 'danger')
+    // Without a profile the verdict is the engine's claim, which the placement itself holds the load
+    // to (with the claims of loads in progress, and a shared-cache engine's own start): it decides.
+    if (r.warning_level === 'danger' && r.profile_found)
       throw insufficientMemory(`${r.message}. Free memory first, or pass "force": true to load anyway`)
   }
 }
