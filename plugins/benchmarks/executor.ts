@@ -26,6 +26,8 @@ import { ScenarioRecorder } from './statistics.ts'
 export interface ExecutorDeps {
   gateway: GatewayApi
   mainUrl(): string
+  /** selfCa: the certificate the main listener presents when it speaks https (server.tls), else null. */
+  selfCa(): string | null
   apiKey: string | undefined
   repo: RunRepository
   cfg: BenchmarksConfig
@@ -118,7 +120,9 @@ export class RunExecution {
     run.started_at = nowIso()
     this.deps.repo.saveRun(run)
     this.emit(startedEvent(run))
-    const client = new HttpStreamClient()
+    // Proxy-mode scenarios call this process's main listener: with TLS on, its own certificate is trusted.
+    const ca = this.deps.selfCa()
+    const client = new HttpStreamClient(ca ? { ca } : {})
     try {
       if (run.mode === 'isolated') {
         for (const s of run.scenarios) {
