@@ -266,6 +266,23 @@ describe('server.tls', () => {
     await waitFor('cert-a again', async () => (await peerCN(mainPort)) === 'cert-a', { pollMs: 200 })
   })
 
+  it("the image's health check speaks HTTPS with MODELGATE_TLS_CERT, trusting the certificate file", async () => {
+    const check = async (extra: Record<string, string>) => {
+      // Async: a spawnSync would block this process, which serves the listener checked.
+      const p = Bun.spawn(['python3', join(import.meta.dir, '../../config/healthcheck.py')], {
+        env: { PATH: process.env.PATH ?? '', MODELGATE_PORT: String(mainPort), ...extra },
+        stderr: 'pipe',
+      })
+      return { code: await p.exited, err: await new Response(p.stderr).text() }
+    }
+    expect(await check({ MODELGATE_TLS_CERT: certFile })).toEqual({ code: 0, err: '' })
+    // Another certificate is not trusted, and plain HTTP gets no answer.
+    const other = await check({ MODELGATE_TLS_CERT: join(dir, 'b.crt') })
+    expect(other.code).toBe(1)
+    expect(other.err).toContain('CERTIFICATE_VERIFY_FAILED')
+    expect((await check({})).code).toBe(1)
+  })
+
   it('a second modelgate on the port a TLS listener holds fails start-up as without TLS', async () => {
     const port = mainPort
     await expect(startHost('', [], {}, undefined, { server: { port, ...tlsServer() } })).rejects.toThrow(
