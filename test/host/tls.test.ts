@@ -303,6 +303,27 @@ describe('server.tls', () => {
     ).rejects.toThrow('server.tls.key_file')
   })
 
+  it('serve exits 2 on a missing certificate file, naming server.tls.cert_file, before it listens', async () => {
+    const file = join(dir, 'serve.yaml')
+    writeFileSync(
+      file,
+      `data_dir: ${join(dir, 'serve-data')}\nserver: { host: 127.0.0.1, port: 0, tls: { cert_file: ${join(dir, 'nowhere.pem')}, key_file: ${keyFile} } }\n`,
+    )
+    const p = Bun.spawn(
+      [process.execPath, join(import.meta.dir, '../../src/main.ts'), 'serve', '--config', file],
+      {
+        env: { PATH: process.env.PATH ?? '' },
+        stderr: 'pipe',
+        stdout: 'pipe',
+      },
+    )
+    const code = await p.exited
+    const err = await new Response(p.stderr).text()
+    expect(code).toBe(2)
+    expect(err).toContain(`server.tls.cert_file: cannot read ${join(dir, 'nowhere.pem')}: no such file`)
+    expect(err).not.toContain('listening')
+  })
+
   it('after shutdown the swapped listener is closed', async () => {
     const other = await startHost('', [], {}, undefined, { server: tlsServer() })
     const port = Number(new URL(other.url).port)
