@@ -1,4 +1,5 @@
 import type { Logger } from '../../src/host/logger.ts'
+import type { SelfTrust } from '../../src/host/tls.ts'
 import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
 import type { BenchmarksConfig } from './config.ts'
 import {
@@ -26,8 +27,8 @@ import { ScenarioRecorder } from './statistics.ts'
 export interface ExecutorDeps {
   gateway: GatewayApi
   mainUrl(): string
-  /** selfCa: the certificate the main listener presents when it speaks https (server.tls), else null. */
-  selfCa(): string | null
+  /** selfTls: how to verify the main listener when it speaks https (server.tls), else null. */
+  selfTls(): SelfTrust | null
   apiKey: string | undefined
   repo: RunRepository
   cfg: BenchmarksConfig
@@ -121,8 +122,7 @@ export class RunExecution {
     this.deps.repo.saveRun(run)
     this.emit(startedEvent(run))
     // Proxy-mode scenarios call this process's main listener: with TLS on, its own certificate is trusted.
-    const ca = this.deps.selfCa()
-    const client = new HttpStreamClient(ca ? { ca } : {})
+    const client = new HttpStreamClient(this.deps.selfTls() ?? {})
     try {
       if (run.mode === 'isolated') {
         for (const s of run.scenarios) {

@@ -35,7 +35,7 @@ import type {
 } from './plugin.ts'
 import { orderPlugins } from './registry.ts'
 import { Telemetry } from './telemetry/telemetry.ts'
-import { CertFiles } from './tls.ts'
+import { CertFiles, selfTrust } from './tls.ts'
 
 /**
  * Host boots modelgate from a validated config: store and migrations → plugins set up in
@@ -179,7 +179,10 @@ export class Host {
         if (!url) throw new Error('the main listener is not open yet')
         return url
       },
-      selfCa: () => this.selfCa,
+      selfTls: () => {
+        const main = this.servers.find((s) => s.name === 'main')
+        return this.tls && main ? selfTrust(this.tls.files.cert, main.front.hostname) : null
+      },
       has: (id) => this.opts.config.plugins.has(id),
       optionalApi: <T>(id: string): T | undefined =>
         this.running.find((x) => x.def.id === id)?.instance.api as T | undefined,

@@ -36,11 +36,11 @@ export interface PluginContext {
   /** mainUrl is the main listener's base URL (valid once listeners are open, i.e. from start()). */
   mainUrl(): string
   /**
-   * selfCa: with `server.tls` (mainUrl is https:), the certificate (PEM) the listeners present now,
-   * to trust on calls to this process's own listeners instead of turning verification off; null
-   * without TLS.
+   * selfTls: with `server.tls` (mainUrl is https:), how to verify the main listener on calls to it
+   * (its certificate as it is now to trust, the name to check; fetch's `tls`, the Pool's options)
+   * instead of turning verification off; null without TLS.
    */
-  selfCa(): string | null
+  selfTls(): import('./tls.ts').SelfTrust | null
   /** api returns the public api of a plugin listed in `dependsOn`. */
   api<T>(pluginId: string): T
   /** has tells whether a plugin is enabled (for optional cooperation, e.g. router ↔ gateway). */

@@ -1,5 +1,6 @@
 import { createPrivateKey, X509Certificate } from 'node:crypto'
 import { readFileSync, statSync } from 'node:fs'
+import { rootCertificates } from 'node:tls'
 import { ConfigError } from '../config/load.ts'
 import type { Logger } from './logger.ts'
 
@@ -147,4 +148,34 @@ export function readPair(certFile: string, keyFile: string): { files: TlsFiles }
     problems.push(`server.tls.key_file: ${keyFile} is not the key of the certificate in ${certFile}`)
   if (problems.length > 0 || cert === null || key === null) return { problems }
   return { files: { cert, key } }
+}
+
+/** SelfTrust: how a client in this process verifies its own listener (fetch's `tls`, Pool's options). */
+export interface SelfTrust {
+  /** ca: the listener's certificate (and, when a CA issued it, the system's roots: the file may lack its root). */
+  ca: string[]
+  /**
+   * serverName: the name to check the certificate against when it does not name the address
+   * called (a public certificate for modelgate.example.com, called on 127.0.0.1 or 0.0.0.0).
+   */
+  serverName?: string
+}
+
+/**
+ * selfTrust: what verifies the listener on `host` that presents `cert`, with verification on.
+ * A self-signed certificate is its own trust anchor; one a CA issued chains to the system's roots
+ * (a private CA's root must then be in the file, after the chain). The name checked is `host` when
+ * the certificate names it, else its first DNS name (a wildcard's with a label put in).
+ */
+export function selfTrust(cert: string, host: string): SelfTrust {
+  const x509 = new X509Certificate(cert)
+  const ca = x509.issuer === x509.subject ? [cert] : [cert, ...rootCertificates]
+  const bare = host.replace(/^\[|\]$/g, '')
+  const names = /^[\d.]+$|:/.test(bare) ? x509.checkIP(bare) : x509.checkHost(bare)
+  if (names) return { ca }
+  const dns = (x509.subjectAltName ?? '')
+    .split(/,\s*/)
+    .filter((n) => n.startsWith('DNS:'))
+    .map((n) => n.slice(4))[0]
+  return dns ? { ca, serverName: dns.replace(/^\*\./, 'modelgate.') } : { ca }
 }

@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import tls from 'node:tls'
 import { encodeRequest, HttpStreamClient } from '../../plugins/benchmarks/http-stream.ts'
 import type { PluginDefinition } from '../../src/host/plugin.ts'
+import { selfTrust } from '../../src/host/tls.ts'
 import { routerPlugin } from '../router/support.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { waitFor } from '../support/wait.ts'
@@ -23,8 +24,8 @@ const dir = mkdtempSync(join(tmpdir(), 'modelgate-tls-'))
 const certFile = join(dir, 'live', 'cert.pem')
 const keyFile = join(dir, 'live', 'key.pem')
 
-/** makeCert: a self-signed P-256 certificate for 127.0.0.1 with common name `cn`, as <name>.crt/.key in dir. */
-function makeCert(name: string, cn: string): { cert: string; key: string } {
+/** makeCert: a self-signed P-256 certificate for `san` (127.0.0.1) with common name `cn`, as <name>.crt/.key in dir. */
+function makeCert(name: string, cn: string, san = 'IP:127.0.0.1'): { cert: string; key: string } {
   const key = join(dir, `${name}.key`)
   const cert = join(dir, `${name}.crt`)
   const r = Bun.spawnSync([
@@ -45,7 +46,7 @@ function makeCert(name: string, cn: string): { cert: string; key: string } {
     '-subj',
     `/CN=${cn}`,
     '-addext',
-    'subjectAltName=IP:127.0.0.1',
+    `subjectAltName=${san}`,
   ])
   if (r.exitCode !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`)
   return { cert: readFileSync(cert, 'utf8'), key: readFileSync(key, 'utf8') }
@@ -331,5 +332,80 @@ describe('server.tls', () => {
     await waitFor('cert-b', async () => (await peerCN(port)) === 'cert-b', { pollMs: 200 })
     await other.stop()
     await expect(peerCN(port)).rejects.toThrow()
+  })
+})
+
+/** status: the status of a POST to `url` by the benchmark's client (the proxy's pool) with `opts`, or its error. */
+function poolStatus(url: URL, opts: ConstructorParameters<typeof HttpStreamClient>[0]): Promise<string> {
+  const client = new HttpStreamClient(opts)
+  return new Promise<string>((resolve) =>
+    client.request(url, encodeRequest(url, {}, '{}'), {
+      body() {},
+      end: (status, error) => {
+        client.close()
+        resolve(status > 0 ? `status ${status}` : `error ${error}`)
+      },
+    }),
+  )
+}
+
+describe('calls to its own listener with a certificate for a public name', () => {
+  it('checks the certificate against its DNS name when it does not name the address called', async () => {
+    const pub = makeCert('pub', 'modelgate.example.com', 'DNS:modelgate.example.com')
+    const other = await startHost('', [], {}, undefined, {
+      server: { tls: { cert_file: join(dir, 'pub.crt'), key_file: join(dir, 'pub.key') } },
+    })
+    try {
+      const url = new URL('/api/health', other.url)
+      const trust = selfTrust(pub.cert, '127.0.0.1')
+      expect(trust).toEqual({ ca: [pub.cert], serverName: 'modelgate.example.com' })
+      expect(await poolStatus(url, trust)).toMatch(/^status \d+/)
+      // Verification is on: without the name the certificate does not match 127.0.0.1.
+      expect(await poolStatus(url, { ca: pub.cert })).toContain('TLS handshake failed')
+      const r = await fetch(`${other.url}/api/health`, { tls: trust } as RequestInit)
+      expect(r.status).toBe(200)
+    } finally {
+      await other.stop()
+    }
+  })
+
+  it('a certificate a CA issued chains to the system roots too; one naming the address needs no name', () => {
+    const self = makeCert('ip', 'ip', 'IP:127.0.0.1')
+    expect(selfTrust(self.cert, '127.0.0.1')).toEqual({ ca: [self.cert] })
+    const wild = makeCert('wild', 'wild', 'DNS:*.example.com')
+    expect(selfTrust(wild.cert, '0.0.0.0').serverName).toBe('modelgate.example.com')
+    const root = join(dir, 'root')
+    const run = (args: string[]) => expect(Bun.spawnSync(['openssl', ...args]).exitCode).toBe(0)
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes']
+    run([
+      'req',
+      '-x509',
+      ...ec,
+      '-keyout',
+      `${root}.key`,
+      '-out',
+      `${root}.crt`,
+      '-days',
+      '2',
+      '-subj',
+      '/CN=root',
+    ])
+    run(['req', ...ec, '-keyout', `${root}-leaf.key`, '-out', `${root}-leaf.csr`, '-subj', '/CN=leaf'])
+    run([
+      'x509',
+      '-req',
+      '-in',
+      `${root}-leaf.csr`,
+      '-CA',
+      `${root}.crt`,
+      '-CAkey',
+      `${root}.key`,
+      '-out',
+      `${root}-leaf.crt`,
+      '-days',
+      '2',
+    ])
+    const issued = selfTrust(readFileSync(`${root}-leaf.crt`, 'utf8'), '127.0.0.1')
+    expect(issued.ca.length).toBeGreaterThan(10)
   })
 })
