@@ -1,5 +1,5 @@
 import type { Logger } from '../../src/host/logger.ts'
-import type { SelfTrust } from '../../src/host/tls.ts'
+import type { SelfTrust } from '../../src/host/plugin.ts'
 import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
 import type { BenchmarksConfig } from './config.ts'
 import {

@@ -3,6 +3,7 @@ import { readFileSync, statSync } from 'node:fs'
 import { rootCertificates } from 'node:tls'
 import { ConfigError } from '../config/load.ts'
 import type { Logger } from './logger.ts'
+import type { SelfTrust } from './plugin.ts'
 
 /** TlsFiles: the PEM texts every listener presents (`server.tls`). */
 export interface TlsFiles {
@@ -148,17 +149,6 @@ export function readPair(certFile: string, keyFile: string): { files: TlsFiles }
     problems.push(`server.tls.key_file: ${keyFile} is not the key of the certificate in ${certFile}`)
   if (problems.length > 0 || cert === null || key === null) return { problems }
   return { files: { cert, key } }
-}
-
-/** SelfTrust: how a client in this process verifies its own listener (fetch's `tls`, Pool's options). */
-export interface SelfTrust {
-  /** ca: the listener's certificate (and, when a CA issued it, the system's roots: the file may lack its root). */
-  ca: string[]
-  /**
-   * serverName: the name to check the certificate against when it does not name the address
-   * called (a public certificate for modelgate.example.com, called on 127.0.0.1 or 0.0.0.0).
-   */
-  serverName?: string
 }
 
 /**
