@@ -1,4 +1,5 @@
 import type { Logger } from '../../src/host/logger.ts'
+import type { SelfTrust } from '../../src/host/plugin.ts'
 import type { GatewayApi, InstanceRecord } from '../gateway/api.ts'
 import type { BenchmarksConfig } from './config.ts'
 import {
@@ -26,6 +27,8 @@ import { ScenarioRecorder } from './statistics.ts'
 export interface ExecutorDeps {
   gateway: GatewayApi
   mainUrl(): string
+  /** selfTls: how to verify the main listener when it speaks https (server.tls), else null. */
+  selfTls(): SelfTrust | null
   apiKey: string | undefined
   repo: RunRepository
   cfg: BenchmarksConfig
@@ -118,7 +121,8 @@ export class RunExecution {
     run.started_at = nowIso()
     this.deps.repo.saveRun(run)
     this.emit(startedEvent(run))
-    const client = new HttpStreamClient()
+    // Proxy-mode scenarios call this process's main listener: with TLS on, its own certificate is trusted.
+    const client = new HttpStreamClient(this.deps.selfTls() ?? {})
     try {
       if (run.mode === 'isolated') {
         for (const s of run.scenarios) {

@@ -185,8 +185,11 @@ export class HttpStreamClient {
   private closed = false
   private readonly forget = (x: StreamExchange) => this.running.delete(x)
 
-  /** `ca`: PEM certificates trusted for `https:` targets instead of the system's. */
-  constructor(opts: { ca?: string } = {}) {
+  /**
+   * `ca`: PEM certificates trusted for `https:` targets instead of the system's; `serverName`: the
+   * name their certificates are checked against instead of the URL's host (PoolOptions).
+   */
+  constructor(opts: { ca?: string | string[]; serverName?: string } = {}) {
     this.pool = new Pool({ maxIdlePerOrigin: Number.POSITIVE_INFINITY, ...opts })
   }
 

@@ -172,6 +172,7 @@ export class BenchmarkService {
     const exec = new RunExecution(run, {
       gateway: this.gateway,
       mainUrl: () => this.ctx.mainUrl(),
+      selfTls: () => this.ctx.selfTls(),
       apiKey: this.ctx.auth.ownInferenceKey() ?? undefined,
       repo: this.repo,
       cfg: this.cfg,

@@ -235,6 +235,11 @@ export function staticLeaderProblems(s: NonNullable<ClusterConfig['coordination'
  */
 export function clusterProblems(cfg: ClusterConfig, { root, env }: ValidateContext): string[] {
   const problems = clusterSecretProblems(root.auth, true)
+  // Pod-to-pod calls and the inference hop are plain HTTP to each peer's advertise_address.
+  if (root.server.tls)
+    problems.push(
+      'server.tls: the cluster plugin does not support TLS between pods yet; leave server.tls out and put TLS in front of modelgate with a reverse proxy (config/README.md)',
+    )
   const url = (path: string, v: string | undefined): void => {
     if (v !== undefined && !httpUrl(v))
       problems.push(`${path}: must be an http(s) URL, e.g. http://10.0.0.11:3000`)

@@ -112,6 +112,26 @@ export const RootConfigSchema = T.Object(
           minimum: 1,
           description: 'password logins per client address and minute; 429 beyond',
         }),
+        tls: T.Optional(
+          T.Object(
+            {
+              cert_file: T.String({
+                minLength: 1,
+                description:
+                  'PEM certificate, its chain after it (e.g. /etc/letsencrypt/live/<name>/fullchain.pem)',
+              }),
+              key_file: T.String({
+                minLength: 1,
+                description: 'PEM private key of the certificate, unencrypted (e.g. privkey.pem)',
+              }),
+            },
+            {
+              additionalProperties: false,
+              description:
+                "HTTPS on every listener (the main one and each plugin's, the router's too), TLS 1.2 and 1.3; absent: plain HTTP. Both files are read at start (one missing or invalid stops it) and looked at every 2 s: a changed pair is taken without a restart for new connections, a bad one is logged and the old certificate stays",
+            },
+          ),
+        ),
       },
       {
         additionalProperties: false,

@@ -35,6 +35,7 @@ import type {
 } from './plugin.ts'
 import { orderPlugins } from './registry.ts'
 import { Telemetry } from './telemetry/telemetry.ts'
+import { CertFiles, selfTrust } from './tls.ts'
 
 /**
  * Host boots modelgate from a validated config: store and migrations → plugins set up in
@@ -68,6 +69,8 @@ export class Host {
   private readonly servers: { name: string; server: Server<unknown>; front: WireFront }[] = []
   /** Private directory of the frameworks' Unix sockets (behind each listener's wire front). */
   private socketDir: string | null = null
+  /** tls: the certificate every listener presents (`server.tls`), null when plain HTTP; set first in boot. */
+  private tls: CertFiles | null = null
   private started = false
   private stopping: Promise<void> | null = null
   private readonly startedAt = Date.now()
@@ -87,9 +90,22 @@ export class Host {
     return Object.fromEntries(this.servers.map((s) => [s.name, s.front]))
   }
 
-  /** urls lists where each listener serves, for the start-up banner and tests. */
+  /** urls lists where each listener serves (https: with `server.tls`), for the start-up banner and tests. */
   get urls(): Record<string, string> {
-    return Object.fromEntries(this.servers.map((s) => [s.name, `http://${s.front.hostname}:${s.front.port}`]))
+    return Object.fromEntries(this.servers.map((s) => [s.name, this.urlOf(s.front)]))
+  }
+
+  private urlOf(front: WireFront): string {
+    const host = front.hostname.includes(':') ? `[${front.hostname}]` : front.hostname
+    return `${this.tls ? 'https' : 'http'}://${host}:${front.port}`
+  }
+
+  /**
+   * selfCa: with `server.tls`, the certificate (PEM) the listeners present now, for calls this
+   * process makes to its own listeners to trust (fetch's `tls: { ca }`, Pool's `ca`); null without TLS.
+   */
+  get selfCa(): string | null {
+    return this.tls?.files.cert ?? null
   }
 
   get ready(): boolean {
@@ -105,6 +121,13 @@ export class Host {
   async boot(): Promise<void> {
     const { config, definitions } = this.opts
     const root = config.root
+    // The certificate first: a missing or bad one stops start-up before anything is opened.
+    if (root.server.tls) {
+      this.tls = new CertFiles(root.server.tls.cert_file, root.server.tls.key_file, this.log.child('tls'))
+      this.tls.subscribe((files) => {
+        for (const s of this.servers) s.front.useTls(files, this.log)
+      })
+    }
     this.telemetry = await Telemetry.start(root.telemetry, {
       version: this.opts.version,
       log: this.log.child('telemetry'),
@@ -122,6 +145,7 @@ export class Host {
         this.running.push({ def, instance })
       }
       this.listen(order)
+      this.tls?.watch()
       for (const r of this.running) await r.instance.start?.()
       this.started = true
     } catch (err) {
@@ -154,6 +178,10 @@ export class Host {
         const url = this.urls.main
         if (!url) throw new Error('the main listener is not open yet')
         return url
+      },
+      selfTls: () => {
+        const main = this.servers.find((s) => s.name === 'main')
+        return this.tls && main ? selfTrust(this.tls.files.cert, main.front.hostname) : null
       },
       has: (id) => this.opts.config.plugins.has(id),
       optionalApi: <T>(id: string): T | undefined =>
@@ -312,6 +340,7 @@ export class Host {
         hostname: host,
         port,
         idleTimeoutSeconds: idleTimeout,
+        ...(this.tls ? { tls: this.tls.files } : {}),
         routes: raw,
         front: {
           headTimeoutMs: srv.request_head_timeout_seconds * 1000,
@@ -336,10 +365,8 @@ export class Host {
       throw listenError(name, host, port, err)
     }
     this.servers.push({ name, server, front })
-    log.info(`${name} listening`, {
-      url: `http://${front.hostname}:${front.port}`,
-      docs: `http://${front.hostname}:${front.port}/docs`,
-    })
+    const url = this.urlOf(front)
+    log.info(`${name} listening`, { url, docs: `${url}/docs` })
   }
 
   /**
@@ -353,6 +380,7 @@ export class Host {
       const { timeout_ms: budget, drain_ms } = this.opts.config.root.shutdown
       const deadline = AbortSignal.timeout(budget)
       this.log.info('shutting down', { reason, budget_ms: budget })
+      this.tls?.stop()
       for (const s of this.servers) s.front.stop(false)
       // Requests queued for a model's load are answered now (503): nothing loads during a shutdown.
       this.directory.stopQueues()

@@ -35,12 +35,29 @@ export interface PluginContext {
   readonly selfCommand: readonly string[]
   /** mainUrl is the main listener's base URL (valid once listeners are open, i.e. from start()). */
   mainUrl(): string
+  /**
+   * selfTls: with `server.tls` (mainUrl is https:), how to verify the main listener on calls to it
+   * (its certificate as it is now to trust, the name to check; fetch's `tls`, the Pool's options)
+   * instead of turning verification off; null without TLS.
+   */
+  selfTls(): SelfTrust | null
   /** api returns the public api of a plugin listed in `dependsOn`. */
   api<T>(pluginId: string): T
   /** has tells whether a plugin is enabled (for optional cooperation, e.g. router ↔ gateway). */
   has(pluginId: string): boolean
   /** optionalApi returns a plugin's api when it is enabled and already set up, else undefined. */
   optionalApi<T>(pluginId: string): T | undefined
+}
+
+/** SelfTrust (src/host/tls.ts selfTrust): how a client in this process verifies its own listener (fetch's `tls`, Pool's options). */
+export interface SelfTrust {
+  /** ca: the listener's certificate (and, when a CA issued it, the system's roots: the file may lack its root). */
+  ca: string[]
+  /**
+   * serverName: the name to check the certificate against when it does not name the address
+   * called (a public certificate for modelgate.example.com, called on 127.0.0.1 or 0.0.0.0).
+   */
+  serverName?: string
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: Elysia instances differ in their generic state

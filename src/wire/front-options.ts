@@ -15,6 +15,8 @@ export interface FrontOptions {
   hostname: string
   port: number
   idleTimeoutSeconds: number
+  /** tls: the certificate and key (PEM) the listener presents; absent: plain HTTP. */
+  tls?: { cert: string; key: string }
   routes: WireRoute[]
   /** Limits against slow, many and hostile clients (FrontLimits); defaults in DEFAULT_FRONT_LIMITS. */
   front?: Partial<FrontLimits>

@@ -126,7 +126,12 @@ export interface PoolOptions {
    * ca: PEM certificates trusted for `https:` origins instead of the system's (a private CA).
    * Certificates are always verified.
    */
-  ca?: string
+  ca?: string | string[]
+  /**
+   * serverName: the name `https:` certificates are checked against instead of the URL's host (a
+   * call to this process's own listener on 127.0.0.1, whose certificate names its public name).
+   */
+  serverName?: string
 }
 
 export class Pool {
@@ -249,7 +254,7 @@ export class Pool {
       : Bun.connect<Conn>({
           hostname: target.hostname,
           port: target.port,
-          tls: target.tls && this.opts.ca ? { ca: this.opts.ca } : target.tls,
+          tls: target.tls && (this.opts.ca || this.opts.serverName) ? this.tlsOptions() : target.tls,
           socket: handlers,
           data: conn,
         })
@@ -289,6 +294,11 @@ export class Pool {
         },
       )
     })
+  }
+
+  private tlsOptions(): { ca?: string | string[]; serverName?: string } {
+    const { ca, serverName } = this.opts
+    return { ...(ca ? { ca } : {}), ...(serverName ? { serverName } : {}) }
   }
 
   /** close destroys every connection, idle or lent (their users see the close), and refuses new ones. */

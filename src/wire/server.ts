@@ -1,4 +1,5 @@
-import type { TCPSocketListener } from 'bun'
+import type { SocketHandler, TCPSocketListener } from 'bun'
+import type { Logger } from '../host/logger.ts'
 import type { Telemetry } from '../host/telemetry/telemetry.ts'
 import type { ConnFront } from './connection.ts'
 import { ClientConn } from './dispatch.ts'
@@ -39,7 +40,13 @@ const SWEEP_MS = 1000
  * is given (options, limits).
  */
 export class WireFront implements ConnFront {
-  private readonly listener: TCPSocketListener<ClientConn>
+  /**
+   * listener: the listening socket. With TLS it is replaced when the certificate changes (useTls);
+   * everything else here (connections, caps, per-address counts, the drain) belongs to the front
+   * and spans the swap.
+   */
+  private listener: TCPSocketListener<ClientConn>
+  private readonly handlers: SocketHandler<ClientConn>
   readonly conns = new Set<ClientConn>()
   readonly limits: FrontLimits
   /** Connections accepted past maxConnections (reserve: health only). */
@@ -73,52 +80,104 @@ export class WireFront implements ConnFront {
       this.limits.maxUnauthenticated = Math.max(1, Math.floor(this.limits.maxConnections / 2))
     this.tracing = opts.telemetry?.enabled ? opts.telemetry : null
     const limits = this.limits
-    this.listener = Bun.listen<ClientConn>({
-      hostname: opts.hostname,
-      port: opts.port,
-      socket: {
-        open(s) {
-          // Past a cap, close before reading anything: accept() never meets the fd limit, so the
-          // process never spins on it, and connections already open keep being served.
-          const address = s.remoteAddress
-          const fromAddress = front.perAddress.get(address) ?? 0
-          const perAddress = limits.maxConnectionsPerAddress
-          const overAddress = perAddress > 0 && fromAddress >= perAddress
-          // Room for a new connection is made first from the connections waiting longest for a
-          // head (makeRoom), so that connections that send nothing cannot fill the listener.
-          if (!overAddress) front.makeRoom()
-          const full = front.conns.size >= limits.maxConnections
-          if (overAddress || (full && front.overflow >= limits.reserveConnections)) {
-            front.rejected++
-            s.terminate()
-            return
-          }
-          s.data = new ClientConn(front, s, full, address)
-          front.conns.add(s.data)
-          front.perAddress.set(address, fromAddress + 1)
-          if (full) front.overflow++
-          else front.fresh.add(s.data, performance.now())
-          if (front.opts.idleTimeoutSeconds > 0) s.timeout(front.opts.idleTimeoutSeconds)
-        },
-        data(s, d) {
-          s.data?.onData(d as Buffer)
-        },
-        drain(s) {
-          s.data?.onDrain()
-        },
-        close(s) {
-          s.data?.onClose()
-        },
-        error(s) {
-          s.data?.onClose()
-        },
-        timeout(s) {
-          s.data?.onTimeout()
-        },
+    this.handlers = {
+      open(s) {
+        // Past a cap, close before reading anything: accept() never meets the fd limit, so the
+        // process never spins on it, and connections already open keep being served.
+        const address = s.remoteAddress
+        const fromAddress = front.perAddress.get(address) ?? 0
+        const perAddress = limits.maxConnectionsPerAddress
+        const overAddress = perAddress > 0 && fromAddress >= perAddress
+        // Room for a new connection is made first from the connections waiting longest for a
+        // head (makeRoom), so that connections that send nothing cannot fill the listener.
+        if (!overAddress) front.makeRoom()
+        const full = front.conns.size >= limits.maxConnections
+        if (overAddress || (full && front.overflow >= limits.reserveConnections)) {
+          front.rejected++
+          s.terminate()
+          return
+        }
+        s.data = new ClientConn(front, s, full, address)
+        front.conns.add(s.data)
+        front.perAddress.set(address, fromAddress + 1)
+        if (full) front.overflow++
+        else front.fresh.add(s.data, performance.now())
+        if (front.opts.idleTimeoutSeconds > 0) s.timeout(front.opts.idleTimeoutSeconds)
       },
-    })
+      data(s, d) {
+        s.data?.onData(d as Buffer)
+      },
+      drain(s) {
+        s.data?.onDrain()
+      },
+      close(s) {
+        s.data?.onClose()
+      },
+      error(s) {
+        s.data?.onClose()
+      },
+      timeout(s) {
+        s.data?.onTimeout()
+      },
+    }
+    this.listener = opts.tls
+      ? this.listenTls(opts.tls)
+      : Bun.listen<ClientConn>({
+          hostname: opts.hostname,
+          port: opts.port,
+          socket: this.handlers,
+        })
     this.sweeper = setInterval(() => this.sweep(), SWEEP_MS)
     this.sweeper.unref()
+  }
+
+  /**
+   * listenTls opens the TLS listener. It listens with SO_REUSEPORT so that a new certificate can be
+   * taken by opening a second listener on the same port before the first stops (useTls): Bun's
+   * `reload` keeps the certificate. Because SO_REUSEPORT would let a second modelgate share the
+   * port without a word, the port is probed first with a plain listen that shares nothing, so a port
+   * in use fails as it does without TLS.
+   */
+  private listenTls(tls: { cert: string; key: string }): TCPSocketListener<ClientConn> {
+    const probe = Bun.listen({ hostname: this.opts.hostname, port: this.opts.port, socket: { data() {} } })
+    const port = probe.port
+    probe.stop(true)
+    return this.listenOn(port, tls)
+  }
+
+  private listenOn(port: number, tls: { cert: string; key: string }): TCPSocketListener<ClientConn> {
+    // reusePort is not in Bun's types for TCP listeners; Bun.listen takes it.
+    return Bun.listen<ClientConn>({
+      hostname: this.opts.hostname,
+      port,
+      tls,
+      socket: this.handlers,
+      ...({ reusePort: true } as object),
+    })
+  }
+
+  /**
+   * useTls takes a new certificate without a restart: a second listener opens on the same address
+   * and port with it (SO_REUSEPORT), then the old one stops accepting. Connections open on the old
+   * certificate are served on to their end; new ones get the new certificate. A listener that
+   * cannot open leaves the old one serving (the error is logged).
+   */
+  useTls(tls: { cert: string; key: string }, log?: Logger): boolean {
+    if (this.stopping || !this.opts.tls) return false
+    let next: TCPSocketListener<ClientConn>
+    try {
+      next = this.listenOn(this.listener.port, tls)
+    } catch (err) {
+      log?.error('TLS certificate not taken by a listener: its old certificate stays', {
+        listener: this.opts.name,
+        error: err instanceof Error ? err.message : String(err),
+      })
+      return false
+    }
+    const old = this.listener
+    this.listener = next
+    old.stop(false)
+    return true
   }
 
   /** sweep refuses requests that arrive too slowly (a head past its deadline, a body below the rate). */

@@ -68,6 +68,17 @@ describe('check-config and serve refuse the same configurations, with exit 2', (
     )
   })
 
+  it('server.tls with the cluster (pod-to-pod calls are plain HTTP)', () => {
+    refusedByBoth(
+      cluster('      kind: etcd').replace(
+        'server: { host: 127.0.0.1, port: 0 }',
+        `server: { host: 127.0.0.1, port: 0, tls: { cert_file: ${join(dir, 'c.pem')}, key_file: ${join(dir, 'k.pem')} } }`,
+      ),
+      clusterSecret,
+      'server.tls: the cluster plugin does not support TLS between pods yet',
+    )
+  })
+
   it('a static cluster without its static section, or whose leader is not a pod of it', () => {
     refusedByBoth(
       cluster('      kind: static'),

@@ -31,7 +31,7 @@ export interface GatewayOptions {
   /** liveness: `engine.liveness` (default: the shipped one, a probe every 10 s). */
   liveness?: { interval_ms: number; failures?: number; timeout_ms?: number }
   /** server: the `server:` section beside host 127.0.0.1 and port 0 (e.g. a fixed port a peer must know). */
-  server?: Record<string, string | number>
+  server?: Record<string, string | number | Record<string, string>>
   /**
    * shmDir: where the gateway and its simulated engines keep kvcached segments, instead of /dev/shm
    * (MODELGATE_SHM_DIR, for tests and the simulator only; set for this gateway's lifetime).
@@ -107,6 +107,8 @@ export async function startGateway(o: GatewayOptions): Promise<TestGateway> {
   }
   const json = async <T>(path: string, init?: RequestInit) => {
     const res = await fetch(`${th.url}${path}`, {
+      // With server.tls the host's own certificate is trusted (test/host/tls.test.ts makes one).
+      ...(th.host.selfCa ? { tls: { ca: th.host.selfCa } } : {}),
       ...init,
       headers: { 'content-type': 'application/json', ...(init?.headers ?? {}) },
     })

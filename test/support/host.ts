@@ -25,7 +25,7 @@ export interface TestHost {
 
 export interface HostOptions {
   /** server: settings of the `server:` section beside host 127.0.0.1 and port 0. */
-  server?: Record<string, string | number>
+  server?: Record<string, string | number | Record<string, string>>
   /** logLevel: default the config's `log.level`. */
   logLevel?: LogLevel
   /** logSink receives the log lines (default: kept in `logs`). */
