@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import { groupAlive, groupPids, isAlive, processStartTime } from '../../src/engine/process.ts'
+import { freePort } from '../sim/helpers.ts'
 import { PodProcess, type PodProcessOptions } from '../support/pods.ts'
 import { waitFor } from '../support/wait.ts'
 
@@ -28,9 +29,18 @@ const commandOf = (pid: number) => {
   }
 }
 
+/** The pod's listener: a free port (kept across its restart), so a second copy of the suite beside this one never meets it. */
+const LISTEN_PORT = await freePort()
+
 describe('an engine worker left by a crash', () => {
   const dir = mkdtempSync(join(tmpdir(), 'modelgate-crash-leftovers-'))
-  const opts: PodProcessOptions = { dir, id: 'crash', port: 18760, enginePorts: [18750, 18759], env: AUTH }
+  const opts: PodProcessOptions = {
+    dir,
+    id: 'crash',
+    port: LISTEN_PORT,
+    enginePorts: [18750, 18759],
+    env: AUTH,
+  }
   const groups: number[] = []
   const strays: Subprocess[] = []
   let pod: PodProcess | undefined

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
+import { freePort } from '../sim/helpers.ts'
 import { gatewayYaml, groupGone, startGateway } from '../support/gateway.ts'
 import { SELF } from '../support/host.ts'
 import { readSse } from '../support/sse.ts'
@@ -45,11 +46,14 @@ describe('engine start-up failure', () => {
   })
 })
 
+/** The listener: a free port (kept across the restarts), so a second copy of the suite beside this one never meets it. */
+const LISTEN_PORT = await freePort()
+
 describe('restart safety', () => {
   const dir = mkdtempSync(join(tmpdir(), 'modelgate-restart-'))
   const simDir = join(dir, 'sim')
   const dataDir = join(dir, 'data')
-  const port = 18290
+  const port = LISTEN_PORT
   const url = `http://127.0.0.1:${port}`
   const configPath = join(dir, 'modelgate.yaml')
   writeFileSync(
