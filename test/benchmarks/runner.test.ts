@@ -71,7 +71,8 @@ describe('benchmark runner', () => {
     expect(ids.sort()).toEqual(Array.from({ length: 8 }, (_, i) => `test-${i}`).sort())
     for (const s of samples) {
       expect(s.ttftMs).toBeGreaterThanOrEqual(4)
-      expect(s.e2eMs).toBeGreaterThan(s.ttftMs)
+      // A request ends no sooner than its first token; on a busy machine all six can come in one read.
+      expect(s.e2eMs).toBeGreaterThanOrEqual(s.ttftMs)
       expect(s.contentChunks).toBe(6)
     }
     const stats = await plain.stats()
