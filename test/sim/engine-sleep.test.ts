@@ -121,7 +121,10 @@ describe('sim engine sleep mode', () => {
     const res = await fetch(`http://127.0.0.1:${e.port}/sleep?level=1`, { method: 'POST' })
     expect(res.status).toBe(500)
     expect(await res.text()).toBe('Internal Server Error')
-    expect(e.stderr()).toContain('AssertionError: Sleep mode is not enabled in the model config')
+    // The traceback reaches the engine's stderr pipe on its own schedule, maybe after the answer.
+    await waitFor('the assertion in the engine log', () =>
+      e.stderr().includes('AssertionError: Sleep mode is not enabled in the model config'),
+    )
   })
 
   it('crashes on inference while asleep when emulating older engines', async () => {
