@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Page } from 'playwright-core'
 import { plugins } from '../../plugins/index.ts'
+import { freePort } from '../sim/helpers.ts'
 import { gatewayYaml } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { claimsOf, type Platform, type Provider, startPlatform, startProvider } from '../support/oauth.ts'
@@ -17,7 +18,8 @@ import { browserMissing, expectLinkRefused, openBrowser, screenshot, type TestBr
  * token the tab did not ask for signs nobody in. A user in none of the groups ends on the
  * access-denied page, whose retry keeps the tab's nonce.
  */
-const PORT = 18960
+/** The listener: a free port, so a second copy of the suite beside this one never meets it. */
+const PORT = await freePort()
 const BASE = `http://127.0.0.1:${PORT}`
 const USERS = {
   alice: { uid: 'uid-alice', groups: ['system:authenticated', 'service-admins'] },

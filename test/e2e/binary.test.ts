@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import pkg from '../../package.json' with { type: 'json' }
 
-import { groupAlive } from '../sim/helpers.ts'
+import { freePort, groupAlive } from '../sim/helpers.ts'
 import { OtlpReceiver } from '../support/otlp-receiver.ts'
 import { parse, rawExchange } from '../support/raw-client.ts'
 import { waitFor } from '../support/wait.ts'
@@ -17,7 +17,8 @@ import { waitFor } from '../support/wait.ts'
 const ROOT = resolve(import.meta.dir, '../..')
 const dir = mkdtempSync(join(tmpdir(), 'modelgate-bin-'))
 const BIN = join(dir, 'modelgate')
-const PORT = 18390
+/** The listener: a free port, so a second copy of the suite beside this one never meets it. */
+const PORT = await freePort()
 const URL = `http://127.0.0.1:${PORT}`
 const SECRET = 'e2e-secret-that-is-long-enough-0123456789'
 const children: Subprocess[] = []

@@ -3,6 +3,7 @@ import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
+import { freePort } from '../sim/helpers.ts'
 import {
   Browser,
   claimsOf,
@@ -21,7 +22,8 @@ import { waitFor } from '../support/wait.ts'
 const ROOT = resolve(import.meta.dir, '../..')
 const dir = mkdtempSync(join(tmpdir(), 'modelgate-oauth-bin-'))
 const BIN = join(dir, 'modelgate')
-const PORT = 18482
+/** The listener: a free port, so a second copy of the suite beside this one never meets it. */
+const PORT = await freePort()
 const URL = `http://127.0.0.1:${PORT}`
 let provider: Provider
 let platform: Platform
