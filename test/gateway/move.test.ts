@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { MoveEvent } from '../../plugins/gateway/move/service.ts'
 import type { GatewayService } from '../../plugins/gateway/service.ts'
-import { signalGroup, spawnEngine, waitHealthy } from '../sim/helpers.ts'
+import { freePort, signalGroup, spawnEngine, waitHealthy } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { readSse } from '../support/sse.ts'
 import { waitFor } from '../support/wait.ts'
@@ -58,12 +58,14 @@ describe('blue-green move', () => {
     )
 
   it('moves an instance through every phase and keeps its launch settings', async () => {
+    // A port asked for by extra_args (a free one: a second copy of the suite may hold the range's).
+    const asked = String(await freePort())
     const id = await gw.load({
       ...OPT,
       gpu_ids: [0],
       enable_sleep_mode: true,
       served_model_name: 'opt',
-      extra_args: ['--enforce-eager', '--port', '18258'],
+      extra_args: ['--enforce-eager', '--port', asked],
     })
     await gw.waitStatus(id, 'active')
     const res = await move(id, { target_gpu_ids: [1], drain_timeout_ms: 5000 })
@@ -275,7 +277,7 @@ describe('blue-green move rollback', () => {
       'Qwen/Qwen2.5-7B-Instruct',
       ['--sim-dir', engineDir],
       { CUDA_VISIBLE_DEVICES: '1', SIM_LOAD_DELAY_MS: '100' },
-      18279,
+      await freePort(),
     )
     const gw = await startGateway({ ports: [18260, 18269], simDir: engineDir, smiSimDir: smiDir })
     try {
