@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { BenchmarkRun } from '../../plugins/benchmarks/schemas.ts'
+import { makeCert } from '../support/certs.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
 
@@ -15,28 +16,13 @@ describe('benchmarks in proxy mode with server.tls', () => {
   let gw: TestGateway
   let id: string
   beforeAll(async () => {
-    const r = Bun.spawnSync(
-      [
-        'openssl',
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-      ].concat(
-        ['-keyout', join(dir, 'k.pem'), '-out', join(dir, 'c.pem'), '-days', '2', '-subj', '/CN=bench'],
-        ['-addext', 'subjectAltName=IP:127.0.0.1'],
-      ),
-    )
-    expect(r.exitCode).toBe(0)
+    const { certFile, keyFile } = makeCert(dir, 'bench', 'bench')
     gw = await startGateway({
       ports: [26310, 26319],
       env: { SIM_TOKENS_PER_SEC: '400', SIM_TTFT_MS: '20' },
       extraYaml: '  benchmarks: {}\n',
       hostEnv: { INFERENCE_API_KEY: 'sk-bench' },
-      server: { tls: { cert_file: join(dir, 'c.pem'), key_file: join(dir, 'k.pem') } },
+      server: { tls: { cert_file: certFile, key_file: keyFile } },
     })
     id = await gw.load({ model_path: 'facebook/opt-125m', gpu_memory_utilization: 0.3 })
     await gw.waitStatus(id, 'active')

@@ -7,6 +7,7 @@ import { encodeRequest, HttpStreamClient } from '../../plugins/benchmarks/http-s
 import type { PluginDefinition } from '../../src/host/plugin.ts'
 import { selfTrust } from '../../src/host/tls.ts'
 import { routerPlugin } from '../router/support.ts'
+import { makeCert as selfSigned } from '../support/certs.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { waitFor } from '../support/wait.ts'
 
@@ -24,33 +25,8 @@ const dir = mkdtempSync(join(tmpdir(), 'modelgate-tls-'))
 const certFile = join(dir, 'live', 'cert.pem')
 const keyFile = join(dir, 'live', 'key.pem')
 
-/** makeCert: a self-signed P-256 certificate for `san` (127.0.0.1) with common name `cn`, as <name>.crt/.key in dir. */
-function makeCert(name: string, cn: string, san = 'IP:127.0.0.1'): { cert: string; key: string } {
-  const key = join(dir, `${name}.key`)
-  const cert = join(dir, `${name}.crt`)
-  const r = Bun.spawnSync([
-    'openssl',
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
-    key,
-    '-out',
-    cert,
-    '-days',
-    '2',
-    '-subj',
-    `/CN=${cn}`,
-    '-addext',
-    `subjectAltName=${san}`,
-  ])
-  if (r.exitCode !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`)
-  return { cert: readFileSync(cert, 'utf8'), key: readFileSync(key, 'utf8') }
-}
+/** makeCert: a self-signed certificate as <name>.crt/.key in this test's dir (test/support/certs.ts). */
+const makeCert = (name: string, cn: string, san?: string) => selfSigned(dir, name, cn, san)
 
 /** install renames `name`'s files over the live ones (key first, then the certificate), as certbot does. */
 function install(name: string): void {
