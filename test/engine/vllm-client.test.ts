@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Server } from 'bun'
 import { EngineCallError, engineOrigin, WakeError, waitHealthy } from '../../src/engine/engine-client.ts'
-import { readSleepOperationSeconds, VllmClient } from '../../src/engine/vllm-client.ts'
+import { readSleepLevel, readSleepOperationSeconds, VllmClient } from '../../src/engine/vllm-client.ts'
 import { freePort } from '../sim/helpers.ts'
 
 /**
@@ -506,4 +508,30 @@ describe('readSleepOperationSeconds', () => {
     expect(readSleepOperationSeconds(text)).toEqual({ sleep: 1.5, wake: 0.5, release_kv_cache_memory: null })
     expect(readSleepOperationSeconds('vllm:num_requests_running{engine="0"} 0\n')).toBeNull()
   })
+})
+
+/** What each release's /metrics page says while asleep (test/fixtures/vllm-metrics, sources in its README). */
+const METRIC_FIXTURES = join(import.meta.dir, '..', 'fixtures', 'vllm-metrics')
+const METRIC_EXPECTED: Record<string, { level: 0 | 1 | 2 | null; gauge: string; seconds: unknown }> = {
+  '0.11.0.prom': { level: null, gauge: 'none', seconds: null },
+  '0.11.1.prom': { level: 1, gauge: 'state', seconds: null },
+  '0.29.0.prom': { level: 2, gauge: 'state', seconds: null },
+  '0.30.0.prom': {
+    level: 1,
+    gauge: 'component',
+    seconds: { sleep: 2.5, wake: 3.5, release_kv_cache_memory: null },
+  },
+}
+
+describe('real vLLM /metrics per sleep-gauge release (test/fixtures/vllm-metrics)', () => {
+  it('has an expectation for every fixture file', () => {
+    const files = readdirSync(METRIC_FIXTURES).filter((f) => f.endsWith('.prom'))
+    expect(files.sort()).toEqual(Object.keys(METRIC_EXPECTED).sort())
+  })
+  for (const [file, want] of Object.entries(METRIC_EXPECTED))
+    it(`${file}: level ${want.level} from the ${want.gauge} gauge`, () => {
+      const text = readFileSync(join(METRIC_FIXTURES, file), 'utf8')
+      expect(readSleepLevel(text)).toEqual({ level: want.level, gauge: want.gauge as 'none' })
+      expect(readSleepOperationSeconds(text)).toEqual(want.seconds as null)
+    })
 })

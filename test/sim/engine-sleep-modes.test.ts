@@ -1,5 +1,7 @@
 import { afterEach, describe, expect, it } from 'bun:test'
-import { VllmClient } from '../../src/engine/vllm-client.ts'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { readSleepLevel, VllmClient } from '../../src/engine/vllm-client.ts'
 import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { waitFor } from '../support/wait.ts'
 import {
@@ -453,4 +455,23 @@ describe('sim engine sleep components (current builds, 0.30)', () => {
     expect((await post(old.port, '/release_kv_cache_memory')).status).toBe(404)
     expect(await oldClient.sleepOperationSeconds()).toBeNull()
   })
+})
+
+describe('sim engine sleep gauge per release boundary (test/fixtures/vllm-metrics)', () => {
+  for (const [version, level] of [
+    ['0.11.0', 1],
+    ['0.11.1', 1],
+    ['0.29.0', 2],
+    ['0.30.0', 1],
+  ] as const)
+    it(`says what vLLM ${version} says while asleep at level ${level}`, async () => {
+      const e = await engine(tempSimDir(), { SIM_VLLM_VERSION: version })
+      expect((await post(e.port, `/sleep?level=${level}`)).status).toBe(200)
+      const sim = await (await fetch(`http://127.0.0.1:${e.port}/metrics`)).text()
+      const real = readFileSync(
+        join(import.meta.dir, '..', 'fixtures', 'vllm-metrics', `${version}.prom`),
+        'utf8',
+      )
+      expect(readSleepLevel(sim)).toEqual(readSleepLevel(real))
+    })
 })
