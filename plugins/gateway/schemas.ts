@@ -207,8 +207,9 @@ export const SleepResultSchema = t.Object({
   }),
   drain_ms: t.Number({ description: 'time spent waiting for them' }),
   mode: t.Nullable(
-    t.Literal('wait', {
-      description: "the engine's /sleep mode sent (null: the engine refused the parameter)",
+    t.Union([t.Literal('wait'), t.Literal('keep')], {
+      description:
+        "the engine's /sleep mode sent: `keep` where the engine recomputes kept requests after the wake, else `wait` (null: the engine refused the parameter)",
     }),
   ),
   sleep_verified: t.Nullable(t.Boolean({ description: 'memory_check.verified' })),

@@ -23,8 +23,11 @@ import type { Supervision } from './supervision.ts'
  * A sleep never cuts a request: vLLM's `/sleep` aborts what runs on the engine (its `mode`
  * defaults to `abort`). So the sleep first stops routing to the instance (`begin('sleep')`), waits
  * for its in-flight requests (`drained`, up to plugins.gateway.sleep.drain_timeout_ms), and only
- * then asks the engine to sleep, with `mode=wait` as well (where the engine has it) for whatever
- * reached the engine by another way. Past the deadline the sleep is refused (409 SLEEP_DRAIN_TIMEOUT) and the instance
+ * then asks the engine to sleep, with a `mode` for whatever reached the engine by another way:
+ * `keep` where the engine keeps such requests and recomputes them after the wake (the builds with
+ * `vllm:engine_sleep_component_state`), so the sleep neither cuts them nor waits out a long
+ * stream; else `wait` (where the engine has the parameter). The drain stays in both cases: a
+ * request of ours kept on a sleeping engine would hang its client until some wake. Past the deadline the sleep is refused (409 SLEEP_DRAIN_TIMEOUT) and the instance
  * takes requests again. After the engine sleeps, nvidia-smi says what its process group still
  * holds per GPU (the memory check, `sleep_verified`).
  *
@@ -140,7 +143,8 @@ export class SleepWake {
       const awake = await this.measure(inst)
       stillThere(inst, 'active')
       phases.enter('sleep.engine', { 'server.port': inst.row.port })
-      const mode = await engineCall(() => inst.client.sleep(level, { mode: 'wait' }))
+      const asked = (await inst.client.drainedSleepMode?.().catch(() => null)) ?? 'wait'
+      const mode = await engineCall(() => inst.client.sleep(level, { mode: asked }))
       stillThere(inst, 'active')
       phases.enter('sleep.verify')
       const now = new Date().toISOString()
@@ -169,7 +173,7 @@ export class SleepWake {
         slept_at: now,
         drained_requests: drained,
         drain_ms: drainMs,
-        mode: mode === 'wait' ? 'wait' : null,
+        mode: mode === 'wait' || mode === 'keep' ? mode : null,
         sleep_verified: check.verified,
         memory_check: check,
         fallback,
@@ -389,7 +393,8 @@ export class SleepWake {
 
   /**
    * sleptAt: the level the engine sleeps at. Ours when we put it to sleep; else (found asleep
-   * after a restart) what the engine says (vLLM's `vllm:engine_sleep_state`); else the deepest
+   * after a restart) what the engine says (vLLM's `vllm:engine_sleep_component_state`, or the
+   * older `vllm:engine_sleep_state`: VllmClient.sleepLevel); else the deepest
    * level the engine has, whose wake is correct after any level (a needless reload from disk after
    * level 1 costs time, a level-1 wake after level 2 would serve garbage).
    */

@@ -118,6 +118,11 @@ export interface EngineClient {
   isSleeping(o?: CallOptions): Promise<boolean>
   /** sleepLevel: the level the engine says it sleeps at (0 awake), null when it does not say. */
   sleepLevel(o?: CallOptions): Promise<0 | 1 | 2 | null>
+  /**
+   * drainedSleepMode: the `mode` to send with a sleep once the gateway has drained its own
+   * requests (see plugins/gateway/README.md, "Sleep and wake"); absent: `wait`.
+   */
+  drainedSleepMode?(o?: CallOptions): Promise<SleepMode>
   /** kvCacheUsage: the share of the KV cache in use (0–1) from the engine's /metrics, null when absent. */
   kvCacheUsage(o?: CallOptions): Promise<number | null>
   /** metric reads one gauge from /metrics (the first of `names` found, summed over label sets). */

@@ -190,19 +190,65 @@ export class VllmClient extends EngineHttp implements EngineClient {
   }
 
   /**
-   * sleepLevel: what newer builds' `vllm:engine_sleep_state{sleep_state=…}` gauge says: 0 awake,
-   * 1 `weights_offloaded`, 2 `discard_all`; null when the engine does not export it.
+   * sleepGauge: which sleep gauge the engine exports, as its /metrics showed: `component` (current
+   * builds, `vllm:engine_sleep_component_state`), `state` (0.11.1 until then, `vllm:engine_sleep_state`),
+   * `none` (older); null until /metrics was read.
+   */
+  sleepGauge: SleepGauge | null = null
+
+  /**
+   * sleepLevel: the level the engine says it sleeps at (0 awake) from its sleep gauge (see
+   * readSleepLevel); null when it exports none.
    */
   async sleepLevel(o: CallOptions = {}): Promise<0 | 1 | 2 | null> {
-    const text = await this.metricsText(o)
-    const levels: Record<string, 0 | 1 | 2> = { awake: 0, weights_offloaded: 1, discard_all: 2 }
-    for (const line of text.split('\n')) {
-      if (!line.startsWith('vllm:engine_sleep_state{')) continue
-      const state = /sleep_state="([^"]*)"/.exec(line)?.[1]
-      const level = state === undefined ? undefined : levels[state]
-      if (level !== undefined && Number(line.slice(line.lastIndexOf(' ') + 1)) >= 1) return level
-    }
-    return null
+    const read = readSleepLevel(await this.metricsText(o))
+    this.sleepGauge = read.gauge
+    return read.level
+  }
+
+  /**
+   * drainedSleepMode: `keep` on a build that exports the component gauge (its sleep keeps the
+   * requests on the engine and recomputes them after the wake), else `wait`. An older build's
+   * `keep` leaves the requests pointing at KV blocks the sleep discards, so it is not used there.
+   * Reads /metrics once; an engine whose /metrics fails gets `wait`.
+   */
+  async drainedSleepMode(o: CallOptions = {}): Promise<SleepMode> {
+    if (this.sleepGauge === null) await this.sleepLevel(o).catch(() => null)
+    return this.sleepGauge === 'component' ? 'keep' : 'wait'
+  }
+
+  /**
+   * canReleaseKvCache: whether the engine has `POST /release_kv_cache_memory` (current builds, dev
+   * mode): asked with a GET, which the route answers 405 (a POST route) and an engine without it
+   * 404. Learnt once. Nothing in modelgate frees the KV cache alone yet.
+   */
+  kvCacheRelease: boolean | null = null
+
+  async canReleaseKvCache(o: CallOptions = {}): Promise<boolean> {
+    if (this.kvCacheRelease !== null) return this.kvCacheRelease
+    const res = await this.answer('GET', '/release_kv_cache_memory', o, 5000)
+    await res.body?.cancel()
+    if (res.status !== 404 && res.status !== 405)
+      throw new EngineCallError(`engine GET /release_kv_cache_memory answered ${res.status}`, res.status)
+    this.kvCacheRelease = res.status === 405
+    return this.kvCacheRelease
+  }
+
+  /**
+   * releaseKvCache: `POST /release_kv_cache_memory`: the engine pauses its scheduler and frees the
+   * KV cache only (its weights stay); `/wake_up?tags=kv_cache` brings it back.
+   */
+  async releaseKvCache(o: CallOptions = {}): Promise<void> {
+    await (await this.call('POST', '/release_kv_cache_memory', o, 120000)).body?.cancel()
+  }
+
+  /**
+   * sleepOperationSeconds: the engine's own timing of its sleep-mode operations, the mean of
+   * `vllm:rl_sleep_mode_operation_duration_seconds{operation}` (current builds); null when it
+   * exports none.
+   */
+  async sleepOperationSeconds(o: CallOptions = {}): Promise<SleepOperationSeconds | null> {
+    return readSleepOperationSeconds(await this.metricsText(o))
   }
 
   /** kvCacheUsage: `vllm:kv_cache_usage_perc` (0–1; older builds `vllm:gpu_cache_usage_perc`). */
@@ -221,5 +267,100 @@ export class VllmClient extends EngineHttp implements EngineClient {
       promptTokens: promptTokens ?? null,
       kvCacheUsage: kvCacheUsage ?? null,
     }
+  }
+}
+
+export type SleepGauge = 'component' | 'state' | 'none'
+
+/** SleepOperationSeconds: mean seconds of each sleep-mode operation the engine timed (null: none yet). */
+export interface SleepOperationSeconds {
+  sleep: number | null
+  wake: number | null
+  release_kv_cache_memory: number | null
+}
+
+const STATE_LEVELS: Record<string, 0 | 1 | 2> = { awake: 0, weights_offloaded: 1, discard_all: 2 }
+const WEIGHTS_LEVELS: Record<string, 0 | 1 | 2> = { resident: 0, offloaded: 1, discarded: 2 }
+
+/** sample: a sample line's labels and value, or undefined for a line of another metric. */
+function sample(line: string, name: string): { labels: string; value: number } | undefined {
+  if (!line.startsWith(`${name}{`)) return undefined
+  const close = line.lastIndexOf('}')
+  return {
+    labels: line.slice(name.length + 1, close),
+    value: Number(
+      line
+        .slice(close + 1)
+        .trim()
+        .split(' ')[0],
+    ),
+  }
+}
+
+const label = (labels: string, key: string) => new RegExp(`(?:^|,)${key}="([^"]*)"`).exec(labels)?.[1]
+
+/**
+ * readSleepLevel reads the level slept at from /metrics text. Current builds' component gauge
+ * (`vllm:engine_sleep_component_state{component, state}`, 1 on the state each component is in):
+ * the weights `resident` is awake (0) — a `paused` scheduler or `discarded` KV cache beside it is
+ * a KV-only release, not a sleep —, `offloaded` level 1, `discarded` level 2. Older builds'
+ * `vllm:engine_sleep_state{sleep_state}`: `awake` 0, `weights_offloaded` 1, `discard_all` 2. The
+ * component gauge wins where both are exported.
+ */
+export function readSleepLevel(text: string): { level: 0 | 1 | 2 | null; gauge: SleepGauge } {
+  let state: 0 | 1 | 2 | null = null
+  let seenState = false
+  let component: 0 | 1 | 2 | null = null
+  let seenComponent = false
+  for (const line of text.split('\n')) {
+    const c = sample(line, 'vllm:engine_sleep_component_state')
+    if (c) {
+      seenComponent = true
+      const level = WEIGHTS_LEVELS[label(c.labels, 'state') ?? '']
+      if (label(c.labels, 'component') === 'weights' && level !== undefined && c.value >= 1) component = level
+      continue
+    }
+    const s = sample(line, 'vllm:engine_sleep_state')
+    if (s) {
+      seenState = true
+      const level = STATE_LEVELS[label(s.labels, 'sleep_state') ?? '']
+      if (level !== undefined && s.value >= 1 && state === null) state = level
+    }
+  }
+  if (seenComponent) return { level: component, gauge: 'component' }
+  return { level: state, gauge: seenState ? 'state' : 'none' }
+}
+
+/**
+ * readSleepOperationSeconds: per operation, `_sum / _count` of
+ * `vllm:rl_sleep_mode_operation_duration_seconds` (summed over the other labels); null when the
+ * histogram is absent.
+ */
+export function readSleepOperationSeconds(text: string): SleepOperationSeconds | null {
+  const name = 'vllm:rl_sleep_mode_operation_duration_seconds'
+  const sums = new Map<string, number>()
+  const counts = new Map<string, number>()
+  let seen = false
+  for (const line of text.split('\n')) {
+    for (const [suffix, into] of [
+      ['_sum', sums],
+      ['_count', counts],
+    ] as const) {
+      const s = sample(line, `${name}${suffix}`)
+      const op = s && label(s.labels, 'operation')
+      if (!s || op === undefined || !Number.isFinite(s.value)) continue
+      seen = true
+      into.set(op, (into.get(op) ?? 0) + s.value)
+    }
+  }
+  if (!seen) return null
+  const mean = (op: string) => {
+    const n = counts.get(op) ?? 0
+    return n > 0 ? (sums.get(op) ?? 0) / n : null
+  }
+  return {
+    sleep: mean('sleep'),
+    wake: mean('wake'),
+    release_kv_cache_memory: mean('release_kv_cache_memory'),
   }
 }

@@ -7,6 +7,14 @@ import { VllmLogAccumulator } from './vllm-log.ts'
  * vllmDriver is `vllm serve` behind the EngineDriver seam: its command line and environment
  * (vllm-command.ts), its log lines (vllm-log.ts, checked against test/fixtures/vllm/), and its
  * control client (vllm-client.ts). The facts behind each are in ENGINE-NOTES (vLLM v0.8.5 → 2026).
+ *
+ * Supported releases: vLLM 0.8.5 to 0.30 (plugins/gateway/README.md, "Supported vLLM releases").
+ * What changes across them is learnt from the engine's answers, not from its version: `/sleep?mode=`
+ * (from 0.17; refused → sent without), the sleep gauge read after a restart
+ * (`vllm:engine_sleep_state` from 0.11.1, `vllm:engine_sleep_component_state` in current builds,
+ * which also decides `mode=keep`), `/release_kv_cache_memory` (a GET answered 405), the
+ * sleep-operation histogram. Each boundary has a simulator profile (src/sim/versions.ts) and a
+ * fixture (test/fixtures/vllm/ for log lines, test/fixtures/vllm-metrics/ for /metrics).
  */
 export const vllmDriver: EngineDriver = {
   kind: 'vllm',

@@ -61,6 +61,7 @@ function routes(): Map<string, Partial<Record<string, Handler>>> {
           running: rt.scheduler.running.size,
           waiting: rt.scheduler.numWaiting,
           kvUsage: rt.scheduler.kvUsage(),
+          ...(rt.knobs.profile.sleepComponents ? { components: rt.sleep.components } : {}),
         }),
         { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' } },
       ),
@@ -143,6 +144,14 @@ function devRoutes(): Map<string, Partial<Record<string, Handler>>> {
         rt.log.info(rt.tags.api, 'api_router.py:38', `wake up the engine with tags: ${shown}`)
       }
       await rt.wakeEngine(tags.length > 0 ? tags : undefined)
+      return new Response(null, { status: 200 })
+    },
+  })
+  table.set('/release_kv_cache_memory', {
+    POST: async (rt) => {
+      const dead = engineDeadResponse(rt)
+      if (dead) return dead
+      await rt.releaseKvCache()
       return new Response(null, { status: 200 })
     },
   })
@@ -281,6 +290,8 @@ async function detokenize(rt: EngineRuntime, req: Request): Promise<Response> {
 export function engineFetch(rt: EngineRuntime): (req: Request, server: Server<unknown>) => Promise<Response> {
   const table = routes()
   if (rt.knobs.devMode) for (const [k, v] of devRoutes()) table.set(k, v)
+  // Older builds have no such route (a 404 for any method).
+  if (!rt.knobs.profile.sleepComponents) table.delete('/release_kv_cache_memory')
   return async (req, server) => {
     const url = new URL(req.url)
     const methods = table.get(url.pathname)

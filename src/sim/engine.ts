@@ -293,7 +293,35 @@ export class SimEngine implements EngineRuntime {
    * (or, with SIM_SLEEP_INFERENCE=crash, kill the engine as real old builds do).
    */
   sleepEngine(level: 0 | 1 | 2, mode: PauseMode): Promise<void> {
+    const started = performance.now()
     return this.serialized(async () => {
+      try {
+        await this.fallAsleep(level, mode)
+      } finally {
+        if (this.knobs.profile.sleepComponents)
+          this.metrics.recordOperation('sleep', (performance.now() - started) / 1000)
+      }
+    })
+  }
+
+  /**
+   * releaseKvCache is current builds' `POST /release_kv_cache_memory`: the scheduler pauses (its
+   * requests kept) and the KV cache alone is freed; the weights stay on the GPU.
+   */
+  releaseKvCache(): Promise<void> {
+    const started = performance.now()
+    return this.serialized(async () => {
+      if (!this.sleep.executorAsleep) {
+        await this.delay(Math.min(50, this.knobs.wakeDelayMs / 6))
+        this.sleep.releaseKvCache()
+        this.writeRecord()
+      }
+      this.metrics.recordOperation('release_kv_cache_memory', (performance.now() - started) / 1000)
+    })
+  }
+
+  private async fallAsleep(level: 0 | 1 | 2, mode: PauseMode): Promise<void> {
+    {
       if (this.knobs.profile.sleepModes) await this.pauseScheduler(mode)
       if (level === 0) {
         this.metrics.recordSleepState(1, 0)
@@ -324,7 +352,7 @@ export class SimEngine implements EngineRuntime {
         `It took ${((performance.now() - t0) / 1000).toFixed(6)} seconds to fall asleep.`,
       )
       this.metrics.recordSleepState(1, level)
-    })
+    }
   }
 
   private async pauseScheduler(mode: PauseMode): Promise<void> {
@@ -354,6 +382,7 @@ export class SimEngine implements EngineRuntime {
    * unknown one too) is a warning and wakes nothing at all; the call still succeeds.
    */
   wakeEngine(requested: string[] | undefined): Promise<void> {
+    const started = performance.now()
     return this.serialized(async () => {
       const modes = this.knobs.profile.sleepModes
       const tags = requested?.filter((t) => !(modes && t === 'scheduling'))
@@ -385,6 +414,8 @@ export class SimEngine implements EngineRuntime {
       }
       if (modes) this.sleep.resume()
       this.metrics.recordSleepState(0, 0)
+      if (this.knobs.profile.sleepComponents)
+        this.metrics.recordOperation('wake', (performance.now() - started) / 1000)
       this.kick()
     })
   }

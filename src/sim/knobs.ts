@@ -6,12 +6,13 @@ import { resolveProfile, type VllmProfile } from './versions.ts'
  * (timings, failure injection, vLLM version and log style). Read once at start so behaviour is fixed
  * per process.
  *
- * The vLLM release (SIM_VLLM_VERSION, default the newest profile, 0.29.0) decides the log lines and
+ * The vLLM release (SIM_VLLM_VERSION, default 0.29.0) decides the log lines and
  * the sleep API: `0.8.5` (V0 engine; also SIM_LOG_STYLE=v0), `0.10.2` (V1, KV lines per worker, the
  * start-up summary at INFO), `0.11.0` (the summary is DEBUG), `0.11.1` (`vllm:engine_sleep_state`),
  * `0.14.0` (refusal names the device, sleep keeps the weights), `0.17.0` (`/sleep?mode=abort|wait|keep`,
  * abort by default; level 0), `0.18.0` (`EngineCore` tag, sleep frees the weights again), `0.29.0`
- * (merged KV line, the summary at INFO again).
+ * (merged KV line, the summary at INFO again), `0.30.0` (`vllm:engine_sleep_component_state` in place of
+ * `vllm:engine_sleep_state`, the `rl_sleep_mode` operation histogram, `/release_kv_cache_memory`).
  * Sleep side effects: SIM_SLEEP_KEEPS_WEIGHTS=1|0 overrides the profile (vllm#32714),
  * SIM_SLEEP_INFERENCE=crash makes inference on released memory kill the engine (old builds),
  * SIM_WAKE_DELAY_MS (level-1 wake is a third of it) and SIM_RELOAD_DELAY_MS time the wake and

@@ -53,7 +53,29 @@ export interface LiveFigures {
   running: number
   waiting: number
   kvUsage: number
+  /** The state of each sleep component (current builds' `vllm:engine_sleep_component_state`). */
+  components?: SleepComponents
 }
+
+export interface SleepComponents {
+  scheduler: 'running' | 'paused'
+  weights: 'resident' | 'offloaded' | 'discarded'
+  kv_cache: 'resident' | 'discarded'
+}
+
+const COMPONENT_STATES: [keyof SleepComponents, string][] = [
+  ['scheduler', 'running'],
+  ['scheduler', 'paused'],
+  ['weights', 'resident'],
+  ['weights', 'offloaded'],
+  ['weights', 'discarded'],
+  ['kv_cache', 'resident'],
+  ['kv_cache', 'discarded'],
+]
+
+/** vLLM's buckets for the sleep-mode operations (`rl_sleep_mode` metrics). */
+const SLEEP_OPERATION_BUCKETS = [0.01, 0.1, 1, 10, 30, 60, 120, 300, 600]
+export type SleepOperation = 'sleep' | 'wake' | 'release_kv_cache_memory'
 
 export class EngineMetrics implements InferenceMetrics {
   promptTokens = 0
@@ -66,6 +88,7 @@ export class EngineMetrics implements InferenceMetrics {
   private lastAt = performance.now()
   /** vllm:engine_sleep_state, as record_sleep_state(sleep, level) leaves it (awake at start). */
   private sleepState = { awake: 1, weights_offloaded: 0, discard_all: 0 }
+  private readonly operations = new Map<SleepOperation, Histogram>()
 
   constructor(
     private readonly modelName: string,
@@ -79,6 +102,13 @@ export class EngineMetrics implements InferenceMetrics {
       weights_offloaded: sleep === 1 && level === 1 ? 1 : 0,
       discard_all: sleep === 1 && level === 2 ? 1 : 0,
     }
+  }
+
+  /** recordOperation: one sleep-mode operation's duration (current builds' histogram). */
+  recordOperation(operation: SleepOperation, seconds: number): void {
+    const h = this.operations.get(operation) ?? new Histogram(SLEEP_OPERATION_BUCKETS)
+    this.operations.set(operation, h)
+    h.observe(seconds)
   }
 
   firstToken(seconds: number, promptTokens: number): void {
@@ -108,6 +138,19 @@ export class EngineMetrics implements InferenceMetrics {
         '# TYPE vllm:engine_sleep_state gauge\n'
       for (const [state, value] of Object.entries(this.sleepState))
         out += `vllm:engine_sleep_state{${labels},sleep_state="${state}"} ${num(value)}\n`
+    }
+    if (live.components) {
+      const c = live.components
+      out +=
+        '# HELP vllm:engine_sleep_component_state Sleep state of each engine component.\n' +
+        '# TYPE vllm:engine_sleep_component_state gauge\n'
+      for (const [component, state] of COMPONENT_STATES)
+        out += `vllm:engine_sleep_component_state{${labels},component="${component}",state="${state}"} ${num(c[component] === state ? 1 : 0)}\n`
+      // The operations are timed in the API server, labelled by operation only.
+      const name = 'vllm:rl_sleep_mode_operation_duration_seconds'
+      out += `# HELP ${name} Duration of one sleep-mode operation.\n# TYPE ${name} histogram\n`
+      for (const [op, h] of this.operations)
+        out += h.render(name, '', `operation="${op}"`).split('\n').slice(2).join('\n')
     }
     out += counter('vllm:num_preemptions_total', 'Cumulative number of preemption from the engine.', 0)
     out += counter('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', this.promptTokens)

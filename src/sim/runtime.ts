@@ -74,6 +74,8 @@ export interface EngineRuntime extends InferenceRuntime {
    * tag that is not asleep makes it wake nothing.
    */
   wakeEngine(tags: string[] | undefined): Promise<void>
+  /** releaseKvCache is `/release_kv_cache_memory` (current builds): the KV cache alone is freed. */
+  releaseKvCache(): Promise<void>
   /** reloadWeights is `collective_rpc reload_weights`: reads the weights again into GPU memory. */
   reloadWeights(): Promise<void>
   /** engineDeadRequest handles a request that met the dead engine (the server then shuts down). */

@@ -69,6 +69,31 @@ export class SleepState {
     if (level === 2 && this.releasesWeights) this.weightsValid = false
   }
 
+  /**
+   * releaseKvCache is current builds' `/release_kv_cache_memory`: the scheduler pauses and the KV
+   * cache alone is freed (the weights stay); `wake_up` (all, or the kv_cache tag) brings it back.
+   */
+  releaseKvCache(): void {
+    this.paused = 'all'
+    this.level = 1
+    this.frees = 'all'
+    this.asleep = new Set(['kv_cache'])
+  }
+
+  /** components: what current builds' `vllm:engine_sleep_component_state` says. */
+  get components(): {
+    scheduler: 'running' | 'paused'
+    weights: 'resident' | 'offloaded' | 'discarded'
+    kv_cache: 'resident' | 'discarded'
+  } {
+    const weights = !this.asleep.has('weights') ? 'resident' : this.level === 2 ? 'discarded' : 'offloaded'
+    return {
+      scheduler: this.sleeping ? 'paused' : 'running',
+      weights,
+      kv_cache: this.asleep.has('kv_cache') ? 'discarded' : 'resident',
+    }
+  }
+
   wake(tags: SleepTag[]): void {
     for (const tag of tags) this.asleep.delete(tag)
     if (this.asleep.size === 0) this.level = 0

@@ -9,7 +9,9 @@
  * api_router.py` (`mode` defaults to `abort`), `v1/metrics/loggers.py` (`vllm:engine_sleep_state`,
  * vllm#24176, vllm#27867), vllm#32714 (0.14 sleep frees little) and the start-up logs quoted in vLLM's
  * issues; read again against the v0.10.2–v0.20.2 tags in November 2026: `/sleep?mode=` from v0.17.0,
- * `vllm:engine_sleep_state` from v0.11.1, the start-up summary DEBUG from v0.11.0 to v0.20.2. Release
+ * `vllm:engine_sleep_state` from v0.11.1, the start-up summary DEBUG from v0.11.0 to v0.20.2; vLLM main
+ * again in December 2026 (`v1/metrics/loggers.py` `vllm:engine_sleep_component_state`, the
+ * `rl_sleep_mode` operation metrics, `tests/entrypoints/sleep` for the component states). Release
  * boundaries are the earliest release where the sources or quoted logs show a behaviour; where the exact
  * release is unknown the profile is placed at a release that certainly has it.
  */
@@ -36,6 +38,14 @@ export interface VllmProfile {
   sleepModes: boolean
   /** `vllm:engine_sleep_state{sleep_state="awake"|"weights_offloaded"|"discard_all"}` on /metrics. */
   sleepStateMetric: boolean
+  /**
+   * Current builds' sleep-mode surface, replacing `vllm:engine_sleep_state`:
+   * `vllm:engine_sleep_component_state{component=scheduler|weights|kv_cache, state=running|paused|
+   * resident|offloaded|discarded}` and the `vllm:rl_sleep_mode_operation_duration_seconds{operation=
+   * sleep|wake|release_kv_cache_memory}` histogram on /metrics, `POST /release_kv_cache_memory` (the
+   * KV cache only; weights stay) and a `keep` sleep whose kept requests are recomputed after the wake.
+   */
+  sleepComponents: boolean
   /** Level 1 and 2 leave the weights on the GPU (vllm#32714, 0.14 → fixed in later releases). */
   sleepKeepsWeights: boolean
   /** Sleep figures as `%.2f` (older) or Python's `round(x, 2)` (`format_gib`, newer). */
@@ -60,6 +70,7 @@ const V0: VllmProfile = {
   startupMemoryDebug: false,
   sleepModes: false,
   sleepStateMetric: false,
+  sleepComponents: false,
   sleepKeepsWeights: false,
   sleepFiguresRounded: false,
   reusePort: true,
@@ -108,9 +119,22 @@ const V0_29: VllmProfile = {
   reusePort: false,
 }
 
-/** PROFILES, oldest first. */
-export const PROFILES: readonly VllmProfile[] = [V0, V0_10, V0_11, V0_11_1, V0_14, V0_17, V0_18, V0_29]
+/**
+ * Current builds (vLLM main, read in December 2026; 0.30 is the newest release): the component
+ * sleep gauge instead of `vllm:engine_sleep_state`, the sleep-operation histogram,
+ * `/release_kv_cache_memory`. The release that brought them is not known; 0.30.0 is where the
+ * profile is placed.
+ */
+const V0_30: VllmProfile = { ...V0_29, version: '0.30.0', sleepStateMetric: false, sleepComponents: true }
 
+/** PROFILES, oldest first. */
+export const PROFILES: readonly VllmProfile[] = [V0, V0_10, V0_11, V0_11_1, V0_14, V0_17, V0_18, V0_29, V0_30]
+
+/**
+ * NEWEST_PROFILE: what an unset SIM_VLLM_VERSION runs. It stays 0.29.0 while the suite's
+ * expectations of the default engine (`mode=wait`, `vllm:engine_sleep_state`) are moved to
+ * explicit versions; 0.30.0 is asked for by SIM_VLLM_VERSION.
+ */
 export const NEWEST_PROFILE = V0_29
 
 function parts(version: string): number[] | undefined {

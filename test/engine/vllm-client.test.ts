@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Server } from 'bun'
 import { EngineCallError, engineOrigin, WakeError, waitHealthy } from '../../src/engine/engine-client.ts'
-import { VllmClient } from '../../src/engine/vllm-client.ts'
+import { readSleepLevel, readSleepOperationSeconds, VllmClient } from '../../src/engine/vllm-client.ts'
 import { freePort } from '../sim/helpers.ts'
 
 /**
@@ -442,4 +444,94 @@ describe('VllmClient sleep and wake sequence', () => {
     knobs.metrics = 'vllm:num_requests_running{engine="0"} 0\n'
     expect(await client.sleepLevel()).toBeNull()
   })
+
+  it("reads the level from current builds' vllm:engine_sleep_component_state: the weights' state", async () => {
+    const client = fresh()
+    const gauge = (on: Record<string, string>) =>
+      [
+        ['scheduler', 'running'],
+        ['scheduler', 'paused'],
+        ['weights', 'resident'],
+        ['weights', 'offloaded'],
+        ['weights', 'discarded'],
+        ['kv_cache', 'resident'],
+        ['kv_cache', 'discarded'],
+      ]
+        .map(
+          ([c, s]) =>
+            `vllm:engine_sleep_component_state{component="${c}",engine="0",model_name="m",state="${s}"} ${on[c!] === s ? '1.0' : '0.0'}`,
+        )
+        .join('\n')
+    knobs.metrics = gauge({ scheduler: 'paused', weights: 'offloaded', kv_cache: 'discarded' })
+    expect(await client.sleepLevel()).toBe(1)
+    expect(client.sleepGauge).toBe('component')
+    knobs.metrics = gauge({ scheduler: 'paused', weights: 'discarded', kv_cache: 'discarded' })
+    expect(await client.sleepLevel()).toBe(2)
+    // A KV-only release (/release_kv_cache_memory) leaves the weights resident: not a sleep level.
+    knobs.metrics = gauge({ scheduler: 'paused', weights: 'resident', kv_cache: 'discarded' })
+    expect(await client.sleepLevel()).toBe(0)
+    knobs.metrics = gauge({ scheduler: 'running', weights: 'resident', kv_cache: 'resident' })
+    expect(await client.sleepLevel()).toBe(0)
+    // Both gauges: the component gauge is the one read.
+    knobs.metrics = `${gauge({ weights: 'offloaded' })}\nvllm:engine_sleep_state{engine="0",sleep_state="discard_all"} 1.0`
+    expect(await client.sleepLevel()).toBe(1)
+  })
+
+  it('sends mode=keep after a drain only to a build with the component gauge', async () => {
+    const current = fresh()
+    knobs.metrics = 'vllm:engine_sleep_component_state{component="weights",state="resident"} 1.0\n'
+    expect(await current.drainedSleepMode()).toBe('keep')
+    const older = fresh()
+    knobs.metrics = 'vllm:engine_sleep_state{engine="0",sleep_state="awake"} 1.0\n'
+    expect(await older.drainedSleepMode()).toBe('wait')
+    expect(older.sleepGauge).toBe('state')
+    const oldest = fresh()
+    knobs.metrics = 'vllm:num_requests_running{engine="0"} 0\n'
+    expect(await oldest.drainedSleepMode()).toBe('wait')
+    expect(oldest.sleepGauge).toBe('none')
+  })
+})
+
+describe('readSleepOperationSeconds', () => {
+  it('means vllm:rl_sleep_mode_operation_duration_seconds per operation, null when it is absent', () => {
+    const h = 'vllm:rl_sleep_mode_operation_duration_seconds'
+    const text = [
+      `# TYPE ${h} histogram`,
+      `${h}_bucket{le="1.0",operation="sleep"} 2.0`,
+      `${h}_count{operation="sleep"} 2.0`,
+      `${h}_sum{operation="sleep"} 3.0`,
+      `${h}_count{operation="wake"} 1.0`,
+      `${h}_sum{operation="wake"} 0.5`,
+      `${h}_count{operation="release_kv_cache_memory"} 0.0`,
+      `${h}_sum{operation="release_kv_cache_memory"} 0.0`,
+    ].join('\n')
+    expect(readSleepOperationSeconds(text)).toEqual({ sleep: 1.5, wake: 0.5, release_kv_cache_memory: null })
+    expect(readSleepOperationSeconds('vllm:num_requests_running{engine="0"} 0\n')).toBeNull()
+  })
+})
+
+/** What each release's /metrics page says while asleep (test/fixtures/vllm-metrics, sources in its README). */
+const METRIC_FIXTURES = join(import.meta.dir, '..', 'fixtures', 'vllm-metrics')
+const METRIC_EXPECTED: Record<string, { level: 0 | 1 | 2 | null; gauge: string; seconds: unknown }> = {
+  '0.11.0.prom': { level: null, gauge: 'none', seconds: null },
+  '0.11.1.prom': { level: 1, gauge: 'state', seconds: null },
+  '0.29.0.prom': { level: 2, gauge: 'state', seconds: null },
+  '0.30.0.prom': {
+    level: 1,
+    gauge: 'component',
+    seconds: { sleep: 2.5, wake: 3.5, release_kv_cache_memory: null },
+  },
+}
+
+describe('real vLLM /metrics per sleep-gauge release (test/fixtures/vllm-metrics)', () => {
+  it('has an expectation for every fixture file', () => {
+    const files = readdirSync(METRIC_FIXTURES).filter((f) => f.endsWith('.prom'))
+    expect(files.sort()).toEqual(Object.keys(METRIC_EXPECTED).sort())
+  })
+  for (const [file, want] of Object.entries(METRIC_EXPECTED))
+    it(`${file}: level ${want.level} from the ${want.gauge} gauge`, () => {
+      const text = readFileSync(join(METRIC_FIXTURES, file), 'utf8')
+      expect(readSleepLevel(text)).toEqual({ level: want.level, gauge: want.gauge as 'none' })
+      expect(readSleepOperationSeconds(text)).toEqual(want.seconds as null)
+    })
 })

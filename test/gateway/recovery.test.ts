@@ -180,3 +180,98 @@ describe('restart safety', () => {
     expect(groupGone(keepPid)).toBe(true)
   }, 30_000)
 })
+
+/**
+ * An engine found asleep after a restart (it fell asleep while modelgate was gone, so no level is
+ * recorded) is woken at the level it says it slept at: a level-1 sleeper gets one /wake_up, not
+ * the level-2 reload. Older builds say it with vllm:engine_sleep_state, current ones with
+ * vllm:engine_sleep_component_state; on the current one the gateway's own sleep then sends
+ * mode=keep, on the older mode=wait.
+ */
+const FOUND_ASLEEP = [
+  { version: '0.29.0', mode: 'wait', listen: await freePort(), engine: await freePort() },
+  { version: '0.30.0', mode: 'keep', listen: await freePort(), engine: await freePort() },
+]
+
+describe('an engine found asleep after a restart', () => {
+  for (const v of FOUND_ASLEEP)
+    it(`is woken at the level it slept at (vLLM ${v.version}), and slept again with mode=${v.mode}`, async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'modelgate-asleep-'))
+      const url = `http://127.0.0.1:${v.listen}`
+      const configPath = join(dir, 'modelgate.yaml')
+      const yaml = gatewayYaml(
+        { ports: [v.engine, v.engine], self: SELF, env: { SIM_VLLM_VERSION: v.version } },
+        join(dir, 'sim'),
+      )
+      writeFileSync(
+        configPath,
+        `server: { host: 127.0.0.1, port: ${v.listen} }\ndata_dir: ${join(dir, 'data')}\n${yaml}`,
+      )
+      const serve = async () => {
+        const child = Bun.spawn([process.execPath, MAIN, 'serve', '--config', configPath], {
+          stdout: 'ignore',
+          stderr: 'ignore',
+          stdin: 'ignore',
+        })
+        await waitFor('modelgate to be ready', async () => {
+          if (child.exitCode !== null)
+            throw new Error(`modelgate exited ${child.exitCode} before it was ready`)
+          return fetch(`${url}/api/health/ready`)
+            .then((r) => r.status === 200)
+            .catch(() => false)
+        })
+        return child
+      }
+      const api = async <T>(path: string, method = 'GET', body?: unknown) =>
+        (await (
+          await fetch(`${url}${path}`, {
+            method,
+            headers: { 'content-type': 'application/json' },
+            body: body === undefined ? undefined : JSON.stringify(body),
+          })
+        ).json()) as T
+      type Model = { id: string; status: string; process_id: number }
+      const status = async (id: string) =>
+        (await api<{ models: Model[] }>('/api/v1/models')).models.find((m) => m.id === id)
+      let pgid = 0
+      let second: Subprocess | undefined
+      const first = await serve()
+      try {
+        const id = (
+          await api<{ instance_id: string }>('/api/v1/models/load', 'POST', {
+            model_path: 'facebook/opt-125m',
+            gpu_ids: [0],
+            gpu_memory_utilization: 0.3,
+            enable_sleep_mode: true,
+          })
+        ).instance_id
+        await waitFor('the instance to be active', async () => (await status(id))?.status === 'active')
+        pgid = (await status(id))!.process_id
+        // modelgate dies; the engine is put to sleep behind its back.
+        first.kill('SIGKILL')
+        await first.exited
+        const slept = await fetch(`http://127.0.0.1:${v.engine}/sleep?level=1`, { method: 'POST' })
+        expect(slept.status).toBe(200)
+
+        second = await serve()
+        expect(await status(id)).toMatchObject({ status: 'sleeping' })
+        const woke = await api<{ status: string; sleep_level: number | null; phases: string[] }>(
+          `/api/models/instances/${id}/wake`,
+          'POST',
+        )
+        expect(woke).toMatchObject({ status: 'running', sleep_level: 1, phases: ['wake_up'] })
+
+        const again = await api<{ status: string; mode: string | null }>(
+          `/api/models/instances/${id}/sleep?level=1`,
+          'POST',
+        )
+        expect(again).toMatchObject({ status: 'sleeping', mode: v.mode })
+      } finally {
+        first.kill('SIGKILL')
+        second?.kill('SIGTERM')
+        await second?.exited
+        if (pgid && !groupGone(pgid)) process.kill(-pgid, 'SIGKILL')
+        rmSync(dir, { recursive: true, force: true })
+      }
+    }, 30_000)
+})

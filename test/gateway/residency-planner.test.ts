@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'bun:test'
-import { bringBack, chanceOfUse, RequestRate } from '../../plugins/gateway/residency/costs.ts'
+import { bringBack, chanceOfUse, RequestRate, withEngineWake } from '../../plugins/gateway/residency/costs.ts'
 import { type PlanInput, plan, type Resident } from '../../plugins/gateway/residency/planner.ts'
 import { publishedSeconds } from '../../src/engine/vllm-timing.ts'
 
@@ -45,6 +45,16 @@ function input(o: Partial<PlanInput>): PlanInput {
 }
 
 describe('residency costs', () => {
+  it("takes the engine's own wake timing for a level-1 wake this host never measured", () => {
+    const none = { wake1: null, wake2: null, load: null }
+    expect(bringBack(withEngineWake(none, 0.8), 16)).toMatchObject({
+      wake_l1_s: 0.8,
+      measured: { wake_l1: true, wake_l2: false },
+    })
+    expect(withEngineWake({ ...none, wake1: 0.3 }, 0.8).wake1).toBe(0.3)
+    expect(withEngineWake(none, null)).toEqual(none)
+  })
+
   it('brings a model back in the published times before anything is measured, then in its own', () => {
     const b = bringBack(none, 16)
     expect(b.wake_l1_s).toBeCloseTo(0.84, 2)

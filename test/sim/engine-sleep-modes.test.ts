@@ -1,4 +1,7 @@
 import { afterEach, describe, expect, it } from 'bun:test'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { readSleepLevel, VllmClient } from '../../src/engine/vllm-client.ts'
 import { readKvcachedSegment } from '../../src/gpu/kvcached.ts'
 import { waitFor } from '../support/wait.ts'
 import {
@@ -405,4 +408,70 @@ describe('sim engine sleep of a kvcached engine', () => {
     expect((await post(e.port, '/wake_up')).status).toBe(200)
     expect(await chatText(e.port)).toBe('!!!!!')
   })
+})
+
+describe('sim engine sleep components (current builds, 0.30)', () => {
+  const states = async (port: number) => {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+    const on = [
+      ...text.matchAll(/^vllm:engine_sleep_component_state\{[^}]*component="(\w+)",state="(\w+)"\} 1\.0$/gm),
+    ]
+    return Object.fromEntries(on.map((m) => [m[1], m[2]]))
+  }
+
+  it('exports the component gauge instead of vllm:engine_sleep_state, in the states vLLM reports', async () => {
+    const e = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.30.0' })
+    expect(await metricValue(e.port, 'vllm:engine_sleep_state')).toBeUndefined()
+    expect(await states(e.port)).toEqual({ scheduler: 'running', weights: 'resident', kv_cache: 'resident' })
+    await post(e.port, '/sleep?level=1')
+    expect(await states(e.port)).toEqual({ scheduler: 'paused', weights: 'offloaded', kv_cache: 'discarded' })
+    await post(e.port, '/wake_up')
+    await post(e.port, '/sleep?level=2')
+    expect(await states(e.port)).toEqual({ scheduler: 'paused', weights: 'discarded', kv_cache: 'discarded' })
+    await post(e.port, '/wake_up?tags=weights')
+    expect(await states(e.port)).toEqual({ scheduler: 'paused', weights: 'resident', kv_cache: 'discarded' })
+  })
+
+  it('frees the KV cache alone with /release_kv_cache_memory, and times each operation', async () => {
+    const e = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.30.0' })
+    const client = new VllmClient(`http://127.0.0.1:${e.port}`)
+    expect(await client.canReleaseKvCache()).toBe(true)
+    await client.releaseKvCache()
+    expect(await states(e.port)).toEqual({ scheduler: 'paused', weights: 'resident', kv_cache: 'discarded' })
+    expect(await isSleeping(e.port)).toBe(true)
+    await client.wake(['kv_cache'])
+    expect(await isSleeping(e.port)).toBe(false)
+    expect(await chatText(e.port)).toMatch(/^\w+( \w+){4}$/)
+    await client.sleep(1)
+    await client.wakeUp(1)
+    const seconds = await client.sleepOperationSeconds()
+    expect(seconds?.sleep).toBeGreaterThan(0)
+    expect(seconds?.wake).toBeGreaterThan(0)
+    expect(seconds?.release_kv_cache_memory).toBeGreaterThan(0)
+
+    const old = await engine(tempSimDir(), { SIM_VLLM_VERSION: '0.29.0' })
+    const oldClient = new VllmClient(`http://127.0.0.1:${old.port}`)
+    expect(await oldClient.canReleaseKvCache()).toBe(false)
+    expect((await post(old.port, '/release_kv_cache_memory')).status).toBe(404)
+    expect(await oldClient.sleepOperationSeconds()).toBeNull()
+  })
+})
+
+describe('sim engine sleep gauge per release boundary (test/fixtures/vllm-metrics)', () => {
+  for (const [version, level] of [
+    ['0.11.0', 1],
+    ['0.11.1', 1],
+    ['0.29.0', 2],
+    ['0.30.0', 1],
+  ] as const)
+    it(`says what vLLM ${version} says while asleep at level ${level}`, async () => {
+      const e = await engine(tempSimDir(), { SIM_VLLM_VERSION: version })
+      expect((await post(e.port, `/sleep?level=${level}`)).status).toBe(200)
+      const sim = await (await fetch(`http://127.0.0.1:${e.port}/metrics`)).text()
+      const real = readFileSync(
+        join(import.meta.dir, '..', 'fixtures', 'vllm-metrics', `${version}.prom`),
+        'utf8',
+      )
+      expect(readSleepLevel(sim)).toEqual(readSleepLevel(real))
+    })
 })

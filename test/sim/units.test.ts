@@ -209,6 +209,19 @@ describe('vLLM release profiles', () => {
       expect(resolveProfile(v, undefined).startupMemoryDebug).toBe(true)
     expect(resolveProfile('0.29.0', undefined).startupMemoryDebug).toBe(false)
   })
+
+  it("has current builds' sleep surface from 0.30.0 only, in place of the old gauge; unset still runs 0.29.0", () => {
+    expect(resolveProfile('0.29.9', undefined)).toMatchObject({
+      sleepComponents: false,
+      sleepStateMetric: true,
+    })
+    expect(resolveProfile('0.30.0', undefined)).toMatchObject({
+      sleepComponents: true,
+      sleepStateMetric: false,
+    })
+    expect(resolveProfile('0.31.2', undefined)).toMatchObject({ version: '0.31.2', sleepComponents: true })
+    expect(resolveProfile(undefined, undefined).version).toBe('0.29.0')
+  })
 })
 
 describe('what a sleep frees', () => {

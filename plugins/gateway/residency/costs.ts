@@ -43,6 +43,16 @@ export function bringBack(measured: Measured, weightsGib: number | null): BringB
   }
 }
 
+/**
+ * withEngineWake: a level-1 wake this host never measured takes the engine's own timing of its
+ * wake-ups (vLLM's `vllm:rl_sleep_mode_operation_duration_seconds{operation="wake"}` mean,
+ * VllmClient.sleepOperationSeconds; null: the engine has none). A level-2 wake is left alone: it
+ * also reloads the weights, which that figure does not time.
+ */
+export function withEngineWake(m: Measured, engineWakeS: number | null): Measured {
+  return m.wake1 === null && engineWakeS !== null ? { ...m, wake1: engineWakeS } : m
+}
+
 export function secondsAfter(action: EvictAction, b: BringBack): number {
   return action === 'sleep1' ? b.wake_l1_s : action === 'sleep2' ? b.wake_l2_s : b.load_s
 }
