@@ -1,6 +1,7 @@
 import type { DirectoryAnswers, ListenerPlan, ModelDirectory } from '../../src/directory/directory.ts'
 import { queueFull, serverStopping } from '../../src/directory/hold-queue.ts'
 import type { RawRoute } from '../../src/host/plugin.ts'
+import { inferenceAuthorization } from '../../src/http/credentials.ts'
 import { AppError, proxyError } from '../../src/http/errors.ts'
 import type { WireAction, WireRequest } from '../../src/wire/route.ts'
 import type { GatewayKeyGate } from './access.ts'
@@ -11,7 +12,8 @@ import type { ModelEntry, ModelTable } from './model-table.ts'
 import type { TrafficCounter } from './stats.ts'
 
 /**
- * RouterInference is the router's hot path: `POST /v1/chat/completions` and `/v1/completions`,
+ * RouterInference is the router's hot path: `POST /v1/chat/completions`, `/v1/completions`,
+ * `/v1/responses` (OpenAI's Responses API) and `/v1/messages` (Anthropic's Messages API),
  * served as raw routes on the router listener (the same per-request cost as the gateway's /v1).
  * It finds the model in the router's table, then the model directory (src/directory) plans the
  * request as it does the gateway's: a forward holding a lease on a backend (the configured
@@ -24,7 +26,12 @@ import type { TrafficCounter } from './stats.ts'
  * from auto-sleep, and it never reaches the engine or starts a wake. A key's grant goes with a
  * request for a gateway model to the directory (its model allowlist, concurrency, usage).
  */
-export const INFERENCE_PATHS: readonly string[] = ['/v1/chat/completions', '/v1/completions']
+export const INFERENCE_PATHS: readonly string[] = [
+  '/v1/chat/completions',
+  '/v1/completions',
+  '/v1/responses',
+  '/v1/messages',
+]
 
 export interface InferenceDeps {
   table: ModelTable
@@ -89,7 +96,7 @@ export class RouterInference {
     return [
       {
         match: (path, method) => method === 'POST' && paths.has(path),
-        admit: (head) => this.deps.gate.admit(head.header('authorization')),
+        admit: (head) => this.deps.gate.admit(inferenceAuthorization(head)),
         wire: (req) => this.wire(req),
       },
     ]
@@ -100,7 +107,7 @@ export class RouterInference {
     const fields = readInferenceBody(req.json())
     if (fields instanceof AppError) return { error: fields }
     const entry = this.deps.table.get(fields.model)
-    const grant = this.deps.gate.check(entry, req.grant, req.header('authorization'))
+    const grant = this.deps.gate.check(entry, req.grant, inferenceAuthorization(req))
     if (grant instanceof AppError) return { error: grant }
     // Traced from here: a request refused for the key is not (like the gateway's, refused from its head).
     const trace = req.startTrace(req.path, fields.model)

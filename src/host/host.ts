@@ -11,8 +11,9 @@ import { ModelDirectory } from '../directory/directory.ts'
 import { createBaseApp, renderError, shapeFor } from '../http/app.ts'
 import { AuthService } from '../http/auth.ts'
 import { coreRoutes } from '../http/core-routes.ts'
+import { inferenceAuthorization } from '../http/credentials.ts'
 import { docsPlugin } from '../http/docs.ts'
-import type { ErrorShape } from '../http/errors.ts'
+import { type ErrorShape, inferenceShape } from '../http/errors.ts'
 import { keysRoutes } from '../http/keys/routes.ts'
 import { splitUrl } from '../http/url.ts'
 import { CORE_OWNER, coreMigrations } from '../store/core/migrations.ts'
@@ -351,12 +352,12 @@ export class Host {
           relayBodyBytes: srv.max_admin_body_bytes,
           maxJsonDepth: srv.max_json_depth,
         },
-        ...(opts.inferenceKey ? { guard: (req) => auth.admitInference(req.header('authorization')) } : {}),
+        ...(opts.inferenceKey ? { guard: (req) => auth.admitInference(inferenceAuthorization(req)) } : {}),
         ...(opts.internal ? { internal: (req) => auth.vetInternal(req) } : {}),
         ...(opts.internal ? { internalHead: (req) => auth.internalHead(req) } : {}),
         frameworkSocket: socket,
         telemetry: this.telemetry,
-        shapeOf: (path) => shape ?? shapeFor(path),
+        shapeOf: (path) => (shape === 'proxy' ? inferenceShape(path) : (shape ?? shapeFor(path))),
         onRequest: (method, path, query, status, ms, refused) =>
           access.request(method, path, query, status, ms, refused),
       })

@@ -1,7 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Logger } from '../host/logger.ts'
 import { type AuthService, categorize, type Principal } from './auth.ts'
-import { AppError, type ErrorShape, proxyError, storageFull } from './errors.ts'
+import { AppError, type ErrorShape, inferenceShape, proxyError, storageFull } from './errors.ts'
 import { pathOf } from './url.ts'
 import { describeUnknownFields, describeValidationError, unknownFields } from './validation.ts'
 
@@ -27,7 +27,7 @@ import { describeUnknownFields, describeValidationError, unknownFields } from '.
  * whose handler reads the raw bytes itself declares `parse: 'none'`.
  */
 export function shapeFor(pathname: string): ErrorShape {
-  return categorize(pathname) === 'inference' ? 'proxy' : 'controller'
+  return categorize(pathname) === 'inference' ? inferenceShape(pathname) : 'controller'
 }
 
 const principals = new WeakMap<Request, Principal>()
@@ -51,7 +51,7 @@ export function renderError(err: unknown, pathname: string, log: Logger, fixed?:
 
 /** invalidRequest: a 400 for a request that does not fit its route, in the route's error shape. */
 function invalidRequest(shape: ErrorShape, message: string): AppError {
-  return shape === 'proxy'
+  return shape !== 'controller'
     ? proxyError(400, 'invalid_request_error', 'invalid_request', message)
     : new AppError(400, 'VALIDATION_ERROR', message)
 }
@@ -75,7 +75,9 @@ export interface BaseAppOptions {
 
 export function createBaseApp(opts: BaseAppOptions) {
   const { auth, log } = opts
-  const shapeOf = (pathname: string) => opts.shape ?? shapeFor(pathname)
+  // A listener whose answers are all inference-shaped still answers the Messages API in Anthropic's.
+  const shapeOf = (pathname: string) =>
+    opts.shape === 'proxy' ? inferenceShape(pathname) : (opts.shape ?? shapeFor(pathname))
   // Each route's body schema by `METHOD pattern`, read from the routes mounted on this app (built
   // at the first request, once every plugin's routes are in; again if routes were added since).
   let bodies = new Map<string, unknown>()
@@ -110,7 +112,7 @@ export function createBaseApp(opts: BaseAppOptions) {
         return invalidRequest(shape, describeValidationError(error)).toResponse(shape)
       if (code === 'PARSE') {
         const err =
-          shape === 'proxy'
+          shape !== 'controller'
             ? proxyError(400, 'invalid_request_error', 'invalid_json', 'Request body is not valid JSON')
             : new AppError(400, 'VALIDATION_ERROR', 'Request body is not valid JSON')
         return err.toResponse(shape)
@@ -120,7 +122,7 @@ export function createBaseApp(opts: BaseAppOptions) {
         const fallback = request.method === 'GET' ? (opts.fallback?.(pathname) ?? null) : null
         if (fallback) return fallback
         const err =
-          shape === 'proxy'
+          shape !== 'controller'
             ? proxyError(
                 404,
                 'invalid_request_error',

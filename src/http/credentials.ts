@@ -14,6 +14,22 @@ export function safeEqual(a: string, b: string): boolean {
 const BEARER = /^Bearer\s+(.+)$/i
 
 /**
+ * inferenceAuthorization: the Authorization a request presents its inference key in. Anthropic's
+ * clients send theirs as `x-api-key: <key>`, so on the Messages API (`/v1/messages`) that header
+ * stands for `Authorization: Bearer <key>` when no Authorization is sent; elsewhere only
+ * Authorization counts.
+ */
+export function inferenceAuthorization(head: {
+  readonly path: string
+  header(name: string): string | null
+}): string | null {
+  const given = head.header('authorization')
+  if (given !== null || head.path !== '/v1/messages') return given
+  const key = head.header('x-api-key')
+  return key === null ? null : `Bearer ${key.trim()}`
+}
+
+/**
  * bearerOf: the credential of an `Authorization: Bearer <credential>` value, or null. The common
  * spelling (`Bearer ` then the credential, nothing around) is read without a regular expression:
  * every inference request asks.

@@ -1,13 +1,65 @@
 /**
- * AppError is the one place both error shapes come from.
+ * AppError is the one place every error shape comes from.
  *
  * - controller shape: `{error: {code, message, statusCode}}` for /api/* routes;
- * - proxy shape: `{error: {message, type, param?, code}}` for inference routes (OpenAI convention).
+ * - proxy shape: `{error: {message, type, param?, code}}` for inference routes (OpenAI convention);
+ * - anthropic shape: `{type: "error", error: {type, message}}` for the Messages API (`/v1/messages`),
+ *   the body and status codes Anthropic's clients expect (toAnthropic, anthropicStatus).
  *
  * Services throw these; the HTTP layer renders them. Anything else thrown becomes a 500 whose body
  * never carries a stack trace.
  */
-export type ErrorShape = 'controller' | 'proxy'
+export type ErrorShape = 'controller' | 'proxy' | 'anthropic'
+
+/** MESSAGES_PATH: the Anthropic Messages API's route, whose refusals take Anthropic's shape. */
+export const MESSAGES_PATH = '/v1/messages'
+
+/** inferenceShape: the error shape of an inference route's answers: Anthropic's on MESSAGES_PATH, else OpenAI's. */
+export function inferenceShape(path: string): 'proxy' | 'anthropic' {
+  return path === MESSAGES_PATH ? 'anthropic' : 'proxy'
+}
+
+export interface AnthropicErrorBody {
+  type: 'error'
+  error: { type: string; message: string }
+}
+
+/** The codes of an unknown model, on any listener: Anthropic answers it 404 `not_found_error`. */
+const UNKNOWN_MODEL_CODES: ReadonlySet<string> = new Set(['invalid_model', 'model_not_found'])
+
+/**
+ * anthropicStatus: the status Anthropic's API gives what `error` refuses: 404 for an unknown model
+ * (400 on the gateway's OpenAI routes), 529 `overloaded_error` for every 503 (a queue that is full,
+ * a model asleep or loading, a server stopping: Anthropic's clients retry it, after Retry-After when
+ * given), the status itself otherwise.
+ */
+export function anthropicStatus(error: AppError): number {
+  if (UNKNOWN_MODEL_CODES.has(error.code)) return 404
+  return error.status === 503 ? 529 : error.status
+}
+
+/** anthropicType: Anthropic's error `type` for an answer of `status` (its documented table). */
+function anthropicType(status: number): string {
+  switch (status) {
+    case 401:
+      return 'authentication_error'
+    case 402:
+      return 'billing_error'
+    case 403:
+      return 'permission_error'
+    case 404:
+      return 'not_found_error'
+    case 413:
+      return 'request_too_large'
+    case 429:
+      return 'rate_limit_error'
+    case 504:
+      return 'timeout_error'
+    case 529:
+      return 'overloaded_error'
+  }
+  return status >= 500 ? 'api_error' : 'invalid_request_error'
+}
 
 export interface ControllerErrorBody {
   error: { code: string; message: string; statusCode: number }
@@ -42,9 +94,26 @@ export class AppError extends Error {
     return { error }
   }
 
+  toAnthropic(): AnthropicErrorBody {
+    return { type: 'error', error: { type: anthropicType(anthropicStatus(this)), message: this.message } }
+  }
+
+  /** statusIn: the status this error is answered with in `shape` (anthropicStatus for Anthropic's). */
+  statusIn(shape: ErrorShape): number {
+    return shape === 'anthropic' ? anthropicStatus(this) : this.status
+  }
+
+  /** bodyIn: this error's body in `shape`. */
+  bodyIn(shape: ErrorShape): ControllerErrorBody | ProxyErrorBody | AnthropicErrorBody {
+    return shape === 'proxy'
+      ? this.toProxy()
+      : shape === 'anthropic'
+        ? this.toAnthropic()
+        : this.toController()
+  }
+
   toResponse(shape: ErrorShape): Response {
-    const body = shape === 'proxy' ? this.toProxy() : this.toController()
-    return Response.json(body, { status: this.status, headers: this.headers })
+    return Response.json(this.bodyIn(shape), { status: this.statusIn(shape), headers: this.headers })
   }
 }
 

@@ -1,6 +1,6 @@
 import type { Socket } from 'bun'
 import type { Telemetry } from '../host/telemetry/telemetry.ts'
-import { AppError, type ErrorShape } from '../http/errors.ts'
+import { AppError, type ErrorShape, inferenceShape } from '../http/errors.ts'
 import type { WireClient } from './exchange.ts'
 import { type FrontLimits, type FrontOptions, HEAD_BYTES } from './front-options.ts'
 import { writeAll } from './pool.ts'
@@ -178,7 +178,7 @@ export abstract class Connection implements WireClient, Waiting {
       const error = refusal(503, 'The server holds as many request bodies as it may; retry later', 1)
       throw new HeadRefusal(
         error,
-        this.route && !path.startsWith('/internal/') ? 'proxy' : front.opts.shapeOf(path),
+        this.route && !path.startsWith('/internal/') ? inferenceShape(path) : front.opts.shapeOf(path),
       )
     }
     front.bufferedBodyBytes += extra
@@ -327,7 +327,7 @@ export abstract class Connection implements WireClient, Waiting {
       shape = this.front.opts.shapeOf(path)
     }
     this.write(errorResponse(error, shape, false))
-    this.front.opts.onRequest(method, path, '', error.status, 0, true)
+    this.front.opts.onRequest(method, path, '', error.statusIn(shape), 0, true)
     this.closeConnection(true)
   }
 

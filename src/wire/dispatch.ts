@@ -1,6 +1,6 @@
 import type { RequestTrace } from '../host/telemetry/spans.ts'
 import type { Telemetry } from '../host/telemetry/telemetry.ts'
-import { AppError, type ErrorShape, internalError } from '../http/errors.ts'
+import { AppError, type ErrorShape, inferenceShape, internalError } from '../http/errors.ts'
 import { Connection, HeadRefusal, REFUSAL_CODES, type Running, refusal } from './connection.ts'
 import { WireExchange } from './exchange.ts'
 import { PEER_HEADER } from './headers.ts'
@@ -59,10 +59,10 @@ export class ClientConn extends Connection {
       if (route) {
         const req = new ParsedWireRequest(head, limits.maxJsonDepth, this)
         const guarded = front.opts.guard?.(req) ?? null
-        if (guarded instanceof AppError) throw new HeadRefusal(guarded, 'proxy')
+        if (guarded instanceof AppError) throw new HeadRefusal(guarded, inferenceShape(head.path))
         req.grant = guarded
         const admission = route.admit?.(req) ?? null
-        if (admission instanceof AppError) throw new HeadRefusal(admission, 'proxy')
+        if (admission instanceof AppError) throw new HeadRefusal(admission, inferenceShape(head.path))
         if (admission !== null && admission !== 'anonymous') req.grant = admission
         this.route = route
         this.request = req
@@ -164,7 +164,7 @@ export class ClientConn extends Connection {
     const keepAlive = head.keepAlive && !this.draining
     this.write(errorResponse(error, shape, keepAlive, extraHead))
     const now = performance.now()
-    this.front.opts.onRequest(head.method, head.path, head.query, error.status, now - startedAt)
+    this.front.opts.onRequest(head.method, head.path, head.query, error.statusIn(shape), now - startedAt)
     this.answered(keepAlive, now)
   }
 
@@ -177,8 +177,16 @@ export class ClientConn extends Connection {
   /** refuseHead answers a complete request with an error in its path's shape and closes the connection. */
   private refuseHead(head: RequestHead, status: number, message: string, startedAt: number): void {
     const error = new AppError(status, REFUSAL_CODES[status] ?? 'BAD_REQUEST', message)
-    this.write(errorResponse(error, this.front.opts.shapeOf(head.path), false))
-    this.front.opts.onRequest(head.method, head.path, head.query, status, performance.now() - startedAt, true)
+    const shape = this.front.opts.shapeOf(head.path)
+    this.write(errorResponse(error, shape, false))
+    this.front.opts.onRequest(
+      head.method,
+      head.path,
+      head.query,
+      error.statusIn(shape),
+      performance.now() - startedAt,
+      true,
+    )
     this.closeConnection()
   }
 
@@ -258,7 +266,7 @@ export class ClientConn extends Connection {
         body: f.body,
         firstByteTimeoutMs: f.firstByteTimeoutMs,
         connectTimeoutMs: f.connectTimeoutMs,
-        errorShape: 'proxy',
+        errorShape: inferenceShape(head.path),
         startedAt: req.startedAt,
         responseHead: req.grant?.responseHead,
         // A recording span reads the engine's counts too (when the answer carries them).
@@ -276,7 +284,7 @@ export class ClientConn extends Connection {
     }
     if ('error' in action) {
       const error = action.error
-      this.answerError(head, error, 'proxy', req.startedAt, req.grant?.responseHead)
+      this.answerError(head, error, inferenceShape(head.path), req.startedAt, req.grant?.responseHead)
       trace?.end(error.status, error.status >= 500 ? error.message : undefined)
       return
     }

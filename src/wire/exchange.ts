@@ -108,10 +108,14 @@ const encoder = new TextEncoder()
 
 /**
  * sseErrorEnding: the bytes that end a broken event stream: a blank line to close whatever event
- * was cut short (given the last two bytes sent), the error event in the proxy shape, and [DONE].
+ * was cut short (given the last two bytes sent), then the error event: in the proxy shape followed
+ * by [DONE] (OpenAI's clients raise the `error` of a data line), or, on the Messages API, Anthropic's
+ * `event: error` with its error body (its clients raise that event; its streams have no [DONE]).
  */
-function sseErrorEnding(error: AppError, last: number, beforeLast: number): Uint8Array {
+function sseErrorEnding(error: AppError, shape: ErrorShape, last: number, beforeLast: number): Uint8Array {
   const prefix = last === LF ? (beforeLast === LF ? '' : '\n') : '\n\n'
+  if (shape === 'anthropic')
+    return encoder.encode(`${prefix}event: error\ndata: ${JSON.stringify(error.toAnthropic())}\n\n`)
   return encoder.encode(`${prefix}data: ${JSON.stringify(error.toProxy())}\n\ndata: [DONE]\n\n`)
 }
 
@@ -577,14 +581,15 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
     // Relayed verbatim and cut inside a chunk: no clean place for an error event.
     const cut = this.verbatim && (!this.parser.atChunkStart || cause instanceof ProtocolError)
     if (this.sse && this.mode === Mode.Chunked && !cut) {
-      const ending = sseErrorEnding(error, this.last, this.beforeLast)
+      const ending = sseErrorEnding(error, this.f.errorShape, this.last, this.beforeLast)
       this.write(`${ending.byteLength.toString(16)}\r\n`)
       this.write(ending)
       this.write(`${CHUNK_END}${LAST_CHUNK}`)
       this.finish(error)
       return
     }
-    if (this.sse && this.mode === Mode.Close) this.write(sseErrorEnding(error, this.last, this.beforeLast))
+    if (this.sse && this.mode === Mode.Close)
+      this.write(sseErrorEnding(error, this.f.errorShape, this.last, this.beforeLast))
     this.keepAlive = false
     this.finish(error, true)
   }
@@ -598,7 +603,7 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
       (errorCode(cause) === 'ConnectTimeout'
         ? upstreamConnectTimeout(this.f.connectTimeoutMs)
         : upstreamUnavailable(cause))
-    this.status = error.status
+    this.status = error.statusIn(this.f.errorShape)
     this.write(errorResponse(error, this.f.errorShape, this.headKeepsAlive(), this.f.responseHead))
     this.finish(error)
   }

@@ -13,7 +13,15 @@
  */
 
 /** The top-level keys whose values a scan records. */
-const TOP_KEYS = ['model', 'max_tokens', 'max_completion_tokens', 'n', 'stream', 'stream_options'] as const
+const TOP_KEYS = [
+  'model',
+  'max_tokens',
+  'max_completion_tokens',
+  'max_output_tokens',
+  'n',
+  'stream',
+  'stream_options',
+] as const
 export type TopKey = (typeof TOP_KEYS)[number]
 
 /** Why a body was refused: not JSON, nested too deep, or JSON whose top level is not an object. */

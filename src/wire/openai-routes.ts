@@ -3,6 +3,7 @@ import { proxyError } from '../http/errors.ts'
 import { ProxyError } from '../http/schemas.ts'
 import { pathOf } from '../http/url.ts'
 import {
+  AnthropicError,
   ChatCompletion,
   ChatCompletionRequest,
   Completion,
@@ -11,7 +12,11 @@ import {
   DetokenizeResponse,
   EngineRequest,
   EngineResponse,
+  MessageObject,
+  MessagesRequest,
   ModelList,
+  ResponseObject,
+  ResponsesRequest,
   TokenizeRequest,
   TokenizeResponse,
 } from './openai-schemas.ts'
@@ -51,8 +56,19 @@ const ERROR_NOTES =
   '502 `upstream_unavailable` (engine refused or reset the connection); 504 `upstream_connect_timeout` / ' +
   '`upstream_timeout` (no first byte within the deadline). Engine errors (4xx/5xx) pass through unchanged.'
 
+const MESSAGES_NOTES =
+  'modelgate\'s own refusals use Anthropic\'s shape `{type: "error", error: {type, message}}` with its ' +
+  'status codes: 400 `invalid_request_error`; 401 `authentication_error` (the key may be sent as ' +
+  '`x-api-key`, as Anthropic clients do, or as a Bearer token); 403 `permission_error`; 404 ' +
+  '`not_found_error` for an unknown model; 429 `rate_limit_error` (a key over its limits); 529 ' +
+  '`overloaded_error` for a full queue, a model asleep or loading, or a server stopping (with Retry-After); ' +
+  '502 `api_error` and 504 `timeout_error` when the engine fails. A stream cut by the engine ends with an ' +
+  '`event: error`. Engine errors pass through unchanged.'
+
 interface RouteDoc {
   summary: string
+  /** the route's own error notes (else ERROR_NOTES, OpenAI's shape) */
+  notes?: string
   body: ReturnType<typeof t.Object>
   ok: ReturnType<typeof t.Object> | ReturnType<typeof t.Record>
 }
@@ -67,6 +83,17 @@ const DOCS: Record<string, RouteDoc> = {
     summary: 'Text completion (OpenAI-compatible)',
     body: CompletionRequest,
     ok: Completion,
+  },
+  '/v1/responses': {
+    summary: 'OpenAI Responses API (stream or not; usage in `response.completed`)',
+    body: ResponsesRequest,
+    ok: ResponseObject,
+  },
+  '/v1/messages': {
+    summary: 'Anthropic Messages API (stream or not; usage in `message_start` and `message_delta`)',
+    body: MessagesRequest,
+    ok: MessageObject,
+    notes: MESSAGES_NOTES,
   },
   '/v1/embeddings': {
     summary: 'Embeddings (pooling models)',
@@ -122,19 +149,27 @@ export function openaiRoutes(opts: OpenaiRoutesOptions) {
     response: { 200: ModelList, 401: ProxyError },
   })
   for (const [path, enginePath] of Object.entries(opts.paths)) {
-    const doc = DOCS[path] ?? {
+    const doc: RouteDoc = DOCS[path] ?? {
       summary: `Proxied to the engine's ${enginePath}`,
       body: EngineRequest('Engine request'),
       ok: EngineResponse('Engine response'),
     }
+    const anthropic = path === '/v1/messages'
     app = app.post(path, servedByTheFront, {
       parse: 'none',
-      response: { 200: doc.ok, ...errors },
+      response: anthropic
+        ? Object.fromEntries(
+            [200, 400, 401, 403, 404, 429, 502, 504, 529].map((s) => [
+              s,
+              s === 200 ? doc.ok : AnthropicError,
+            ]),
+          )
+        : { 200: doc.ok, ...errors },
       detail: {
         tags,
         summary: doc.summary,
         requestBody: jsonBody(doc.body) as never,
-        description: `Forwarded unchanged to the engine's \`${enginePath}\` of the instance chosen for \`model\` (least outstanding requests). ${ERROR_NOTES}`,
+        description: `Forwarded unchanged to the engine's \`${enginePath}\` of the instance chosen for \`model\` (least outstanding requests). ${doc.notes ?? ERROR_NOTES}`,
       },
     }) as unknown as typeof app
   }

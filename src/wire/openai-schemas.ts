@@ -135,3 +135,70 @@ export const TokenizeResponse = t.Object(
 
 export const DetokenizeRequest = t.Object({ model: ModelField, tokens: t.Array(t.Integer()) }, open)
 export const DetokenizeResponse = t.Object({ prompt: t.String() }, open)
+
+export const ResponsesRequest = t.Object(
+  {
+    model: ModelField,
+    input: t.Union([t.String(), t.Array(t.Unknown())], {
+      description: 'the prompt: text, or a list of input items (messages)',
+    }),
+    instructions: t.Optional(t.String()),
+    max_output_tokens: t.Optional(t.Integer()),
+    stream: t.Optional(t.Boolean({ description: 'true: the reply is an SSE stream of response.* events' })),
+  },
+  { ...open, description: 'OpenAI Responses API request (the engine serves it; fields are passed on)' },
+)
+
+export const ResponseObject = t.Object(
+  {
+    id: t.String(),
+    object: t.Literal('response'),
+    model: t.String(),
+    status: t.String(),
+    output: t.Array(t.Unknown()),
+    usage: t.Object(
+      { input_tokens: t.Integer(), output_tokens: t.Integer(), total_tokens: t.Integer() },
+      open,
+    ),
+  },
+  open,
+)
+
+export const MessagesRequest = t.Object(
+  {
+    model: ModelField,
+    messages: t.Array(
+      t.Object({ role: t.String({ examples: ['user', 'assistant'] }), content: t.Unknown() }, open),
+    ),
+    max_tokens: t.Integer(),
+    system: t.Optional(t.Union([t.String(), t.Array(t.Unknown())])),
+    stream: t.Optional(
+      t.Boolean({ description: 'true: the reply is an SSE stream of message_start … message_stop events' }),
+    ),
+  },
+  { ...open, description: 'Anthropic Messages API request (the engine serves it; fields are passed on)' },
+)
+
+export const MessageObject = t.Object(
+  {
+    id: t.String(),
+    type: t.Literal('message'),
+    role: t.Literal('assistant'),
+    model: t.String(),
+    content: t.Array(t.Unknown()),
+    stop_reason: t.Union([t.String(), t.Null()]),
+    usage: t.Object({ input_tokens: t.Integer(), output_tokens: t.Integer() }, open),
+  },
+  open,
+)
+
+/** AnthropicError: modelgate's own refusals on the Messages API, in Anthropic's shape. */
+export const AnthropicError = t.Object({
+  type: t.Literal('error'),
+  error: t.Object({
+    type: t.String({
+      examples: ['not_found_error', 'authentication_error', 'rate_limit_error', 'overloaded_error'],
+    }),
+    message: t.String(),
+  }),
+})

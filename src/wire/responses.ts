@@ -60,6 +60,5 @@ export function errorResponse(
   keepAlive: boolean,
   extraHead = '',
 ): Uint8Array {
-  const body = shape === 'proxy' ? error.toProxy() : error.toController()
-  return jsonResponse(error.status, body, keepAlive, error.headers, extraHead)
+  return jsonResponse(error.statusIn(shape), error.bodyIn(shape), keepAlive, error.headers, extraHead)
 }

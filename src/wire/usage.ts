@@ -9,6 +9,13 @@ import type { ScannedJson } from './json-scan.ts'
  * a streamed request that did not ask is made to ask (askForUsage, a splice of the body like
  * model-field.ts's) and that chunk is taken out of what its client receives (UsageStream, strip).
  *
+ * The Responses API (`/v1/responses`) and Anthropic's Messages API (`/v1/messages`) name the counts
+ * `input_tokens` and `output_tokens`, and always stream them: Responses in its `response.completed`
+ * event, Messages in `message_start` (the input, and the output so far) and `message_delta` (the
+ * output, cumulative; the input too in newer builds). A usage object without an input count takes
+ * the one seen before it in the stream. Neither API is asked for anything (askForUsage is for the
+ * chat and completion routes' stream_options), and nothing of their streams is stripped.
+ *
  * This is the one reader of `usage` on the request path: inference keys count it (src/http/keys/),
  * a traced request's span reports it, and anything else that needs the counts reads
  * ForwardEnd.usage. For a span it also reads each choice's `finish_reason` (finishReasons, and
@@ -51,7 +58,8 @@ function skipSpace(buf: Uint8Array, i: number, end: number): number {
 
 /**
  * usageAt: the usage object whose `"usage"` key starts at i (within [i, end)), or null when the key
- * is not followed by an object with a prompt_tokens count (e.g. `"usage": null` in a chunk).
+ * is not followed by an object with a count (e.g. `"usage": null` in a chunk). Its `prompt` is -1
+ * when it has an output count only (a Messages stream's `message_delta`).
  */
 function usageAt(buf: Buffer, i: number, end: number): TokenUsage | null {
   let k = skipSpace(buf, i + KEY.length, end)
@@ -63,12 +71,16 @@ function usageAt(buf: Buffer, i: number, end: number): TokenUsage | null {
 
 const PROMPT = 'prompt_tokens'
 const COMPLETION = 'completion_tokens'
+/** The same counts in the Responses and Messages APIs. */
+const INPUT = 'input_tokens'
+const OUTPUT = 'output_tokens'
 
 /**
  * countsOf: the counts of the usage object opening at buf[a] (within [a, b)), read in place in one
- * pass (the request path parses no JSON for it): its own `prompt_tokens` and `completion_tokens`
- * when they are non-negative integers (nested objects, such as the details, are skipped); null
- * when the object does not close, or has no prompt_tokens count.
+ * pass (the request path parses no JSON for it): its own `prompt_tokens` (or `input_tokens`) and
+ * `completion_tokens` (or `output_tokens`) when they are non-negative integers (nested objects, such
+ * as the details, are skipped); null when the object does not close or has neither count; `prompt`
+ * -1 when it has the output count only.
  */
 function countsOf(buf: Buffer, a: number, b: number): TokenUsage | null {
   let prompt = -1
@@ -81,7 +93,7 @@ function countsOf(buf: Buffer, a: number, b: number): TokenUsage | null {
       const close = stringClose(buf, k, b)
       if (close < 0) return null
       if (depth === 1) {
-        const which = keyIs(buf, k + 1, close, PROMPT) ? 1 : keyIs(buf, k + 1, close, COMPLETION) ? 2 : 0
+        const which = countKey(buf, k + 1, close)
         let v = skipSpace(buf, close + 1, b)
         if (which !== 0 && buf[v] === COLON) {
           v = skipSpace(buf, v + 1, b)
@@ -105,12 +117,20 @@ function countsOf(buf: Buffer, a: number, b: number): TokenUsage | null {
     } else {
       if (c === OPEN || c === 0x5b) depth++
       else if (c === CLOSE || c === 0x5d) {
-        if (--depth === 0) return prompt < 0 ? null : { prompt, completion: Math.max(0, completion) }
+        if (--depth === 0)
+          return prompt < 0 && completion < 0 ? null : { prompt, completion: Math.max(0, completion) }
       }
       k++
     }
   }
   return null
+}
+
+/** countKey: which count the key buf[a, b) names: 1 the prompt's, 2 the completion's, 0 neither. */
+function countKey(buf: Uint8Array, a: number, b: number): 0 | 1 | 2 {
+  if (keyIs(buf, a, b, PROMPT) || keyIs(buf, a, b, INPUT)) return 1
+  if (keyIs(buf, a, b, COMPLETION) || keyIs(buf, a, b, OUTPUT)) return 2
+  return 0
 }
 
 /** stringClose: the index of the quote closing the string that opens at i, or -1 before b. */
@@ -141,7 +161,7 @@ export function readUsage(buf: Buffer, start: number, end: number): TokenUsage |
   while (i >= start) {
     if (buf[i - 1] !== BACKSLASH) {
       const u = usageAt(buf, i, end)
-      if (u) return u
+      if (u && u.prompt >= 0) return u
     }
     if (i === 0) break
     i = buf.lastIndexOf(KEY, i - 1)
@@ -271,7 +291,8 @@ const MAX_CHOICES = 128
  * requestCost: the most tokens a request may use, which an inference key reserves while it runs
  * (key.ts): its prompt's estimate (promptEstimate) and, for each of its `n` choices, its completion
  * limit: `max_completion_tokens` or `max_tokens` (the larger when both are sent), or the engine's
- * context when neither is (`context`, else DEFAULT_CONTEXT_TOKENS), never more than the context. A
+ * context when neither is (`context`, else DEFAULT_CONTEXT_TOKENS), never more than the context; the
+ * Responses API's limit is `max_output_tokens` (the Messages API's is `max_tokens`). A
  * number sent as a string counts as the engines' lax parsing reads it. Reads only the scan's
  * recorded fields; a body that is no JSON object costs its prompt's estimate alone.
  */
@@ -279,14 +300,21 @@ export function requestCost(bytes: number, json: ScannedJson | null, context: nu
   const prompt = promptEstimate(bytes)
   if (json === null) return prompt
   const ctx = context !== null && context > 0 ? context : DEFAULT_CONTEXT_TOKENS
-  const limit = Math.max(count(json, 'max_tokens'), count(json, 'max_completion_tokens'))
+  const limit = Math.max(
+    count(json, 'max_tokens'),
+    count(json, 'max_completion_tokens'),
+    count(json, 'max_output_tokens'),
+  )
   const completion = limit > 0 ? Math.min(limit, ctx) : ctx
   const n = Math.min(MAX_CHOICES, Math.max(1, count(json, 'n')))
   return prompt + n * completion
 }
 
 /** count: a recorded field as a non-negative whole number (a numeric string too), 0 when absent or none. */
-function count(json: ScannedJson, key: 'max_tokens' | 'max_completion_tokens' | 'n'): number {
+function count(
+  json: ScannedJson,
+  key: 'max_tokens' | 'max_completion_tokens' | 'max_output_tokens' | 'n',
+): number {
   const span = json.span(key)
   if (!span || span[1] - span[0] > MAX_FLAG_BYTES + 8) return 0
   let v: unknown
@@ -414,7 +442,10 @@ export class UsageStream {
       const next = nextBoundary(data, i, w)
       const evEnd = next < 0 ? w : next
       const u = data[i - 1] !== BACKSLASH ? usageAt(data, i, evEnd) : null
-      if (u) {
+      // An output count alone (message_delta) keeps the input count seen before it.
+      if (u && u.prompt < 0) {
+        if (this.usage) this.usage = { prompt: this.usage.prompt, completion: u.completion }
+      } else if (u) {
         this.usage = u
         const only = usageOnly(data, evStart, evEnd)
         // The usage chunk is no output (count counted it as an event with a JSON object).

@@ -181,10 +181,11 @@ function refusedBeforeHandler(category: string, r: Awaited<ReturnType<typeof sen
   if (r.status === 404) return msg.startsWith('No route for')
   if (r.status === 400) return r.error.code === 'BAD_REQUEST'
   if (r.status !== 401) return false
-  // The shape follows the route's category: the controller shape for admin, the proxy shape for inference.
-  return category === 'admin'
-    ? r.error.code === 'UNAUTHORIZED' && r.error.statusCode === 401
-    : r.error.code === 'missing_api_key' && r.error.type === 'authentication_error'
+  // The shape follows the route's category: the controller shape for admin, the proxy shape for
+  // inference, Anthropic's (no code) for the Messages API.
+  if (category === 'admin') return r.error.code === 'UNAUTHORIZED' && r.error.statusCode === 401
+  const anthropic = r.error.code === undefined && JSON.parse(r.text).type === 'error'
+  return (anthropic || r.error.code === 'missing_api_key') && r.error.type === 'authentication_error'
 }
 
 describe('bodies that attack the parser', () => {

@@ -229,3 +229,74 @@ describe("finish reasons (for a traced request's span)", () => {
     expect(new UsageStream(false).reasons).toBeNull()
   })
 })
+
+/** One named SSE event, as the Responses and Messages APIs write them. */
+const named = (type: string, data: unknown) => `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`
+
+describe('the Responses and Messages APIs (input_tokens, output_tokens)', () => {
+  it("reads a Responses reply's usage and a Messages reply's", () => {
+    expect(
+      read(
+        JSON.stringify({
+          object: 'response',
+          output: [{ type: 'message', content: [{ type: 'output_text', text: 'usage' }] }],
+          usage: {
+            input_tokens: 11,
+            input_tokens_details: { cached_tokens: 3 },
+            output_tokens: 7,
+            output_tokens_details: { reasoning_tokens: 0 },
+            total_tokens: 18,
+          },
+        }),
+      ),
+    ).toEqual({ prompt: 11, completion: 7 })
+    expect(
+      read(
+        JSON.stringify({
+          type: 'message',
+          content: [{ type: 'text', text: 'hi' }],
+          usage: { input_tokens: 9, cache_read_input_tokens: 4, output_tokens: 2 },
+        }),
+      ),
+    ).toEqual({ prompt: 9, completion: 2 })
+    // An output count alone is no reply's usage.
+    expect(read('{"usage":{"output_tokens":3}}')).toBeNull()
+  })
+
+  it("reads a Responses stream's usage from response.completed (response.created's is null)", () => {
+    const s = new UsageStream(false)
+    const created = named('response.created', { type: 'response.created', response: { usage: null } })
+    const delta = named('response.output_text.delta', { type: 'response.output_text.delta', delta: 'x' })
+    const completed = named('response.completed', {
+      type: 'response.completed',
+      response: { status: 'completed', usage: { input_tokens: 5, output_tokens: 2, total_tokens: 7 } },
+    })
+    expect(through(s, [created, delta, delta, completed])).toEqual([null, null, null, null])
+    expect(s.usage).toEqual({ prompt: 5, completion: 2 })
+  })
+
+  it("takes a Messages stream's input from message_start and its output from the last message_delta", () => {
+    const s = new UsageStream(true)
+    const start = named('message_start', {
+      type: 'message_start',
+      message: { type: 'message', usage: { input_tokens: 12, output_tokens: 1 } },
+    })
+    const delta = named('content_block_delta', {
+      type: 'content_block_delta',
+      delta: { type: 'text_delta', text: 'x' },
+    })
+    const end = named('message_delta', {
+      type: 'message_delta',
+      delta: { stop_reason: 'end_turn' },
+      usage: { output_tokens: 6 },
+    })
+    const stop = named('message_stop', { type: 'message_stop' })
+    // Nothing of these streams is taken out, even when stripping was asked.
+    expect(through(s, [start, delta, end, stop])).toEqual([null, null, null, null])
+    expect(s.usage).toEqual({ prompt: 12, completion: 6 })
+    // Newer builds repeat the input count in message_delta: it is taken as given.
+    const t = new UsageStream(false)
+    through(t, [start, end.replace('"output_tokens":6', '"input_tokens":13,"output_tokens":6')])
+    expect(t.usage).toEqual({ prompt: 13, completion: 6 })
+  })
+})

@@ -61,6 +61,8 @@ export interface InferenceDeps {
 export const ENGINE_PATHS: Readonly<Record<string, string>> = {
   '/v1/chat/completions': '/v1/chat/completions',
   '/v1/completions': '/v1/completions',
+  '/v1/responses': '/v1/responses',
+  '/v1/messages': '/v1/messages',
   '/v1/embeddings': '/v1/embeddings',
   '/tokenize': '/tokenize',
   '/detokenize': '/detokenize',
@@ -90,6 +92,7 @@ export const DIRECT_ROUTES: ReadonlySet<string> = new Set([
   'POST /v1/completions',
   'POST /v1/embeddings',
   'POST /v1/responses',
+  'POST /v1/messages',
   'POST /v1/audio/transcriptions',
   'POST /v1/audio/translations',
   'POST /v1/score',
