@@ -14,9 +14,15 @@ export type ErrorShape = 'controller' | 'proxy' | 'anthropic'
 /** MESSAGES_PATH: the Anthropic Messages API's route, whose refusals take Anthropic's shape. */
 export const MESSAGES_PATH = '/v1/messages'
 
-/** inferenceShape: the error shape of an inference route's answers: Anthropic's on MESSAGES_PATH, else OpenAI's. */
+/** The Messages API as a cluster hop carries it to another pod (plugins/cluster/hop.ts HOP_PREFIX + the path). */
+const HOPPED_MESSAGES_PATH = `/internal/v1${MESSAGES_PATH}`
+
+/**
+ * inferenceShape: the error shape of an inference route's answers: Anthropic's on MESSAGES_PATH (and
+ * on its hop, whose refusals the edge pod relays to the client as they are), else OpenAI's.
+ */
 export function inferenceShape(path: string): 'proxy' | 'anthropic' {
-  return path === MESSAGES_PATH ? 'anthropic' : 'proxy'
+  return path === MESSAGES_PATH || path === HOPPED_MESSAGES_PATH ? 'anthropic' : 'proxy'
 }
 
 export interface AnthropicErrorBody {

@@ -5,6 +5,10 @@
  * open stream at once; each chunk carries its send time `"t"` in wall-clock ms
  * (performance.timeOrigin + now(): sub-µs, consistent across processes), so a client in another
  * process can measure pass-through delay.
+ * `POST /v1/responses` and `/v1/messages` answer a reply of the same length in the Responses and
+ * Messages APIs' shapes (their usage as `input_tokens`/`output_tokens`), so that a proxy reading each
+ * API's usage is measured on its own bytes; their streams are the chat stream (what is measured
+ * there is pass-through, whatever the events say).
  * Prints `{port, pid}` on stdout once listening.
  *
  *   bun test/perf/proxy-stub.ts [--chunks 64] [--interval-ms 20]
@@ -28,6 +32,43 @@ const REPLY = JSON.stringify({
   ],
   usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
 })
+const TEXT = 'A fixed answer from the stub engine.'
+/** The Responses and Messages APIs' replies, as vLLM writes them, with the chat reply's counts. */
+const REPLIES: Record<string, string> = {
+  '/v1/responses': JSON.stringify({
+    id: 'resp_bench',
+    object: 'response',
+    created_at: 1_700_000_000,
+    model: 'bench-model',
+    status: 'completed',
+    output: [
+      {
+        type: 'message',
+        id: 'msg_bench',
+        role: 'assistant',
+        status: 'completed',
+        content: [{ type: 'output_text', text: TEXT, annotations: [] }],
+      },
+    ],
+    usage: {
+      input_tokens: 12,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens: 8,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: 20,
+    },
+  }),
+  '/v1/messages': JSON.stringify({
+    id: 'msg_bench',
+    type: 'message',
+    role: 'assistant',
+    model: 'bench-model',
+    content: [{ type: 'text', text: TEXT }],
+    stop_reason: 'end_turn',
+    stop_sequence: null,
+    usage: { input_tokens: 12, output_tokens: 8 },
+  }),
+}
 const encoder = new TextEncoder()
 const DONE = encoder.encode('data: [DONE]\n\n')
 /** The usage chunk before [DONE], for a stream that asks (`stream_options.include_usage`), as vLLM sends it. */
@@ -72,7 +113,9 @@ const server = Bun.serve({
   async fetch(req) {
     const body = await req.text()
     if (!body.includes('"stream":true'))
-      return new Response(REPLY, { headers: { 'content-type': 'application/json' } })
+      return new Response(REPLIES[new URL(req.url).pathname] ?? REPLY, {
+        headers: { 'content-type': 'application/json' },
+      })
     let entry: Live | null = null
     const usage = /"include_usage"\s*:\s*true/.test(body)
     return new Response(

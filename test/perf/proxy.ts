@@ -29,7 +29,11 @@
  *   before a change), tracing off like the first; the ratios this tree/baseline follow the table,
  *   for the gateway's /v1 and for the router.
  *
- *   bun test/perf/proxy.ts [--quick] [--rounds N] [--traced [--sample-ratio R]] [--baseline DIR]
+ * - `--apis`: `/v1/responses` and `/v1/messages` on the keyed proxy (the stub answers each in its
+ *   API's shape, so each API's usage is read from its own bytes); the ratios to the keyed
+ *   `/v1/chat/completions` column follow the table.
+ *
+ *   bun test/perf/proxy.ts [--quick] [--rounds N] [--traced [--sample-ratio R]] [--baseline DIR] [--apis]
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -52,6 +56,10 @@ const BASELINE = process.argv.includes('--baseline')
 const SAMPLE_RATIO = process.argv.includes('--sample-ratio') ? numberArg('--sample-ratio', 1) : 1
 const TRACED_NAME = SAMPLE_RATIO === 1 ? 'modelgate /v1 (traced)' : `modelgate /v1 (traced ${SAMPLE_RATIO})`
 const BASELINE_NAME = 'modelgate /v1 (baseline)'
+/** `--apis`: the Responses and Messages routes on the keyed proxy, each against its chat column. */
+const APIS = process.argv.includes('--apis')
+const RESPONSES_NAME = 'modelgate /v1/responses (keys)'
+const MESSAGES_NAME = 'modelgate /v1/messages (keys)'
 const ROUTER_BASELINE_NAME = 'router /v1 (baseline)'
 const STREAM_LEVELS = [256, 1024]
 const CONCURRENCY = [1, 32]
@@ -310,6 +318,17 @@ async function main(): Promise<void> {
     { name: 'modelgate /api/direct', url: `${mgUrl}/api/direct/${stubPort}${path}`, pid: mgPid },
     { name: 'router /v1 (stats on)', url: `${rtUrl}${path}`, pid: rtPid },
   ]
+  if (APIS)
+    for (const [name, apiPath] of [
+      [RESPONSES_NAME, '/v1/responses'],
+      [MESSAGES_NAME, '/v1/messages'],
+    ] as const)
+      targets.push({
+        name,
+        url: `${mk.info.url as string}${apiPath}`,
+        pid: mk.info.pid as number,
+        headers: keyHeaders,
+      })
   if (traced)
     targets.push({ name: TRACED_NAME, url: `${traced.info.url}${path}`, pid: traced.info.pid as number })
   if (baseline)
@@ -599,6 +618,10 @@ async function main(): Promise<void> {
       exports: number
     }
     console.log(`  the collector received ${count.spans} spans in ${count.exports} exports`)
+  }
+  if (APIS) {
+    against(RESPONSES_NAME, KEYS_NAME, 'Responses API vs chat, both keyed', '≥ 0.95', (r) => r >= 0.95)
+    against(MESSAGES_NAME, KEYS_NAME, 'Messages API vs chat, both keyed', '≥ 0.95', (r) => r >= 0.95)
   }
   if (baseline)
     against(
