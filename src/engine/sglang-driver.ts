@@ -1,4 +1,4 @@
-import type { EngineDriver } from './driver.ts'
+import { type EngineDriver, programBase } from './driver.ts'
 import { SGLANG_WAKE_PHASES, SglangClient } from './sglang-client.ts'
 import { buildSglangArgs, buildSglangEnv, SGLANG_MANAGED_FLAGS } from './sglang-command.ts'
 import { SglangLogAccumulator } from './sglang-log.ts'
@@ -33,7 +33,8 @@ export const sglangDriver: EngineDriver = {
   logs: () => new SglangLogAccumulator(),
   client: (baseUrl, timeoutMs, opts) => new SglangClient(baseUrl, timeoutMs, opts),
   /**
-   * `python -m sglang.launch_server` (or `sglang.launch_server` as a script), and the titles SGLang
+   * `python -m sglang.launch_server` (or `sglang.launch_server` as a script), `sglang serve` (the
+   * newer launcher, as the program or the script an interpreter runs), and the titles SGLang
    * gives its processes with setproctitle (`sglang::scheduler`, `sglang::detokenizer`, …; the
    * scheduler holds the GPU memory).
    */
@@ -41,7 +42,14 @@ export const sglangDriver: EngineDriver = {
     const out: ('command' | 'process_name')[] = []
     if (comm.startsWith('sglang::') || (argv[0] ?? '').startsWith('sglang::')) out.push('process_name')
     const module = argv[1] === '-m' ? (argv[2] ?? '') : ''
-    if (module.startsWith('sglang.launch_server') || (argv[0] ?? '').endsWith('sglang/launch_server.py'))
+    // argv[1] is the program only when argv[0] is the interpreter running it (`grep sglang serve` is none).
+    const at = programBase(argv, 0).startsWith('python') ? 1 : 0
+    const serve = programBase(argv, at) === 'sglang' && argv[at + 1] === 'serve'
+    if (
+      serve ||
+      module.startsWith('sglang.launch_server') ||
+      (argv[0] ?? '').endsWith('sglang/launch_server.py')
+    )
       out.push('command')
     return out
   },
