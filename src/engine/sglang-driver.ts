@@ -9,11 +9,13 @@ import { SglangLogAccumulator } from './sglang-log.ts'
  * (sglang-client.ts: /health, release_memory_occupation as sleep, resume_memory_occupation as wake,
  * its /metrics names). Each file names the SGLang source it follows.
  *
- * Capabilities: one sleep level. With sleep mode the engine is launched with
+ * Capabilities: two sleep levels. With sleep mode the engine is launched with
  * `--enable-weights-cpu-backup`, so a release keeps the weights in CPU memory and frees the KV cache
- * and the CUDA graphs: vLLM's level 1. SGLang chooses between keeping and discarding the weights at
- * launch, not per sleep, so there is no level 2. A wake resumes everything at once (partial resumes
- * of a tag not released kill the engine); there is no shared KV cache (kvcached) support here.
+ * and the CUDA graphs: level 1, woken by `resume`. Level 2 treats the weights as discarded (what a
+ * release does without the backup flag): the same release, and a wake that resumes the memory and
+ * then reloads the weights from disk (`reload_weights`, /update_weights_from_disk). A wake resumes
+ * everything at once (partial resumes of a tag not released kill the engine); there is no shared KV
+ * cache (kvcached) support here.
  */
 export const sglangDriver: EngineDriver = {
   kind: 'sglang',
@@ -21,12 +23,14 @@ export const sglangDriver: EngineDriver = {
   defaultCommand: ['python3', '-m', 'sglang.launch_server'],
   managedFlags: SGLANG_MANAGED_FLAGS,
   refusedFlags: {},
-  capabilities: { sleepLevels: [1], partialWake: false, sharedCache: false },
-  /** A release frees the weights, the KV cache and the CUDA graphs; the CUDA context stays. */
-  sleepShare: { 1: 0.9 },
-  wakePhases: () => SGLANG_WAKE_PHASES,
+  capabilities: { sleepLevels: [1, 2], partialWake: false, sharedCache: false },
+  /** A release frees the weights, the KV cache and the CUDA graphs at either level; the CUDA context stays. */
+  sleepShare: { 1: 0.9, 2: 0.9 },
+  wakePhases: (level) => (level === 2 ? SGLANG_WAKE_PHASES : ['resume']),
   allWakePhases: SGLANG_WAKE_PHASES,
-  wakePhasesDoc: '`resume` (POST /resume_memory_occupation: every part at once)',
+  wakePhasesDoc:
+    '`resume` (POST /resume_memory_occupation: every part at once); after level 2 then `reload_weights` ' +
+    '(POST /update_weights_from_disk)',
   args: buildSglangArgs,
   env: buildSglangEnv,
   /** The launch hints are not needed: SGLang's logs carry the figures its flags would only estimate. */
