@@ -166,9 +166,9 @@ export const GatewayConfig = T.Object(
           default: 10_000,
           minimum: 0,
           description:
-            'an engine can answer its sleep before the GPU memory is given back (SGLang); the sleep check ' +
-            'reads nvidia-smi again until the memory its level should free is free, for up to this long, ' +
-            'and judges the last reading',
+            'an engine can answer its sleep before the GPU memory is given back (SGLang); for such an engine ' +
+            'the sleep check reads nvidia-smi again until the memory its level should free is free, for up ' +
+            'to this long, and judges the last reading',
         }),
         verify_fallback: T.Union([T.Literal('warn'), T.Literal('unload')], {
           default: 'warn',

@@ -222,9 +222,10 @@ export class SleepWake {
 
   /**
    * settle reads what the engine holds after its sleep until the check passes or is unknown, for up
-   * to plugins.gateway.sleep.verify_wait_ms: an engine may answer before its memory is given back
-   * (SGLang frees the pages after its release returned), so a reading taken at once would count
-   * memory on its way out as kept. Each reading is a fresh nvidia-smi run (spaced by the probe's
+   * to plugins.gateway.sleep.verify_wait_ms where the engine's driver says it may answer before its
+   * memory is given back (`freesAfterSleep`: SGLang frees the pages after its release returned), so
+   * a reading taken at once would count memory on its way out as kept; other engines are judged on
+   * the first reading. Each reading is a fresh nvidia-smi run (spaced by the probe's
    * own reuse time); the last one is judged.
    */
   private async settle(
@@ -232,7 +233,8 @@ export class SleepWake {
     level: 1 | 2,
     awake: Measured,
   ): Promise<{ asleep: Measured; check: SleepCheck }> {
-    const deadline = performance.now() + this.deps.config.verify_wait_ms
+    const wait = inst.driver.freesAfterSleep ? this.deps.config.verify_wait_ms : 0
+    const deadline = performance.now() + wait
     for (;;) {
       const asleep = await this.measure(inst)
       const check = checkSleep(inst, level, awake, asleep)

@@ -26,6 +26,8 @@ export const sglangDriver: EngineDriver = {
   capabilities: { sleepLevels: [1, 2], partialWake: false, sharedCache: false },
   /** A release frees the weights, the KV cache and the CUDA graphs at either level; the CUDA context stays. */
   sleepShare: { 1: 0.9, 2: 0.9 },
+  /** A release answers before torch_memory_saver gave the pages back. */
+  freesAfterSleep: true,
   wakePhases: (level) => (level === 2 ? SGLANG_WAKE_PHASES : ['resume']),
   allWakePhases: SGLANG_WAKE_PHASES,
   wakePhasesDoc:
