@@ -22,9 +22,12 @@ import { processSink } from './vllm-log.ts'
  * processes (`sglang::scheduler[_TPn]`, as nvidia-smi shows them), and releases and resumes its
  * memory as SGLang does, quirks and failures included (read in sgl-project/sglang):
  *
- * - release with requests running or queued, or a resume of a tag that is not released, is an
+ * - release with a request in any queue (running, waiting, paused by `/pause_generation`: what
+ *   `/get_load` reports), or a resume of a tag that is not released, is an
  *   exception in the scheduler (an assertion, a KeyError): `Scheduler hit an exception`, the server
  *   gets SIGQUIT and kills its process tree (`Received sigquit from a child process`);
+ * - a release answers before its memory is given back: nvidia-smi shows it SIM_SGLANG_RELEASE_LAG_MS
+ *   longer (default 0);
  * - without `--enable-memory-saver` release and resume answer 200 and free nothing;
  * - without `--enable-weights-cpu-backup` a release discards the weights: after a resume the engine
  *   generates garbage until `POST /update_weights_from_disk`;
