@@ -118,22 +118,22 @@ export class SglangClient extends EngineHttp implements EngineClient {
           'idle scheduler (a release under load kills the engine), so it was not asked to sleep',
         null,
       )
-    if (level === 2) {
-      const info = (await (await this.call('GET', '/get_model_info', o, 5000)).json()) as {
-        model_path?: unknown
-      }
-      if (typeof info.model_path !== 'string')
-        throw new EngineCallError(
-          'SGLang /get_model_info named no model_path to reload the weights from',
-          null,
-        )
-      this.modelPath = info.model_path
-    }
+    if (level === 2) this.modelPath = await this.weightsPath(o)
     await (await this.call('POST', '/release_memory_occupation', o, 120000, '{}')).body?.cancel()
     this.sleepMode = true
     this.released = true
     this.level = level
     return null
+  }
+
+  /** weightsPath: the model path `/get_model_info` names (answered by the server, asleep or awake). */
+  private async weightsPath(o: CallOptions): Promise<string> {
+    const info = (await (await this.call('GET', '/get_model_info', o, 5000)).json()) as {
+      model_path?: unknown
+    }
+    if (typeof info.model_path !== 'string')
+      throw new EngineCallError('SGLang /get_model_info named no model_path to reload the weights from', null)
+    return info.model_path
   }
 
   /** busy: the requests in any of the scheduler's queues (`/get_load`, else /metrics; 0 when neither says). */
@@ -161,6 +161,7 @@ export class SglangClient extends EngineHttp implements EngineClient {
    */
   async wakeUp(level: 1 | 2, tags: readonly SleepTag[] = [], o: WakeOptions = {}): Promise<WakeOutcome> {
     if (tags.length) throw new EngineCallError('SGLang wakes whole: a wake cannot name tags', null)
+    if (this.released === false && this.level !== 2) return { phases: [], sleeping: false }
     const call = { signal: o.signal, ...(o.timeoutMs ? { timeoutMs: o.timeoutMs } : {}) }
     const phases: string[] = []
     const done = [...(o.done ?? [])]
@@ -175,13 +176,24 @@ export class SglangClient extends EngineHttp implements EngineClient {
       done.push(phase)
       o.onPhase?.(phase)
     }
-    const reload = (level === 2 || this.level === 2) && this.modelPath !== null
-    if (this.released !== false && !done.includes('resume')) {
+    if (this.released !== false && !done.includes('resume'))
       await run('resume', '/resume_memory_occupation', '{}')
-      this.released = false
-    }
-    if (reload && !done.includes('reload_weights')) {
-      await run('reload_weights', '/update_weights_from_disk', JSON.stringify({ model_path: this.modelPath }))
+    this.released = false
+    // A client that did not release the engine (a restarted modelgate) asks the server for the path.
+    if ((level === 2 || this.level === 2) && !done.includes('reload_weights')) {
+      let path = this.modelPath
+      try {
+        path ??= await this.weightsPath(call)
+      } catch (err) {
+        const status = err instanceof EngineCallError ? err.status : null
+        throw new WakeError(
+          `wake failed at reload_weights: ${(err as Error).message}`,
+          status,
+          'reload_weights',
+          phases,
+        )
+      }
+      await run('reload_weights', '/update_weights_from_disk', JSON.stringify({ model_path: path }))
       this.level = 1
     }
     return { phases, sleeping: false }

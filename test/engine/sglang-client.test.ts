@@ -227,6 +227,15 @@ describe('SglangClient', () => {
       phases: ['reload_weights'],
       sleeping: false,
     })
+    expect(await c.wakeUp(2)).toEqual({ phases: [], sleeping: false })
+    // A client that did not release it (modelgate restarted) asks the server for the path to reload.
+    seen.length = 0
+    expect(await client().wakeUp(2)).toEqual({ phases: ['resume', 'reload_weights'], sleeping: false })
+    expect(calls()).toEqual([
+      'POST /resume_memory_occupation',
+      'GET /get_model_info',
+      'POST /update_weights_from_disk',
+    ])
     load = null
   })
 
