@@ -162,6 +162,14 @@ export const GatewayConfig = T.Object(
             'a sleep first stops routing to the instance and lets its in-flight requests finish for up to ' +
             'this long; past it the sleep is refused (409 SLEEP_DRAIN_TIMEOUT) and the instance keeps serving',
         }),
+        verify_wait_ms: T.Integer({
+          default: 10_000,
+          minimum: 0,
+          description:
+            'an engine can answer its sleep before the GPU memory is given back (SGLang); for such an engine ' +
+            'the sleep check reads nvidia-smi again until the memory its level should free is free, for up ' +
+            'to this long, and judges the last reading',
+        }),
         verify_fallback: T.Union([T.Literal('warn'), T.Literal('unload')], {
           default: 'warn',
           description:

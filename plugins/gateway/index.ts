@@ -107,6 +107,7 @@ export default definePlugin<typeof GatewayConfig, GatewayPodApi>({
           catalog: { entries: () => catalog.list(), entry: (name) => catalog.get(name) },
           config: cfg.residency,
           defaultUtilization: cfg.engine.gpu_memory_utilization,
+          defaultEngineKind: cfg.engine.kind,
           bus: ctx.bus,
           log: ctx.log.child('residency'),
           metrics: ctx.metrics,

@@ -121,6 +121,7 @@ export abstract class GatewayService implements GatewayApi {
       log: deps.log,
       telemetry: this.telemetry,
       unload: (id) => this.unload(id),
+      probeSpacingMs: config.gpu.cache_ms,
     })
     this.moves = new MoveManager(this, deps.bus, deps.log.child('move'), this.telemetry)
   }

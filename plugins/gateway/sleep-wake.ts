@@ -2,7 +2,7 @@ import { EngineCallError, type SleepTag, WakeError, type WakePhase } from '../..
 import { DEFAULT_ENGINE_KIND, engineDriver } from '../../src/engine/kinds.ts'
 import { groupPids } from '../../src/engine/process.ts'
 import type { GpuProbe } from '../../src/gpu/smi.ts'
-import { WaitError } from '../../src/host/abortable.ts'
+import { pause, WaitError } from '../../src/host/abortable.ts'
 import type { EventBus } from '../../src/host/bus.ts'
 import type { Logger } from '../../src/host/logger.ts'
 import { PhaseSpans, type SpanBase, type TraceSpan } from '../../src/host/telemetry/spans.ts'
@@ -47,6 +47,8 @@ export interface SleepWakeDeps {
   telemetry: Telemetry
   /** unload stops an instance (plugins.gateway.sleep.verify_fallback: unload). */
   unload: (id: string) => Promise<void>
+  /** probeSpacingMs: the time between two readings of a sleep check that waits (the probe's reuse time). */
+  probeSpacingMs?: number
 }
 
 /**
@@ -153,8 +155,7 @@ export class SleepWake {
       inst.lifecycle.to('sleeping', `sleep level ${level}`)
       const record = this.record(inst)
       record.wake = null
-      const asleep = await this.measure(inst)
-      const check = checkSleep(inst, level, awake, asleep)
+      const { asleep, check } = await this.settle(inst, level, awake)
       record.check = check
       const measured = 'mibByGpu' in asleep && check.verified !== null
       this.deps.supervision.emitMemory(
@@ -221,6 +222,31 @@ export class SleepWake {
       )
     }
     return open
+  }
+
+  /**
+   * settle reads what the engine holds after its sleep until the check passes or is unknown, for up
+   * to plugins.gateway.sleep.verify_wait_ms where the engine's driver says it may answer before its
+   * memory is given back (`freesAfterSleep`: SGLang frees the pages after its release returned), so
+   * a reading taken at once would count memory on its way out as kept; other engines are judged on
+   * the first reading. Each reading is a fresh nvidia-smi run (spaced by the probe's
+   * own reuse time); the last one is judged.
+   */
+  private async settle(
+    inst: ManagedInstance,
+    level: 1 | 2,
+    awake: Measured,
+  ): Promise<{ asleep: Measured; check: SleepCheck }> {
+    const wait = inst.driver.freesAfterSleep ? this.deps.config.verify_wait_ms : 0
+    const deadline = performance.now() + wait
+    for (;;) {
+      const asleep = await this.measure(inst)
+      const check = checkSleep(inst, level, awake, asleep)
+      const left = deadline - performance.now()
+      if (check.verified !== false || left <= 0 || inst.lifecycle.state !== 'sleeping')
+        return { asleep, check }
+      await pause(Math.min(left, Math.max(50, this.deps.probeSpacingMs ?? 250)))
+    }
   }
 
   /** measure: MiB per GPU that nvidia-smi shows for the engine's process group (a GPU not listed: 0). */

@@ -75,6 +75,11 @@ export interface EngineDriver {
    * alone with a shared KV cache) that a sleep at each level should free (the memory check).
    */
   readonly sleepShare: Readonly<Partial<Record<1 | 2, number>>>
+  /**
+   * freesAfterSleep: the engine may answer a sleep before its memory is given back (SGLang), so the
+   * sleep check reads the GPU again until the memory is free (plugins.gateway.sleep.verify_wait_ms).
+   */
+  readonly freesAfterSleep?: boolean
   /** wakePhases: the phases a whole wake from `level` runs, in order (the wake's progress). */
   wakePhases(level: 1 | 2): readonly string[]
   /** allWakePhases: every phase name a wake may report, and what they mean (the API's schema). */

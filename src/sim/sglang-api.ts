@@ -259,6 +259,19 @@ function routes(): Map<string, Partial<Record<string, Handler>>> {
       { status: ok ? 200 : 400 },
     )
   })
+  add('/get_load', ['GET'], (e) => Response.json([e.load()]))
+  add('/pause_generation', ['POST'], async (e, req) => {
+    const b = await body(req, false)
+    if (b instanceof Response) return b
+    e.pauseGeneration()
+    return Response.json({ message: 'Generation paused successfully.', status: 200 })
+  })
+  add('/continue_generation', ['POST'], async (e, req) => {
+    const b = await body(req, false)
+    if (b instanceof Response) return b
+    e.continueGeneration()
+    return Response.json({ message: 'Generation continued successfully.', status: 200 })
+  })
   add('/release_memory_occupation', ['GET', 'POST'], memory('release'))
   add('/resume_memory_occupation', ['GET', 'POST'], memory('resume'))
   add('/update_weights_from_disk', ['POST'], async (e, req) => {
@@ -295,8 +308,9 @@ export function startServing(e: SglangEngine): void {
       if (url.pathname === '/metrics' && e.sglang.enableMetrics && req.method === 'GET') {
         res = new Response(
           e.metrics.render({
-            running: e.scheduler.running.size,
-            queued: e.scheduler.numWaiting,
+            running: e.load()['num_running_reqs'] ?? 0,
+            queued: e.load()['num_waiting_reqs'] ?? 0,
+            paused: e.load()['num_paused_reqs'] ?? 0,
             usedTokens: e.scheduler.usedTokens,
             tokenUsage: e.scheduler.kvUsage(),
           }),

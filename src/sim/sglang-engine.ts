@@ -22,9 +22,12 @@ import { processSink } from './vllm-log.ts'
  * processes (`sglang::scheduler[_TPn]`, as nvidia-smi shows them), and releases and resumes its
  * memory as SGLang does, quirks and failures included (read in sgl-project/sglang):
  *
- * - release with requests running or queued, or a resume of a tag that is not released, is an
+ * - release with a request in any queue (running, waiting, paused by `/pause_generation`: what
+ *   `/get_load` reports), or a resume of a tag that is not released, is an
  *   exception in the scheduler (an assertion, a KeyError): `Scheduler hit an exception`, the server
  *   gets SIGQUIT and kills its process tree (`Received sigquit from a child process`);
+ * - a release answers before its memory is given back: nvidia-smi shows it SIM_SGLANG_RELEASE_LAG_MS
+ *   longer (default 0);
  * - without `--enable-memory-saver` release and resume answer 200 and free nothing;
  * - without `--enable-weights-cpu-backup` a release discards the weights: after a resume the engine
  *   generates garbage until `POST /update_weights_from_disk`;
@@ -70,6 +73,15 @@ export class SglangEngine implements InferenceRuntime {
   server: Server<unknown> | undefined
   /** offloadTags: the scheduler's set of released tags (even without the memory saver) */
   readonly offloadTags = new Set<string>()
+  /**
+   * SIM_SGLANG_RELEASE_LAG_MS: how long after a release answered its memory is still held (the
+   * driver returns the pages to CUDA after the call came back); nvidia-smi shows it until then.
+   */
+  readonly releaseLagMs: number
+  /** freedAt: when the memory of the last release is really given back (performance.now()) */
+  private freedAt = 0
+  /** paused: `/pause_generation` stopped the scheduler (requests stay, counted as paused) */
+  generationPaused = false
   private readonly live = new Set<LiveRequest>()
   private runWaiters: (() => void)[] = []
   private readonly timers: ReturnType<typeof setInterval>[] = []
@@ -98,6 +110,7 @@ export class SglangEngine implements InferenceRuntime {
     this.scheduler = new Scheduler(1, 0, () => false)
     const num = (v: string | undefined, d: number) => (v && Number.isFinite(Number(v)) ? Number(v) : d)
     this.healthTickMs = num(env['SIM_SGLANG_HEALTH_TICK_MS'], 1000)
+    this.releaseLagMs = num(env['SIM_SGLANG_RELEASE_LAG_MS'], 0)
     this.healthTimeoutMs = num(env['SGLANG_HEALTH_CHECK_TIMEOUT'], 20) * 1000
     this.healthGeneration = !/^(0|false|no|off)$/i.test(env['SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION'] ?? '')
   }
@@ -125,17 +138,22 @@ export class SglangEngine implements InferenceRuntime {
     return this.sglang.enableMemorySaver && this.offloadTags.has(tag)
   }
 
+  /** heldAfterRelease: a released tag whose memory the GPU still shows (the release lag). */
+  private held(tag: string): boolean {
+    return !this.isReleased(tag) || performance.now() < this.freedAt
+  }
+
   footprintMib(): number {
     const p = this.plan
     const gib = (x: number) => Math.round(x * 1024)
     if (this.loaded === 'none') return 0
     let mib = gib(p.contextGiB)
     if (this.loaded === 'context') return mib
-    if (!this.isReleased('weights')) mib += gib(p.weightsGiB)
+    if (this.held('weights')) mib += gib(p.weightsGiB)
     if (this.loaded === 'weights') return mib
-    if (!this.isReleased('kv_cache')) mib += gib(p.kvGiB)
+    if (this.held('kv_cache')) mib += gib(p.kvGiB)
     if (this.loaded === 'kv') return mib
-    if (!this.isReleased('cuda_graph')) mib += gib(p.graphsGiB)
+    if (this.held('cuda_graph')) mib += gib(p.graphsGiB)
     return mib
   }
 
@@ -178,13 +196,44 @@ export class SglangEngine implements InferenceRuntime {
     return () => this.live.delete(handle)
   }
 
-  /** busy: requests in the scheduler (running or queued), what release asserts there are none of. */
+  /** busy: requests in the scheduler (running, queued or paused), what release asserts there are none of. */
   get busy(): number {
     return this.scheduler.running.size + this.scheduler.numWaiting
   }
 
+  /**
+   * load is `/get_load`'s one entry per data-parallel rank (one here): every queue the scheduler's
+   * idle check looks at. The simulator has no grammar backend and never retracts, so those are 0;
+   * the requests of a paused scheduler count as paused.
+   */
+  load(): Record<string, number> {
+    const running = this.scheduler.running.size
+    const waiting = this.scheduler.numWaiting
+    const paused = this.generationPaused ? running + waiting : 0
+    return {
+      dp_rank: 0,
+      num_reqs: running + waiting,
+      num_running_reqs: this.generationPaused ? 0 : running,
+      num_waiting_reqs: this.generationPaused ? 0 : waiting,
+      num_grammar_queue_reqs: 0,
+      num_paused_reqs: paused,
+      num_retracted_reqs: 0,
+      num_tokens: this.scheduler.usedTokens,
+    }
+  }
+
   canRun(_seq: Sequence): boolean {
-    return !this.dying && !this.schedulerDead && !this.sleep.blocksInference
+    return !this.dying && !this.schedulerDead && !this.sleep.blocksInference && !this.generationPaused
+  }
+
+  /** pauseGeneration / continueGeneration: the scheduler stops and goes on (its requests stay). */
+  pauseGeneration(): void {
+    this.generationPaused = true
+  }
+
+  continueGeneration(): void {
+    this.generationPaused = false
+    this.kick()
   }
 
   whenRunnable(cb: () => void): void {
@@ -259,6 +308,8 @@ export class SglangEngine implements InferenceRuntime {
     for (const tag of tags?.length ? tags : MEMORY_TAGS) this.offloadTags.add(tag)
     if (this.sglang.enableMemorySaver && (this.isReleased('weights') || this.isReleased('kv_cache')))
       this.sleep.sleep(this.sglang.enableWeightsCpuBackup ? 1 : 2, 'all')
+    this.freedAt = performance.now() + this.releaseLagMs
+    if (this.releaseLagMs > 0) setTimeout(() => this.writeRecord(), this.releaseLagMs + 1)
     this.writeRecord()
   }
 

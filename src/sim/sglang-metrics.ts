@@ -4,6 +4,7 @@ import { E2E_BUCKETS, Histogram, type InferenceMetrics, num, TTFT_BUCKETS } from
 /**
  * SglangMetrics keeps what an SGLang server exports on `/metrics` with `--enable-metrics`
  * (metrics/collector.py): the scheduler's gauges `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
+ * `sglang:num_grammar_queue_reqs`, `sglang:num_paused_reqs`, `sglang:num_retracted_reqs`,
  * `sglang:token_usage` (the KV pool's share in use, 0–1), `sglang:num_used_tokens`,
  * `sglang:gen_throughput`, `sglang:cache_hit_rate`, and the tokenizer manager's counters and
  * histograms `sglang:prompt_tokens_total`, `sglang:generation_tokens_total`,
@@ -14,6 +15,8 @@ import { E2E_BUCKETS, Histogram, type InferenceMetrics, num, TTFT_BUCKETS } from
 export interface SglangLive {
   running: number
   queued: number
+  /** requests held by a paused scheduler (`/pause_generation`): neither running nor queued */
+  paused?: number
   usedTokens: number
   tokenUsage: number
 }
@@ -51,6 +54,13 @@ export class SglangMetrics implements InferenceMetrics {
     out += gauge('sglang:token_usage', 'The token usage.', live.tokenUsage)
     out += gauge('sglang:gen_throughput', 'The generation throughput (token/s).', 0)
     out += gauge('sglang:num_queue_reqs', 'The number of requests in the waiting queue.', live.queued)
+    out += gauge('sglang:num_grammar_queue_reqs', 'The number of requests in the grammar waiting queue.', 0)
+    out += gauge(
+      'sglang:num_paused_reqs',
+      'The number of paused requests by async weight sync.',
+      live.paused ?? 0,
+    )
+    out += gauge('sglang:num_retracted_reqs', 'The number of retracted requests.', 0)
     out += gauge('sglang:cache_hit_rate', 'The prefix cache hit rate.', 0)
     out += counter('sglang:prompt_tokens_total', 'Number of prefill tokens processed.', this.promptTokens)
     out += counter(

@@ -6,13 +6,16 @@ import { buildSglangArgs, buildSglangEnv } from '../../src/engine/sglang-command
 
 /**
  * The SGLang driver's command line and control client against a stub engine that records what it
- * was asked: sleep is one `POST /release_memory_occupation {}`, refused while /metrics shows work
- * (SGLang's release kills a busy engine); wake is one resume, never sent to an engine the client
+ * was asked: sleep is one `POST /release_memory_occupation {}`, refused while /get_load (or, on a
+ * build without it, /metrics) shows a request in any queue (SGLang's release kills a busy engine);
+ * wake is one resume (after level 2 then a reload of the weights from disk), never sent to an engine the client
  * knows is awake (a second resume kills it); a sleeping engine is probed on /get_model_info (its
  * /health would run a generation on released memory); the KV-cache usage is `sglang:token_usage`.
  */
 let running = 0
 let resumeStatus = 200
+/** load: what /get_load counts per queue; null: a build without /get_load (404) */
+let load: Record<string, number> | null = null
 const seen: { line: string; body: string; type: string | null }[] = []
 let engine: Server<undefined>
 let url = ''
@@ -30,12 +33,19 @@ beforeAll(() => {
       })
       switch (u.pathname) {
         case '/health':
-        case '/get_model_info':
           return new Response(null, { status: 200 })
+        case '/get_model_info':
+          return Response.json({ model_path: '/models/qwen', is_generation: true })
+        case '/get_load':
+          if (load) return Response.json([{ dp_rank: 0, num_tokens: 12, ...load }])
+          break
+        case '/update_weights_from_disk':
+          return Response.json({ success: true, message: 'Succeeded to update model weights.' })
         case '/metrics':
           return new Response(
-            `sglang:num_running_reqs{model_name="m",tp_rank="0"} ${running}\n` +
+            'sglang:num_running_reqs{model_name="m",tp_rank="0"} 0\n' +
               'sglang:num_queue_reqs{model_name="m",tp_rank="0"} 0\n' +
+              `sglang:num_paused_reqs{model_name="m",tp_rank="0"} ${running}\n` +
               'sglang:token_usage{model_name="m",tp_rank="0"} 0.375\n' +
               'sglang:prompt_tokens_total{model_name="m"} 120\n' +
               'sglang:generation_tokens_total{model_name="m"} 45\n',
@@ -58,7 +68,7 @@ afterAll(() => {
 })
 
 const client = () => engineDriver('sglang').client(url)
-const calls = () => seen.map((s) => s.line).filter((l) => !l.endsWith('/metrics'))
+const calls = () => seen.map((s) => s.line).filter((l) => !l.endsWith('/metrics') && !l.endsWith('/get_load'))
 
 describe('SGLang command line', () => {
   const spec = {
@@ -121,8 +131,9 @@ describe('SGLang command line', () => {
       '--mem-fraction-static',
     ])
       expect(d.managedFlags).toContain(f)
-    expect(d.capabilities).toEqual({ sleepLevels: [1], partialWake: false, sharedCache: false })
+    expect(d.capabilities).toEqual({ sleepLevels: [1, 2], partialWake: false, sharedCache: false })
     expect(d.wakePhases(1)).toEqual(['resume'])
+    expect(d.wakePhases(2)).toEqual(['resume', 'reload_weights'])
   })
 })
 
@@ -150,23 +161,82 @@ describe('SglangClient', () => {
     ])
   })
 
-  it('does not release an engine its /metrics shows busy, nor at level 2', async () => {
+  it('does not release an engine whose /get_load shows a request in any queue, nor one an older build shows busy', async () => {
     seen.length = 0
-    running = 2
-    const err = await client()
-      .sleep(1)
-      .catch((e: unknown) => e)
-    expect(err).toBeInstanceOf(EngineCallError)
-    expect((err as Error).message).toContain('2 request(s) running or queued')
-    running = 0
+    const idle = {
+      num_reqs: 0,
+      num_running_reqs: 0,
+      num_waiting_reqs: 0,
+      num_grammar_queue_reqs: 0,
+      num_paused_reqs: 0,
+      num_retracted_reqs: 0,
+    }
+    for (const queue of [
+      'num_waiting_reqs',
+      'num_grammar_queue_reqs',
+      'num_paused_reqs',
+      'num_retracted_reqs',
+    ]) {
+      load = { ...idle, [queue]: 2 }
+      const err = await client()
+        .sleep(1)
+        .catch((e: unknown) => e)
+      expect(err).toBeInstanceOf(EngineCallError)
+      expect((err as Error).message).toContain('2 request(s) running, queued or paused')
+    }
+    // An older build: no /get_load (404), its /metrics gauges of the same queues are read instead.
+    load = null
+    running = 1
     expect(
       (
         (await client()
           .sleep(2)
           .catch((e: unknown) => e)) as Error
       ).message,
-    ).toContain('level 1 only')
+    ).toContain('1 request(s)')
+    running = 0
     expect(calls()).toEqual([])
+    expect(seen.filter((s) => s.line === 'GET /get_load')).toHaveLength(5)
+  })
+
+  it('sleeps at level 2 and wakes by resuming, then reloading the weights it read before the release', async () => {
+    seen.length = 0
+    load = { num_reqs: 0, num_waiting_reqs: 0, num_paused_reqs: 0 }
+    const c = client()
+    await c.sleep(2)
+    expect(await c.sleepLevel()).toBe(2)
+    const phases: string[] = []
+    expect(await c.wakeUp(2, [], { onPhase: (p) => phases.push(p) })).toEqual({
+      phases: ['resume', 'reload_weights'],
+      sleeping: false,
+    })
+    expect(phases).toEqual(['resume', 'reload_weights'])
+    expect(calls()).toEqual([
+      'GET /get_model_info',
+      'POST /release_memory_occupation',
+      'POST /resume_memory_occupation',
+      'POST /update_weights_from_disk',
+    ])
+    expect(seen.find((s) => s.line === 'POST /update_weights_from_disk')!.body).toBe(
+      JSON.stringify({ model_path: '/models/qwen' }),
+    )
+    // A wake that failed after `resume` goes on with the reload only.
+    seen.length = 0
+    await c.sleep(2)
+    expect(await c.wakeUp(2, [], { done: ['resume'] })).toEqual({
+      phases: ['reload_weights'],
+      sleeping: false,
+    })
+    expect(await c.wakeUp(2)).toEqual({ phases: [], sleeping: false })
+    // A client that did not release it (modelgate restarted) asks the server for the path to reload.
+    seen.length = 0
+    expect(await client().wakeUp(2)).toEqual({ phases: ['resume', 'reload_weights'], sleeping: false })
+    expect(calls()).toEqual([
+      'POST /resume_memory_occupation',
+      'GET /get_model_info',
+      'POST /update_weights_from_disk',
+    ])
+    load = null
   })
 
   it('never resumes an engine it knows is awake, nor after a wake that already resumed it', async () => {

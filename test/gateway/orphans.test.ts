@@ -460,6 +460,14 @@ describe('what looks like an engine (each driver says)', () => {
         argv: ['python3', '-m', 'sglang.launch_server', '--model-path', 'm'],
       }),
     ).toEqual(['sglang_command'])
+    // `sglang serve`, the newer launcher: the installed script, or that script run by an interpreter.
+    expect(
+      engineReasons({ comm: 'sglang', argv: ['/usr/local/bin/sglang', 'serve', '--model-path', 'm'] }),
+    ).toEqual(['sglang_command'])
+    expect(
+      engineReasons({ comm: 'python3', argv: ['/usr/bin/python3', '/usr/local/bin/sglang', 'serve', 'm'] }),
+    ).toEqual(['sglang_command'])
+    expect(engineReasons({ comm: 'grep', argv: ['grep', 'sglang', 'serve'] })).toEqual([])
     expect(engineReasons({ comm: 'sglang::schedul', argv: ['sglang::scheduler_TP0'] })).toEqual([
       'engine_process_name',
     ])

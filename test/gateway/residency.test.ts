@@ -2,6 +2,7 @@ import { afterAll, afterEach, describe, expect, it } from 'bun:test'
 import { removeEngineRecord, writeEngineRecord } from '../../src/sim/state.ts'
 import { groupAlive } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
+import { freePortRange } from '../support/ports.ts'
 import { waitFor } from '../support/wait.ts'
 
 /**
@@ -385,5 +386,56 @@ describe('residency: serving catalogued models on demand', () => {
     const entries = ((await catalog.json()) as { entries: { name: string; engine_kind: string | null }[] })
       .entries
     expect(entries.find((e) => e.name === 'lang')!.engine_kind).toBe('sglang')
+  }, 60_000)
+
+  it("counts an SGLang model's own measured load, never a vLLM load of the same name", async () => {
+    const port = freePortRange(10)
+    const gw = await startGateway({
+      ports: [port, port + 9],
+      gpus: '2x80',
+      env: { SIM_LOAD_DELAY_MS: '300' },
+      hostEnv: AUTH,
+      extraYaml:
+        '    residency: { policy: cost }\n' +
+        '    catalog:\n' +
+        '      - { name: lang, engine_kind: sglang, model_path: org/lang-7b, gpu_memory_utilization: 0.6 }\n',
+    })
+    gateways.push(gw)
+    const token = (await gw.host.auth.issueToken('ops', ['admin'])).token
+    const costs = async () =>
+      (await residency(gw, token)).models.find((m) => m.name === 'lang') as unknown as {
+        costs: { load_s: number; measured: { load: boolean } }
+      }
+    const published = (await costs()).costs.load_s
+    // The same name loaded by hand on vLLM: its load is measured, as vLLM's.
+    const id = await gw.load(
+      { model_path: 'org/lang-7b', served_model_name: 'lang', engine_kind: 'vllm' },
+      token,
+    )
+    await gw.waitStatus(id, 'active', 30_000, token)
+    await waitFor('the vLLM load measured', async () =>
+      (await costs()).costs.measured.load ? true : undefined,
+    )
+    const unload = await fetch(`${gw.url}/api/v1/models/${id}/unload`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+    })
+    expect(unload.status).toBe(202)
+    await waitFor('the vLLM instance to be gone', async () => {
+      const r = await fetch(`${gw.url}/api/v1/models/${id}`, {
+        headers: { authorization: `Bearer ${token}` },
+      })
+      return r.status === 404
+    })
+    // The catalogue runs it on SGLang, which was never measured: the default figure again.
+    const before = await costs()
+    expect(before.costs.measured.load).toBe(false)
+    expect(before.costs.load_s).toBe(published)
+    expect((await chat(gw, 'lang')).status).toBe(200)
+    const after = await waitFor('the SGLang load measured', async () => {
+      const m = await costs()
+      return m.costs.measured.load ? m : undefined
+    })
+    expect(after.costs.load_s).toBeLessThan(published)
   }, 60_000)
 })

@@ -230,13 +230,6 @@ describe('an SGLang instance', () => {
     expect(((await asleep.json()) as { error: { code: string } }).error.code).toBe('model_sleeping')
     await waitStatus(id, 'active')
     expect((await logs(id)).match(/POST \/resume_memory_occupation HTTP\/1\.1" 200/g)).toHaveLength(2)
-    const deeper = await api<{ error: { code: string; message: string } }>(
-      `/api/models/instances/${id}/sleep?level=2`,
-      'POST',
-    )
-    expect(deeper.status).toBe(400)
-    expect(deeper.body.error).toMatchObject({ code: 'SLEEP_LEVEL_NOT_SUPPORTED' })
-    expect(deeper.body.error.message).toContain('SGLang, which sleeps at level 1 only')
   }, 30_000)
 
   it('is routed by the router, which sleeps and wakes it through the gateway', async () => {

@@ -205,6 +205,69 @@ describe('sim sglang release and resume', () => {
     expect(await running).toBeNull()
   }, 30_000)
 
+  it('reports a paused request on /get_load (not on running or queued), and dies on a release then', async () => {
+    const e = await start(tempSimDir(), ['--enable-memory-saver'], { SIM_TOKENS_PER_SEC: '20' })
+    const load = async () =>
+      ((await (await fetch(`http://127.0.0.1:${e.port}/get_load`)).json()) as Record<string, number>[])[0]!
+    expect(await load()).toMatchObject({
+      dp_rank: 0,
+      num_reqs: 0,
+      num_paused_reqs: 0,
+      num_grammar_queue_reqs: 0,
+    })
+    const pending = post(e, '/v1/completions', { prompt: 'held', max_tokens: 40 }).catch(() => null)
+    await waitFor('the request to run', async () =>
+      (await load()).num_running_reqs === 1 ? true : undefined,
+    )
+    expect((await post(e, '/pause_generation', { mode: 'in_place' })).status).toBe(200)
+    expect(await load()).toMatchObject({
+      num_reqs: 1,
+      num_running_reqs: 0,
+      num_waiting_reqs: 0,
+      num_paused_reqs: 1,
+    })
+    const m = await (await fetch(`http://127.0.0.1:${e.port}/metrics`)).text()
+    expect(m).toMatch(/^sglang:num_running_reqs\{[^}]*\} 0(\.0)?$/m)
+    expect(m).toMatch(/^sglang:num_paused_reqs\{[^}]*\} 1(\.0)?$/m)
+    void post(e, '/release_memory_occupation').catch(() => null)
+    await killed(e)
+    expect(e.stderr()).toContain(
+      'AssertionError: release_memory_occupation should be called only when no ongoing request.',
+    )
+    expect(await pending).toBeNull()
+  }, 30_000)
+
+  it('goes on with a paused request after /continue_generation', async () => {
+    const e = await start(tempSimDir(), [], { SIM_TOKENS_PER_SEC: '50' })
+    const pending = post(e, '/v1/completions', { prompt: 'held', max_tokens: 20 })
+    await waitFor('the request to run', async () => {
+      const m = await (await fetch(`http://127.0.0.1:${e.port}/metrics`)).text()
+      return /^sglang:num_running_reqs\{[^}]*\} 1(\.0)?$/m.test(m)
+    })
+    expect((await post(e, '/pause_generation', { mode: 'in_place' })).status).toBe(200)
+    const load = (await (await fetch(`http://127.0.0.1:${e.port}/get_load`)).json()) as Record<
+      string,
+      number
+    >[]
+    expect(load[0]!.num_paused_reqs).toBe(1)
+    expect((await post(e, '/continue_generation')).status).toBe(200)
+    const res = (await (await pending).json()) as { usage: { completion_tokens: number } }
+    expect(res.usage.completion_tokens).toBe(20)
+  }, 30_000)
+
+  it('gives the released memory back SIM_SGLANG_RELEASE_LAG_MS after its release answered, as nvidia-smi shows', async () => {
+    const dir = tempSimDir()
+    const e = await start(dir, ['--enable-memory-saver', '--enable-weights-cpu-backup'], {
+      SIM_SGLANG_RELEASE_LAG_MS: '3000',
+    })
+    const awake = usedOnGpu0(dir)
+    expect((await post(e, '/release_memory_occupation')).status).toBe(200)
+    expect(usedOnGpu0(dir)).toBe(awake)
+    await waitFor('the memory to be given back', () => (usedOnGpu0(dir) === 512 ? true : undefined))
+    expect((await post(e, '/resume_memory_occupation')).status).toBe(200)
+    expect(usedOnGpu0(dir)).toBe(awake)
+  }, 30_000)
+
   it('dies on a resume of what is not released, and on a generation on released memory', async () => {
     const a = await start(tempSimDir(), ['--enable-memory-saver'])
     void post(a, '/resume_memory_occupation').catch(() => null)

@@ -2,9 +2,10 @@ import { publishedSeconds } from '../../../src/engine/vllm-timing.ts'
 
 /**
  * What it costs to bring a model back after each way of freeing its memory, in seconds: this
- * host's own measurements of the model when it has any (the last wake from each sleep level, the
- * last cold load), else vLLM's published figures for the weights' size (src/engine/vllm-timing.ts).
- * A model whose weights were never measured counts as 16 GiB (DEFAULT_WEIGHTS_GIB).
+ * host's own measurements of the model on its engine when it has any (the last wake from each sleep
+ * level, the last cold load; an SGLang engine's are SGLang's own, never a vLLM instance's of the same
+ * name), else the engine's default figures for the weights' size (ENGINE_DEFAULTS). A model whose
+ * weights were never measured counts as 16 GiB (DEFAULT_WEIGHTS_GIB).
  */
 export type EvictAction = 'sleep1' | 'sleep2' | 'unload'
 
@@ -25,16 +26,31 @@ export interface BringBack {
   measured: { wake_l1: boolean; wake_l2: boolean; load: boolean }
 }
 
-export function defaultSeconds(action: EvictAction, weightsGib: number | null): number {
-  const w = weightsGib ?? DEFAULT_WEIGHTS_GIB
-  return publishedSeconds(action === 'sleep1' ? 'wake1' : action === 'sleep2' ? 'wake2' : 'load', w)
+/**
+ * ENGINE_DEFAULTS: each engine's figures before its own were measured. vLLM: its published ones
+ * (src/engine/vllm-timing.ts). SGLang publishes none; its wakes do the work vLLM's do (level 1: the
+ * weights copied back from CPU memory; level 2: resumed, then read from disk by
+ * /update_weights_from_disk) and its start-up loads the weights and captures CUDA graphs as vLLM's
+ * does, so vLLM's figures stand in until SGLang's own replace them. An engine not listed takes vLLM's.
+ */
+export const ENGINE_DEFAULTS: Readonly<
+  Record<string, (kind: 'wake1' | 'wake2' | 'load', weightsGib: number) => number>
+> = {
+  vllm: publishedSeconds,
+  sglang: publishedSeconds,
 }
 
-export function bringBack(measured: Measured, weightsGib: number | null): BringBack {
+export function defaultSeconds(action: EvictAction, weightsGib: number | null, engineKind = 'vllm'): number {
+  const w = weightsGib ?? DEFAULT_WEIGHTS_GIB
+  const figures = ENGINE_DEFAULTS[engineKind] ?? publishedSeconds
+  return figures(action === 'sleep1' ? 'wake1' : action === 'sleep2' ? 'wake2' : 'load', w)
+}
+
+export function bringBack(measured: Measured, weightsGib: number | null, engineKind = 'vllm'): BringBack {
   return {
-    wake_l1_s: measured.wake1 ?? defaultSeconds('sleep1', weightsGib),
-    wake_l2_s: measured.wake2 ?? defaultSeconds('sleep2', weightsGib),
-    load_s: measured.load ?? defaultSeconds('unload', weightsGib),
+    wake_l1_s: measured.wake1 ?? defaultSeconds('sleep1', weightsGib, engineKind),
+    wake_l2_s: measured.wake2 ?? defaultSeconds('sleep2', weightsGib, engineKind),
+    load_s: measured.load ?? defaultSeconds('unload', weightsGib, engineKind),
     measured: {
       wake_l1: measured.wake1 !== null,
       wake_l2: measured.wake2 !== null,

@@ -1,4 +1,5 @@
 import type { Registry } from 'prom-client'
+import { DEFAULT_ENGINE_KIND } from '../../../src/engine/kinds.ts'
 import { gpuMemoryMib } from '../../../src/gpu/memory.ts'
 import type { EventBus } from '../../../src/host/bus.ts'
 import type { Logger } from '../../../src/host/logger.ts'
@@ -43,6 +44,8 @@ export interface ResidencyDeps {
   config: ResidencyConfig
   /** The gateway's default gpu_memory_utilization (a load's claim when the entry gives none). */
   defaultUtilization: number
+  /** The gateway's engine.kind (the engine of a load that names none). */
+  defaultEngineKind?: string
   bus: EventBus
   log: Logger
   metrics: Registry
@@ -119,13 +122,19 @@ export class ResidencyManager implements ResidencyHooks {
         if (c.previous === 'starting') {
           const t0 = loadStarted.get(id)
           loadStarted.delete(id)
-          if (t0 !== undefined && c.current === 'active') this.measure(e.served_model_name, 'load', e.at - t0)
+          if (t0 !== undefined && c.current === 'active')
+            this.measure(e.served_model_name, this.kindOf(e.served_model_name, id), 'load', e.at - t0)
         }
         if (c.current === 'active') {
           this.residentSince.set(id, this.now())
           const w = wakeStarted.get(id)
           if (w && c.previous === 'sleeping')
-            this.measure(e.served_model_name, w.level === 2 ? 'wake2' : 'wake1', e.at - w.at)
+            this.measure(
+              e.served_model_name,
+              this.kindOf(e.served_model_name, id),
+              w.level === 2 ? 'wake2' : 'wake1',
+              e.at - w.at,
+            )
         }
         if (c.current === 'sleeping' || c.current === 'removed' || c.current === 'failed') {
           this.residentSince.delete(id)
@@ -711,14 +720,38 @@ export class ResidencyManager implements ResidencyHooks {
     return r
   }
 
-  private measure(model: string, what: keyof Measured, ms: number): void {
-    const m = this.measured.get(model) ?? { wake1: null, wake2: null, load: null }
+  /** measure: what a load or wake of `model` took on an engine of `kind` (each engine its own figures). */
+  private measure(model: string, kind: string, what: keyof Measured, ms: number): void {
+    const key = `${kind}\u0000${model}`
+    const m = this.measured.get(key) ?? { wake1: null, wake2: null, load: null }
     m[what] = ms / 1000
-    this.measured.set(model, m)
+    this.measured.set(key, m)
   }
 
+  /**
+   * kindOf: the engine `model` runs on: its instance's (`instanceId`, else any of the model's), else
+   * its catalogue entry's, else the gateway's default.
+   */
+  private kindOf(model: string, instanceId?: string): string {
+    const inst =
+      (instanceId ? this.d.service.instances.get(instanceId) : undefined) ??
+      [...this.d.service.instances.values()].find((i) => i.row.served_model_name === model)
+    return (
+      inst?.row.engine_kind ??
+      this.catalogued(model)?.engine_kind ??
+      this.d.defaultEngineKind ??
+      DEFAULT_ENGINE_KIND
+    )
+  }
+
+  /** costs: the time to bring `model` back after each action, on the engine it runs on (kindOf). */
   costs(model: string, weightsGib: number | null) {
-    return bringBack(this.measured.get(model) ?? { wake1: null, wake2: null, load: null }, weightsGib)
+    const kind = this.kindOf(model)
+    return bringBack(
+      this.measured.get(`${kind}\u0000${model}`) ?? { wake1: null, wake2: null, load: null },
+      weightsGib,
+      kind,
+    )
   }
 
   private record(d: ResidencyDecision): void {
