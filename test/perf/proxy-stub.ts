@@ -5,70 +5,87 @@
  * open stream at once; each chunk carries its send time `"t"` in wall-clock ms
  * (performance.timeOrigin + now(): sub-µs, consistent across processes), so a client in another
  * process can measure pass-through delay.
- * `POST /v1/responses` and `/v1/messages` answer a reply of the same length in the Responses and
- * Messages APIs' shapes (their usage as `input_tokens`/`output_tokens`), so that a proxy reading each
- * API's usage is measured on its own bytes; their streams are the chat stream (what is measured
- * there is pass-through, whatever the events say).
+ * `POST /v1/responses` and `/v1/messages` answer in the Responses and Messages APIs' shapes (their
+ * usage as `input_tokens`/`output_tokens`), so that a proxy reading each API's usage is measured on
+ * its own bytes; with `--same-length` the three replies' texts are padded to one byte length (a
+ * proxy's cost grows with the bytes it relays, which is not the API's doing). Their streams are the
+ * chat stream (what is measured there is pass-through, whatever the events say).
  * Prints `{port, pid}` on stdout once listening.
  *
- *   bun test/perf/proxy-stub.ts [--chunks 64] [--interval-ms 20]
+ *   bun test/perf/proxy-stub.ts [--chunks 64] [--interval-ms 20] [--same-length]
  */
 import { numberArg } from './args.ts'
 
 const CHUNKS = numberArg('--chunks', 64)
 const INTERVAL_MS = numberArg('--interval-ms', 20)
 
-const REPLY = JSON.stringify({
-  id: 'chatcmpl-bench',
-  object: 'chat.completion',
-  created: 1_700_000_000,
-  model: 'bench-model',
-  choices: [
-    {
-      index: 0,
-      message: { role: 'assistant', content: 'A fixed answer from the stub engine.' },
-      finish_reason: 'stop',
-    },
-  ],
-  usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
-})
 const TEXT = 'A fixed answer from the stub engine.'
-/** The Responses and Messages APIs' replies, as vLLM writes them, with the chat reply's counts. */
-const REPLIES: Record<string, string> = {
-  '/v1/responses': JSON.stringify({
-    id: 'resp_bench',
-    object: 'response',
-    created_at: 1_700_000_000,
+const chatReply = (text: string) =>
+  JSON.stringify({
+    id: 'chatcmpl-bench',
+    object: 'chat.completion',
+    created: 1_700_000_000,
     model: 'bench-model',
-    status: 'completed',
-    output: [
+    choices: [
       {
-        type: 'message',
-        id: 'msg_bench',
-        role: 'assistant',
-        status: 'completed',
-        content: [{ type: 'output_text', text: TEXT, annotations: [] }],
+        index: 0,
+        message: { role: 'assistant', content: text },
+        finish_reason: 'stop',
       },
     ],
-    usage: {
-      input_tokens: 12,
-      input_tokens_details: { cached_tokens: 0 },
-      output_tokens: 8,
-      output_tokens_details: { reasoning_tokens: 0 },
-      total_tokens: 20,
-    },
-  }),
-  '/v1/messages': JSON.stringify({
-    id: 'msg_bench',
-    type: 'message',
-    role: 'assistant',
-    model: 'bench-model',
-    content: [{ type: 'text', text: TEXT }],
-    stop_reason: 'end_turn',
-    stop_sequence: null,
-    usage: { input_tokens: 12, output_tokens: 8 },
-  }),
+    usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
+  })
+/** Each route's reply (the Responses and Messages APIs' as vLLM writes them, with the chat reply's counts). */
+const SHAPES: Record<string, (text: string) => string> = {
+  '/v1/chat/completions': chatReply,
+  '/v1/responses': (text) =>
+    JSON.stringify({
+      id: 'resp_bench',
+      object: 'response',
+      created_at: 1_700_000_000,
+      model: 'bench-model',
+      status: 'completed',
+      output: [
+        {
+          type: 'message',
+          id: 'msg_bench',
+          role: 'assistant',
+          status: 'completed',
+          content: [{ type: 'output_text', text, annotations: [] }],
+        },
+      ],
+      usage: {
+        input_tokens: 12,
+        input_tokens_details: { cached_tokens: 0 },
+        output_tokens: 8,
+        output_tokens_details: { reasoning_tokens: 0 },
+        total_tokens: 20,
+      },
+    }),
+  '/v1/messages': (text) =>
+    JSON.stringify({
+      id: 'msg_bench',
+      type: 'message',
+      role: 'assistant',
+      model: 'bench-model',
+      content: [{ type: 'text', text }],
+      stop_reason: 'end_turn',
+      stop_sequence: null,
+      usage: { input_tokens: 12, output_tokens: 8 },
+    }),
 }
+const longest = Math.max(...Object.values(SHAPES).map((shape) => shape(TEXT).length))
+const REPLIES: Record<string, string> = Object.fromEntries(
+  Object.entries(SHAPES).map(([path, shape]) => [
+    path,
+    shape(
+      process.argv.includes('--same-length')
+        ? TEXT.padEnd(TEXT.length + longest - shape(TEXT).length, '.')
+        : TEXT,
+    ),
+  ]),
+)
+const REPLY = REPLIES['/v1/chat/completions']!
 const encoder = new TextEncoder()
 const DONE = encoder.encode('data: [DONE]\n\n')
 /** The usage chunk before [DONE], for a stream that asks (`stream_options.include_usage`), as vLLM sends it. */

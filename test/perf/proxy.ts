@@ -266,7 +266,7 @@ const fmt = (v: number, digits = 0) => (Number.isFinite(v) ? v.toFixed(digits) :
 
 async function main(): Promise<void> {
   const t0 = performance.now()
-  const stub = await launch([BUN, join(HERE, 'proxy-stub.ts')])
+  const stub = await launch([BUN, join(HERE, 'proxy-stub.ts'), ...(APIS ? ['--same-length'] : [])])
   const stubPort = stub.info.port as number
   const mg = await launch([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort)])
   const mgUrl = mg.info.url as string
