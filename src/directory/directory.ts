@@ -7,7 +7,7 @@ import type { AppError } from '../http/errors.ts'
 import type { BodyRange } from '../wire/body-range.ts'
 import type { ScannedJson } from '../wire/json-scan.ts'
 import type { ForwardEnd, InferenceGrant, WireAction } from '../wire/route.ts'
-import { askForUsage, charged, requestCost, type UsageMode } from '../wire/usage.ts'
+import { askForUsage, charged, requestCost, USAGE_STREAMS, type UsageMode } from '../wire/usage.ts'
 import type { Backend, BackendKind, BackendRequest, LeaseHandle, Readiness } from './backend.ts'
 import { Displaced, HoldQueue, queueShare, type Seat } from './hold-queue.ts'
 import { orderBackends } from './order.ts'
@@ -90,8 +90,6 @@ export interface PlanRequest extends Omit<BackendRequest, 'model' | 'holdTimeout
   readonly usage?: UsageMode
 }
 
-/** The paths whose streams carry a usage chunk when asked (stream_options.include_usage). */
-const USAGE_STREAMS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions'])
 /** A request without a key is held as a key of `normal` priority is. */
 const NORMAL_PRIORITY = 1
 

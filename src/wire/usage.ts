@@ -201,6 +201,13 @@ function reasonAt(buf: Buffer, from: number, to: number): string {
   return buf.toString('latin1', from, to)
 }
 
+/**
+ * USAGE_STREAMS: the routes whose streams carry usage only when asked (`stream_options.include_usage`,
+ * askForUsage): OpenAI's chat and completion routes, on the engine as on every listener. The
+ * Responses and Messages APIs always stream theirs.
+ */
+export const USAGE_STREAMS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions'])
+
 const TRUE = Buffer.from('true')
 const encoder = new TextEncoder()
 const INSERTED = encoder.encode(',"stream_options":{"include_usage":true}')

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'bun:test'
+import Anthropic from '@anthropic-ai/sdk'
 import { PeerClient, PeerError } from '../../plugins/cluster/peer-client.ts'
 import type { InternalState, RoutingEntry, RoutingTable } from '../../plugins/cluster/schemas.ts'
 import { signRequest } from '../../plugins/cluster/signing.ts'
@@ -307,6 +308,48 @@ describe('cluster inference hop', () => {
       JSON.parse(chatBody('only-b', false)),
     )
     expect(ok.model).toBe('only-b')
+  })
+
+  it("relays Anthropic's Messages API through the hop, plain and streamed, and refuses it in Anthropic's shape", async () => {
+    const client = new Anthropic({ baseURL: pods.a.url, apiKey: KEY, maxRetries: 0, timeout: 20_000 })
+    const before = await served('b', 'only-b')
+    const msg = await client.messages.create({
+      model: 'only-b',
+      max_tokens: 5,
+      messages: [{ role: 'user', content: 'hello b' }],
+    })
+    expect([msg.type, msg.model]).toEqual(['message', 'only-b'])
+    expect(msg.usage.output_tokens).toBeGreaterThan(0)
+    const stream = await client.messages.create({
+      model: 'only-b',
+      max_tokens: 5,
+      messages: [{ role: 'user', content: 'hello b' }],
+      stream: true,
+    })
+    const types: string[] = []
+    for await (const ev of stream) types.push(ev.type)
+    expect([types[0], types.at(-1)]).toEqual(['message_start', 'message_stop'])
+    expect(await served('b', 'only-b')).toBe(before + 2)
+    // No pod serves it: Anthropic's 404, from the edge.
+    const unknown = await client.messages
+      .create({ model: 'nowhere', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] })
+      .catch((e: unknown) => e)
+    expect(unknown).toBeInstanceOf(Anthropic.NotFoundError)
+    expect((unknown as InstanceType<typeof Anthropic.APIError>).error).toMatchObject({
+      type: 'error',
+      error: { type: 'not_found_error' },
+    })
+    // A hop for a model the receiving pod lacks is refused in the Messages API's shape too (the
+    // edge relays that answer to the client as it is).
+    const hopped = await peers
+      .request({ podId: 'b', address: pods.b.url }, 'POST', '/internal/v1/v1/messages', {
+        model: 'only-c',
+        max_tokens: 5,
+        messages: [{ role: 'user', content: 'x' }],
+      })
+      .catch((e: unknown) => e)
+    expect(hopped).toBeInstanceOf(PeerError)
+    expect((hopped as PeerError).status).toBe(404)
   })
 
   it('serves a model from its own instance when the pod holds it', async () => {

@@ -12,7 +12,7 @@ import { DEFAULT_JSON_DEPTH, modelOf, scanRefusal } from '../../../src/wire/mode
 import { openaiRoutes } from '../../../src/wire/openai-routes.ts'
 import { upstreams } from '../../../src/wire/pool.ts'
 import type { InferenceGrant, WireAction, WireForwardAction, WireRequest } from '../../../src/wire/route.ts'
-import { askForUsage, charged, requestCost, type UsageMode } from '../../../src/wire/usage.ts'
+import { askForUsage, charged, requestCost, USAGE_STREAMS, type UsageMode } from '../../../src/wire/usage.ts'
 import type {
   GatewayApi,
   GatewayInferenceApi,
@@ -74,8 +74,6 @@ export const ENGINE_PATHS: Readonly<Record<string, string>> = {
 
 const enginePaths = new Map(Object.entries(ENGINE_PATHS))
 const DIRECT = '/api/direct/'
-/** The engine paths whose streams carry a usage chunk when asked (a key's direct request counts its tokens). */
-const USAGE_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions'])
 
 /**
  * DIRECT_ROUTES: what `/api/direct/{port}/…` forwards, as `METHOD /path` on the engine: its
@@ -343,7 +341,7 @@ export class GatewayInference implements GatewayInferenceApi {
     const grant = req.grant
     let usage: UsageMode | undefined
     if (grant) {
-      const scanned = method === 'POST' && (grant.metered || USAGE_PATHS.has(subPath)) ? req.json() : null
+      const scanned = method === 'POST' && (grant.metered || USAGE_STREAMS.has(subPath)) ? req.json() : null
       const json = scanned !== null && typeof scanned !== 'string' ? scanned : null
       const worst = grant.metered ? requestCost(body.length, json, lease.contextTokens) : 0
       const denied = grant.begin(lease.servedModelName, worst)
@@ -353,7 +351,7 @@ export class GatewayInference implements GatewayInferenceApi {
         return { error: denied }
       }
       usage = 'read'
-      if (json !== null && USAGE_PATHS.has(subPath)) {
+      if (json !== null && USAGE_STREAMS.has(subPath)) {
         const asked = askForUsage(body, json)
         body = asked.body
         if (asked.strip) usage = 'strip'
