@@ -111,8 +111,9 @@ function responseObject(
   completion: number | null,
 ) {
   const status = responseStatus(reason)
+  // No message item without text (vLLM's _make_response_output_items).
   const output =
-    reason === null
+    reason === null || st.text === ''
       ? []
       : [
           {
