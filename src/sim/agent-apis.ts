@@ -219,6 +219,7 @@ export async function serveResponses(
   server: Server<unknown>,
   body: Body,
   planChat: ChatPlanner,
+  _flavor: Flavor = 'vllm',
 ): Promise<Response> {
   const messages = responsesMessages(body)
   if (messages === undefined) return simError(rt.knobs.errorShape, 400, "Field required: 'input'", 'input')
@@ -240,16 +241,31 @@ export async function serveResponses(
 
 const STOP_REASONS: Partial<Record<FinishReason, string>> = { stop: 'end_turn', length: 'max_tokens' }
 
-/** messagesChat is vLLM's _convert_anthropic_to_openai_request for text content. */
-function messagesChat(body: Body): ChatMessage[] {
+/** blockTexts: the texts of a list of `{type:'text', text}` blocks. */
+function blockTexts(blocks: unknown[]): string[] {
+  return blocks.flatMap((b) => {
+    const block = b as { type?: unknown; text?: unknown } | null
+    return block?.type === 'text' && typeof block.text === 'string' && block.text !== '' ? [block.text] : []
+  })
+}
+
+/**
+ * messagesChat is the engine's Anthropic-to-chat conversion for text content: vLLM concatenates the
+ * system blocks and any system messages into one system message; SGLang joins the system blocks
+ * with newlines and passes the messages on as they are.
+ */
+function messagesChat(body: Body, flavor: Flavor): ChatMessage[] {
   const out: ChatMessage[] = []
-  const systemParts: string[] = []
   const system = body['system']
-  if (typeof system === 'string') systemParts.push(system)
-  else if (Array.isArray(system)) systemParts.push(messageText(system))
   const messages = body['messages'] as ChatMessage[]
-  for (const m of messages) if (m?.role === 'system') systemParts.push(messageText(m.content))
-  if (systemParts.join('') !== '') out.push({ role: 'system', content: systemParts.join('') })
+  const parts = typeof system === 'string' ? [system] : Array.isArray(system) ? blockTexts(system) : []
+  if (flavor === 'sglang') {
+    if (system) out.push({ role: 'system', content: parts.join('\n') })
+    for (const m of messages) if (m) out.push({ role: m.role, content: messageText(m.content) })
+    return out
+  }
+  for (const m of messages) if (m?.role === 'system') parts.push(messageText(m.content))
+  if (parts.join('') !== '') out.push({ role: 'system', content: parts.join('') })
   for (const m of messages) {
     if (!m || m.role === 'system') continue
     out.push({ role: m.role, content: messageText(m.content) })
@@ -258,31 +274,56 @@ function messagesChat(body: Body): ChatMessage[] {
 }
 
 /** anthropicError is vLLM's translate_error_response: its own error's type and message, same status. */
-async function anthropicError(res: Response): Promise<Response> {
+async function anthropicError(res: Response, flavor: Flavor): Promise<Response> {
   const json = (await res.json()) as {
     error?: { type?: string; message?: string }
     type?: string
     message?: string
   }
   const err = json.error ?? json
+  if (flavor === 'sglang') {
+    // SGLang's converter answers its chat checks' refusals itself, as invalid_request_error 400s.
+    const server = res.status >= 500
+    return Response.json(
+      {
+        type: 'error',
+        error: { type: server ? 'internal_error' : 'invalid_request_error', message: err.message },
+      },
+      { status: server ? 500 : 400 },
+    )
+  }
   return Response.json(
     { type: 'error', error: { type: err.type, message: err.message } },
     { status: res.status },
   )
 }
 
-function messagesRenderer(): Renderer {
+/**
+ * Flavor: whose Messages converter is imitated. SGLang's (`entrypoints/anthropic/serving.py`) differs
+ * from vLLM's: ids `msg_<hex>` (body and stream), `cache_read_input_tokens: 0` in every usage, a
+ * message_start dumped with `exclude_none` (so `type` and `role`, no null stop fields) whose
+ * input_tokens is 0 (its chat stream carries usage only at the end), a stop_reason that defaults to
+ * end_turn, system blocks joined with newlines, and its own error types (`invalid_request_error`,
+ * `internal_error`).
+ */
+export type Flavor = 'vllm' | 'sglang'
+
+function messagesRenderer(flavor: Flavor): Renderer {
   let started = false
   let reason: FinishReason | null = null
-  const usage = (plan: InferencePlan, completion: number) => ({
-    input_tokens: plan.gen.promptTokens,
+  const sg = flavor === 'sglang'
+  const msgId = `msg_${requestHex()}`
+  const stopOf = (why: FinishReason) => STOP_REASONS[why] ?? (sg ? 'end_turn' : null)
+  const usage = (plan: InferencePlan, completion: number, input = plan.gen.promptTokens) => ({
+    input_tokens: input,
     output_tokens: completion,
+    ...(sg ? { cache_read_input_tokens: 0 } : {}),
   })
   const end = (plan: InferencePlan, why: FinishReason, completion: number): string =>
     (started ? sse('content_block_stop', { type: 'content_block_stop', index: 0 }) : '') +
     sse('message_delta', {
       type: 'message_delta',
-      delta: { stop_reason: STOP_REASONS[why] ?? null },
+      delta: { stop_reason: stopOf(why) },
       usage: usage(plan, completion),
     }) +
     sse('message_stop', { type: 'message_stop' })
@@ -290,14 +331,23 @@ function messagesRenderer(): Renderer {
     start: (plan) =>
       sse('message_start', {
         type: 'message_start',
-        message: {
-          id: plan.id,
-          content: [],
-          model: plan.model,
-          stop_reason: null,
-          stop_sequence: null,
-          usage: usage(plan, 0),
-        },
+        message: sg
+          ? {
+              id: msgId,
+              type: 'message',
+              role: 'assistant',
+              content: [],
+              model: plan.model,
+              usage: usage(plan, 0, 0),
+            }
+          : {
+              id: plan.id,
+              content: [],
+              model: plan.model,
+              stop_reason: null,
+              stop_sequence: null,
+              usage: usage(plan, 0),
+            },
       }),
     token: (_plan, text, last) => {
       if (last) reason = last
@@ -324,9 +374,9 @@ function messagesRenderer(): Renderer {
     aborted: (plan, completion) => end(plan, 'abort', completion),
     fail: (_rt, message) => sse('error', { type: 'error', error: { type: 'internal_error', message } }),
     body: (plan, text, why, completion) => {
-      const stop = STOP_REASONS[why]
+      const stop = stopOf(why)
       return {
-        id: plan.id,
+        id: sg ? msgId : plan.id,
         type: 'message',
         role: 'assistant',
         content: text === '' ? [] : [{ type: 'text', text }],
@@ -336,7 +386,12 @@ function messagesRenderer(): Renderer {
       }
     },
     failBody: (_rt, message) =>
-      Response.json({ type: 'error', error: { type: 'InternalServerError', message } }, { status: 500 }),
+      Response.json(
+        sg
+          ? { type: 'error', error: { type: 'internal_error', message: 'Internal processing error' } }
+          : { type: 'error', error: { type: 'InternalServerError', message } },
+        { status: 500 },
+      ),
   }
 }
 
@@ -347,6 +402,7 @@ export async function serveMessages(
   server: Server<unknown>,
   body: Body,
   planChat: ChatPlanner,
+  flavor: Flavor = 'vllm',
 ): Promise<Response> {
   const style = rt.knobs.errorShape
   for (const field of ['model', 'messages', 'max_tokens'] as const)
@@ -359,12 +415,12 @@ export async function serveMessages(
     return simError(style, 400, 'Input should be a valid list', 'messages')
   const chat: Body = {
     model: body['model'],
-    messages: messagesChat(body),
+    messages: messagesChat(body, flavor),
     max_tokens: maxTokens,
     stream: body['stream'],
   }
   const plan = await planChat(chat)
-  if (plan instanceof Response) return plan.status === 500 && !plan.body ? plan : anthropicError(plan)
+  if (plan instanceof Response) return plan.status === 500 && !plan.body ? plan : anthropicError(plan, flavor)
   plan.includeUsage = true
-  return respondInference(rt, req, server, plan, messagesRenderer())
+  return respondInference(rt, req, server, plan, messagesRenderer(flavor))
 }

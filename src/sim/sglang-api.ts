@@ -166,7 +166,7 @@ function agentApi(serve: typeof serveResponses): Handler {
   return async (e, req, server) => {
     const b = await body(req, true)
     if (b instanceof Response) return b
-    return serve(e, req, server, b, (chat) => planOpenai(e, 'chat', chat))
+    return serve(e, req, server, b, (chat) => planOpenai(e, 'chat', chat), 'sglang')
   }
 }
 

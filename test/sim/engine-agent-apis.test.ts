@@ -323,7 +323,13 @@ describe('SGLang simulator', () => {
       ).json(),
     )
     expect(m.result).toMatchObject({ type: 'message', model: 'any', stop_reason: 'max_tokens' })
-    expect(m.result.usage).toEqual({ input_tokens: m.prompt, output_tokens: m.generation })
+    // SGLang's converter: its own msg_ id and a cache_read_input_tokens in the usage.
+    expect(m.result.id).toMatch(/^msg_[0-9a-f]{32}$/)
+    expect(m.result.usage).toEqual({
+      input_tokens: m.prompt,
+      output_tokens: m.generation,
+      cache_read_input_tokens: 0,
+    })
     const rs = await postJson(sg.port, '/v1/responses', {
       input: 'hi',
       max_output_tokens: 2,
@@ -350,5 +356,14 @@ describe('SGLang simulator', () => {
       'message_delta',
       'message_stop',
     ])
+    // Its message_start has type and role, and input_tokens 0 (its chat stream has usage only at the end).
+    expect(mevs[0]?.data['message']).toMatchObject({
+      type: 'message',
+      role: 'assistant',
+      usage: { input_tokens: 0 },
+    })
+    const usage = mevs[5]?.data['usage'] as { input_tokens: number; output_tokens: number }
+    expect(usage.output_tokens).toBe(2)
+    expect(usage.input_tokens).toBeGreaterThan(0)
   })
 })
