@@ -1,4 +1,5 @@
 import type { Server } from 'bun'
+import { type ChatPlanner, serveMessages, serveResponses } from './agent-apis.ts'
 import { methodNotAllowed, notFound, simError } from './errors.ts'
 import { checkModel, planInference, readJson } from './openai-request.ts'
 import { respondInference } from './openai-response.ts'
@@ -68,6 +69,8 @@ function routes(): Map<string, Partial<Record<string, Handler>>> {
   )
   add('/v1/chat/completions', 'POST', (rt, req, server) => inference(rt, req, server, 'chat'))
   add('/v1/completions', 'POST', (rt, req, server) => inference(rt, req, server, 'completion'))
+  add('/v1/responses', 'POST', (rt, req, server) => agentApi(rt, req, server, serveResponses))
+  add('/v1/messages', 'POST', (rt, req, server) => agentApi(rt, req, server, serveMessages))
   add('/tokenize', 'POST', tokenize)
   add('/detokenize', 'POST', detokenize)
   for (const [path, route] of Object.entries(POOLING))
@@ -261,6 +264,25 @@ async function inference(
   return respondInference(rt, req, server, plan)
 }
 
+/** agentApi serves the Responses or Messages API through the chat path (see agent-apis.ts). */
+async function agentApi(
+  rt: EngineRuntime,
+  req: Request,
+  server: Server<unknown>,
+  serve: typeof serveResponses,
+): Promise<Response> {
+  recordTraceparent(rt.simDir, rt.args.port, req)
+  const body = await readJson(rt, req)
+  if (body instanceof Response) return body
+  const planChat: ChatPlanner = (chat) => {
+    const plan = planInference(rt, 'chat', chat)
+    if (plan instanceof Response || !rt.engineDead) return plan
+    rt.engineDeadRequest()
+    return new Response(null, { status: 500 })
+  }
+  return serve(rt, req, server, body, planChat)
+}
+
 async function tokenize(rt: EngineRuntime, req: Request): Promise<Response> {
   const body = await readJson(rt, req)
   if (body instanceof Response) return body
@@ -292,6 +314,8 @@ export function engineFetch(rt: EngineRuntime): (req: Request, server: Server<un
   if (rt.knobs.devMode) for (const [k, v] of devRoutes()) table.set(k, v)
   // Older builds have no such route (a 404 for any method).
   if (!rt.knobs.profile.sleepComponents) table.delete('/release_kv_cache_memory')
+  if (!rt.knobs.profile.responsesApi) table.delete('/v1/responses')
+  if (!rt.knobs.profile.messagesApi) table.delete('/v1/messages')
   return async (req, server) => {
     const url = new URL(req.url)
     const methods = table.get(url.pathname)

@@ -13,7 +13,7 @@ import type { InferenceRuntime } from './runtime.ts'
  */
 const encoder = new TextEncoder()
 
-function usageOf(plan: InferencePlan, completion: number) {
+export function usageOf(plan: InferencePlan, completion: number) {
   const prompt = plan.gen.promptTokens
   return {
     prompt_tokens: prompt,
@@ -52,26 +52,63 @@ function frame(value: unknown): string {
   return `data: ${JSON.stringify(value)}\n\n`
 }
 
+/**
+ * Renderer is how one API dresses a Generation: the SSE text before the first token, per token, at
+ * the end (normal, engine abort, engine failure), and the single JSON body of a non-stream request.
+ * Chat and completions use OPENAI_RENDERER; the Responses and Messages routes bring their own, so
+ * every API goes through the same scheduler, KV accounting, sleep checks, metrics and faults.
+ */
+export interface Renderer {
+  start(plan: InferencePlan): string
+  token(plan: InferencePlan, text: string, finish: FinishReason | null): string
+  done(plan: InferencePlan, completion: number): string
+  aborted(plan: InferencePlan, completion: number): string
+  fail(rt: InferenceRuntime, message: string): string
+  body(plan: InferencePlan, text: string, reason: FinishReason, completion: number): unknown
+  /** failBody is the non-stream answer to an engine failure (vLLM's error shape by default). */
+  failBody?(rt: InferenceRuntime, message: string): Response
+}
+
+const OPENAI_RENDERER: Renderer = {
+  start: (plan) =>
+    plan.kind === 'chat'
+      ? frame({
+          ...head(plan),
+          choices: [
+            { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
+          ],
+        })
+      : '',
+  token: (plan, text, finish) => frame({ ...head(plan), choices: [tokenChoice(plan, text, finish)] }),
+  done: (plan, completion) =>
+    `${plan.includeUsage ? frame({ ...head(plan), choices: [], usage: usageOf(plan, completion) }) : ''}data: [DONE]\n\n`,
+  aborted: (plan, completion) =>
+    frame({ ...head(plan), choices: [abortChoice(plan)] }) + OPENAI_RENDERER.done(plan, completion),
+  fail: (rt, message) => streamErrorFrame(rt.knobs.errorShape, 500, message),
+  body: (plan, text, reason, completion) => completionBody(plan, text, reason, completion),
+}
+
 export function respondInference(
   rt: InferenceRuntime,
   req: Request,
   server: Server<unknown>,
   plan: InferencePlan,
+  render: Renderer = OPENAI_RENDERER,
 ): Response | Promise<Response> {
   server.timeout(req, 0)
   if (rt.sleep.blocksInference && rt.knobs.sleepInference === 'crash') {
     rt.crash('RuntimeError: CUDA error: an illegal memory access was encountered (engine is asleep)')
   }
-  return plan.stream ? streamResponse(rt, req, plan) : collectResponse(rt, req, plan)
+  return plan.stream ? streamResponse(rt, req, plan, render) : collectResponse(rt, req, plan, render)
 }
 
-function streamResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan): Response {
+function streamResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan, render: Renderer): Response {
   let gen: Generation | undefined
   let open = true
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       const send = (text: string): void => {
-        if (!open) return
+        if (!open || text === '') return
         try {
           controller.enqueue(encoder.encode(text))
         } catch {
@@ -86,32 +123,19 @@ function streamResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan)
           controller.close()
         } catch {}
       }
-      if (plan.kind === 'chat') {
-        send(
-          frame({
-            ...head(plan),
-            choices: [
-              { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
-            ],
-          }),
-        )
-      }
+      send(render.start(plan))
       gen = new Generation(rt, plan.gen, {
-        token: (text, _index, finish) =>
-          send(frame({ ...head(plan), choices: [tokenChoice(plan, text, finish)] })),
+        token: (text, _index, finish) => send(render.token(plan, text, finish)),
         done: (completion) => {
-          if (plan.includeUsage) send(frame({ ...head(plan), choices: [], usage: usageOf(plan, completion) }))
-          send('data: [DONE]\n\n')
+          send(render.done(plan, completion))
           close()
         },
         fail: (message) => {
-          send(streamErrorFrame(rt.knobs.errorShape, 500, message))
+          send(render.fail(rt, message))
           close()
         },
         aborted: (completion) => {
-          send(frame({ ...head(plan), choices: [abortChoice(plan)] }))
-          if (plan.includeUsage) send(frame({ ...head(plan), choices: [], usage: usageOf(plan, completion) }))
-          send('data: [DONE]\n\n')
+          send(render.aborted(plan, completion))
           close()
         },
       })
@@ -131,7 +155,12 @@ function streamResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan)
   })
 }
 
-function collectResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan): Promise<Response> {
+function collectResponse(
+  rt: InferenceRuntime,
+  req: Request,
+  plan: InferencePlan,
+  render: Renderer,
+): Promise<Response> {
   return new Promise<Response>((resolve) => {
     let text = ''
     let reason: FinishReason = 'length'
@@ -140,9 +169,10 @@ function collectResponse(rt: InferenceRuntime, req: Request, plan: InferencePlan
         text += t
         if (finish) reason = finish
       },
-      done: (completion) => resolve(Response.json(completionBody(plan, text, reason, completion))),
-      fail: (message) => resolve(simError(rt.knobs.errorShape, 500, message)),
-      aborted: (completion) => resolve(Response.json(completionBody(plan, text, 'abort', completion))),
+      done: (completion) => resolve(Response.json(render.body(plan, text, reason, completion))),
+      fail: (message) =>
+        resolve(render.failBody ? render.failBody(rt, message) : simError(rt.knobs.errorShape, 500, message)),
+      aborted: (completion) => resolve(Response.json(render.body(plan, text, 'abort', completion))),
     })
     req.signal.addEventListener('abort', () => {
       gen.disconnect()

@@ -1,7 +1,8 @@
 import type { Server } from 'bun'
+import { serveMessages, serveResponses } from './agent-apis.ts'
 import { errorBody } from './errors.ts'
 import { Generation } from './generation.ts'
-import { planInference, promptOf } from './openai-request.ts'
+import { type InferencePlan, planInference, promptOf } from './openai-request.ts'
 import { respondInference } from './openai-response.ts'
 import type { SglangEngine } from './sglang-engine.ts'
 import { type ChatMessage, renderChat } from './tokenizer.ts'
@@ -130,27 +131,45 @@ function lengthError(e: SglangEngine, input: number, maxNew: number | undefined)
   return null
 }
 
+/** planOpenai is SGLang's OpenAI request checks and planning, for chat, completions and the chat-backed APIs. */
+async function planOpenai(
+  e: SglangEngine,
+  kind: 'chat' | 'completion',
+  b: Record<string, unknown>,
+): Promise<InferencePlan | Response> {
+  const prompt = promptOf(kind, b)
+  if (prompt === undefined)
+    return openaiError(kind === 'chat' ? 'Messages cannot be empty.' : 'Prompt cannot be empty.')
+  const input = typeof prompt === 'string' ? e.tokenizer.encode(prompt).length : prompt.length
+  const requested = kind === 'chat' ? (b['max_completion_tokens'] ?? b['max_tokens']) : b['max_tokens']
+  const tooLong = lengthError(e, input, typeof requested === 'number' ? requested : undefined)
+  if (tooLong) return tooLong
+  const asked = typeof b['model'] === 'string' ? b['model'] : undefined
+  const plan = planInference(e, kind, { ...b, model: e.sglang.servedModelName })
+  if (plan instanceof Response) return plan
+  if (asked) plan.model = asked
+  if (e.schedulerDead) return new Promise<Response>(() => {})
+  return plan
+}
+
 function openai(kind: 'chat' | 'completion'): Handler {
   return async (e, req, server) => {
     const b = await body(req, true)
     if (b instanceof Response) return b
-    const prompt = promptOf(kind, b)
-    if (prompt === undefined)
-      return openaiError(kind === 'chat' ? 'Messages cannot be empty.' : 'Prompt cannot be empty.')
-    const input = typeof prompt === 'string' ? e.tokenizer.encode(prompt).length : prompt.length
-    const requested = kind === 'chat' ? (b['max_completion_tokens'] ?? b['max_tokens']) : b['max_tokens']
-    const tooLong = lengthError(e, input, typeof requested === 'number' ? requested : undefined)
-    if (tooLong) return tooLong
-    const asked = typeof b['model'] === 'string' ? b['model'] : undefined
-    const plan = planInference(e, kind, { ...b, model: e.sglang.servedModelName })
-    if (plan instanceof Response) return plan
-    if (asked) plan.model = asked
-    if (e.schedulerDead) return new Promise<Response>(() => {})
-    return respondInference(e, req, server, plan)
+    const plan = await planOpenai(e, kind, b)
+    return plan instanceof Response ? plan : respondInference(e, req, server, plan)
   }
 }
 
-/** generate: the native `/generate` (non-streaming), as the warmup and native clients call it. */
+/** agentApi: `/v1/responses` and `/v1/messages` through the chat planning (see agent-apis.ts). */
+function agentApi(serve: typeof serveResponses): Handler {
+  return async (e, req, server) => {
+    const b = await body(req, true)
+    if (b instanceof Response) return b
+    return serve(e, req, server, b, (chat) => planOpenai(e, 'chat', chat), 'sglang')
+  }
+}
+
 async function generate(e: SglangEngine, req: Request): Promise<Response> {
   const b = await body(req, false)
   if (b instanceof Response) return b
@@ -249,6 +268,8 @@ function routes(): Map<string, Partial<Record<string, Handler>>> {
   )
   add('/v1/chat/completions', ['POST'], openai('chat'))
   add('/v1/completions', ['POST'], openai('completion'))
+  add('/v1/responses', ['POST'], agentApi(serveResponses))
+  add('/v1/messages', ['POST'], agentApi(serveMessages))
   add('/generate', ['POST', 'PUT'], generate)
   add('/tokenize', ['POST'], tokenize)
   add('/v1/tokenize', ['POST'], tokenize)

@@ -57,6 +57,10 @@ export interface VllmProfile {
    * then fails on the taken port.
    */
   reusePort: boolean
+  /** `POST /v1/responses`, the OpenAI Responses API (vLLM 0.10.0 →). */
+  responsesApi: boolean
+  /** `POST /v1/messages`, Anthropic's Messages API (`entrypoints/anthropic`, vLLM 0.11.1 →). */
+  messagesApi: boolean
 }
 
 const V0: VllmProfile = {
@@ -74,6 +78,8 @@ const V0: VllmProfile = {
   sleepKeepsWeights: false,
   sleepFiguresRounded: false,
   reusePort: true,
+  responsesApi: false,
+  messagesApi: false,
 }
 
 const V0_10: VllmProfile = {
@@ -82,11 +88,12 @@ const V0_10: VllmProfile = {
   engine: 'v1',
   coreTag: 'EngineCore_DP0',
   startupMemoryLine: 'bytes',
+  responsesApi: true,
 }
 
 const V0_11: VllmProfile = { ...V0_10, version: '0.11.0', startupMemoryDebug: true }
 
-const V0_11_1: VllmProfile = { ...V0_11, version: '0.11.1', sleepStateMetric: true }
+const V0_11_1: VllmProfile = { ...V0_11, version: '0.11.1', sleepStateMetric: true, messagesApi: true }
 
 const V0_14: VllmProfile = {
   ...V0_11_1,
