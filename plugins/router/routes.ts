@@ -7,6 +7,10 @@ import {
   ChatCompletionRequest,
   Completion,
   CompletionRequest,
+  MessageObject,
+  MessagesRequest,
+  ResponseObject,
+  ResponsesRequest,
 } from '../../src/wire/openai-schemas.ts'
 import { internalError, routeNotFound } from './errors.ts'
 import {
@@ -130,6 +134,22 @@ export function routerRoutes(service: RouterService, log: Logger) {
       '/v1/completions',
       inference,
       inferenceDoc('Text completion (OpenAI-compatible)', CompletionRequest, Completion),
+    )
+    .post(
+      '/v1/responses',
+      inference,
+      inferenceDoc('OpenAI Responses API (usage in `response.completed`)', ResponsesRequest, ResponseObject),
+    )
+    .post(
+      '/v1/messages',
+      inference,
+      inferenceDoc(
+        "Anthropic Messages API (`x-api-key` accepted as the key; the router's own refusals in Anthropic's " +
+          'shape: `{type: "error", error: {type, message}}`, 404 `not_found_error`, 529 `overloaded_error` ' +
+          'for what other routes answer 503)',
+        MessagesRequest,
+        MessageObject,
+      ),
     )
     .get('/v1/models', listModels, {
       response: { 200: ModelListSchema, ...authError, 429: RouterError },

@@ -273,7 +273,9 @@ describe('router errors and docs', () => {
         '/traffic/stats/{model_name}',
         '/v1/chat/completions',
         '/v1/completions',
+        '/v1/messages',
         '/v1/models',
+        '/v1/responses',
       ].sort(),
     )
     const chatDoc = doc.body.paths['/v1/chat/completions']!.post as { requestBody: unknown }
