@@ -90,6 +90,20 @@ export interface PlanRequest extends Omit<BackendRequest, 'model' | 'holdTimeout
   readonly usage?: UsageMode
 }
 
+/**
+ * MAX_HOLDS: the most times one request waits for its model to wake or load. A model evicted again
+ * between its wake and the request's turn is woken again for it (each wait within the first one's
+ * deadline); a third eviction in a row says the host cannot keep it, and the request is refused.
+ */
+export const MAX_HOLDS = 3
+
+/** Waited: a request that already waited for its model: how many times, and until when it may. */
+interface Waited {
+  holds: number
+  /** performance.now() past which it waits no more (its first wait's end) */
+  deadline: number
+}
+
 /** A request without a key is held as a key of `normal` priority is. */
 const NORMAL_PRIORITY = 1
 
@@ -239,15 +253,15 @@ export class ModelDirectory {
 
   /** plan: what to do with one request for `model` (a name a client uses), as a front action. */
   plan(model: string, req: PlanRequest, p: ListenerPlan): WireAction {
-    if (!req.grant) return this.planOnce(model, req, p, false, undefined)
-    return this.planOnce(model, withUsage(req), p, false, undefined)
+    if (!req.grant) return this.planOnce(model, req, p, null, undefined)
+    return this.planOnce(model, withUsage(req), p, null, undefined)
   }
 
   private planOnce(
     model: string,
     req: PlanRequest,
     p: ListenerPlan,
-    afterWake: boolean,
+    after: Waited | null,
     exclude: ReadonlySet<string> | undefined,
   ): WireAction {
     const cands = this.candidates(model, p.kinds, exclude)
@@ -256,7 +270,7 @@ export class ModelDirectory {
     // The key begins once its model is known to exist (a name no backend has is refused first, and
     // counted under no name of its own), reserving the request's worst case when it has token limits.
     const grant = req.grant
-    if (grant && !afterWake && exclude === undefined) {
+    if (grant && after === null && exclude === undefined) {
       const worst = grant.metered ? requestCost(req.body.length, req.json, best.contextTokens?.() ?? null) : 0
       const denied = grant.begin(model, worst)
       if (denied) return this.refuse(p, req, denied)
@@ -268,11 +282,11 @@ export class ModelDirectory {
       case 'waking':
         // Another pod wakes its own: the request goes there and waits (or is refused) on that pod.
         if (!best.local || !best.wake) return this.lease(best, model, req, p, exclude)
-        return this.wakeFirst(cands, model, req, p, afterWake)
+        return this.wakeFirst(cands, model, req, p, after)
       case 'starting':
       case 'absent':
         // A model served on demand: its request waits in the model's queue for the load.
-        if (best.local && best.wake && best.queue?.()) return this.wakeFirst(cands, model, req, p, afterWake)
+        if (best.local && best.wake && best.queue?.()) return this.wakeFirst(cands, model, req, p, after)
         if (best.readiness() === 'absent') return this.refuse(p, req, p.answers.unknown(model))
         return this.refuse(p, req, p.answers.starting(model, best.retryAfterSeconds?.() ?? null))
       case 'unavailable':
@@ -283,14 +297,16 @@ export class ModelDirectory {
   /**
    * wakeFirst: the model sleeps here: every sleeping backend of it is woken (the request goes on as
    * soon as one serves), then the listener's policy. A request that already waited for a wake and
-   * finds the model asleep again is refused, never woken twice.
+   * finds the model asleep again (evicted between its wake and its turn) waits again, within the
+   * deadline of its first wait and at most MAX_HOLDS times in all; past either it is refused with
+   * Retry-After.
    */
   private wakeFirst(
     cands: readonly Backend[],
     model: string,
     req: PlanRequest,
     p: ListenerPlan,
-    afterWake: boolean,
+    after: Waited | null,
   ): WireAction {
     const first = cands[0]!
     const name = first.model
@@ -298,11 +314,12 @@ export class ModelDirectory {
     // A model whose last wake or load failed says so, also to a request that waited for it.
     const failure = this.record(name).recentFailure(performance.now())
     if (failure) return this.refuse(p, req, p.answers.wakeFailed(name, failure))
-    if (afterWake) {
+    if (after) {
       // Not loaded after all (its load ended without serving, and not by a failure): it cannot
-      // serve now; asleep again: it is being woken.
+      // serve now. Asleep again: it waits again while its deadline and its holds last.
       if (first.readiness() === 'absent') return this.refuse(p, req, p.answers.unavailable(name))
-      return this.refuse(p, req, p.answers.waking(name, retryAfter()))
+      if (after.holds >= MAX_HOLDS || performance.now() >= after.deadline)
+        return this.refuse(p, req, p.answers.waking(name, retryAfter()))
     }
     const queue = first.queue?.() ?? null
     const seat = seatOf(req, queue)
@@ -320,7 +337,7 @@ export class ModelDirectory {
       : null
     const wake = this.join(name, sleepers, held ?? req.trace).done
     if (!holds) return this.refuse(p, req, p.answers.waking(name, retryAfter()))
-    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, seat, held) }
+    return { defer: (signal) => this.hold(first, model, wake, req, p, signal, queue, seat, held, after) }
   }
 
   /**
@@ -388,6 +405,7 @@ export class ModelDirectory {
     queue: { max: number; timeoutMs: number } | null,
     seat: Seat,
     span: TraceSpan | null,
+    after: Waited | null,
   ): Promise<WireAction> {
     const t0 = performance.now()
     const name = first.model
@@ -400,7 +418,10 @@ export class ModelDirectory {
     if (!waiter) return this.refuse(p, req, p.answers.queueFull(name, this.retryAfterSeconds(first)))
     let outcome: HoldOutcome = 'awake'
     let reason = ''
-    const timeoutMs = queue?.timeoutMs ?? p.holdTimeoutMs
+    const limitMs = queue?.timeoutMs ?? p.holdTimeoutMs
+    // A second wait ends where the first would have (its deadline), not a whole timeout later.
+    const deadline = after?.deadline ?? t0 + limitMs
+    const timeoutMs = Math.max(0, deadline - t0)
     try {
       const signal = AbortSignal.any([client, queue ? this.queues.signal : this.lifetime.signal])
       await abortable(waiter.done, { signal, timeoutMs, what: `the wake of ${name}` })
@@ -429,7 +450,7 @@ export class ModelDirectory {
     const retryAfter = () => this.retryAfterSeconds(first)
     switch (outcome) {
       case 'awake':
-        return this.planOnce(model, req, p, true, undefined)
+        return this.planOnce(model, req, p, { holds: (after?.holds ?? 0) + 1, deadline }, undefined)
       case 'client_gone':
         p.books?.ended(499, performance.now() - req.startedAt)
         req.grant?.end(499, null)
@@ -446,7 +467,7 @@ export class ModelDirectory {
           p.answers.waking(
             name,
             retryAfter(),
-            `Model '${name}' did not ${what} within ${timeoutMs / 1000} s${phase ? ` (${phase})` : ''}; retry later`,
+            `Model '${name}' did not ${what} within ${limitMs / 1000} s${phase ? ` (${phase})` : ''}; retry later`,
           ),
         )
       }
@@ -490,7 +511,7 @@ export class ModelDirectory {
   ): WireAction {
     const tried = new Set(exclude)
     tried.add(b.key)
-    if (this.candidates(model, p.kinds, tried).length > 0) return this.planOnce(model, req, p, false, tried)
+    if (this.candidates(model, p.kinds, tried).length > 0) return this.planOnce(model, req, p, null, tried)
     const info: ForwardEnd = {
       status: err.status,
       bytes: 0,

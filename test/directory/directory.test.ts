@@ -8,7 +8,12 @@ import type {
   LeaseHandle,
   Readiness,
 } from '../../src/directory/backend.ts'
-import type { ListenerPlan, ModelDirectory, ProxyRequestEvent } from '../../src/directory/directory.ts'
+import {
+  type ListenerPlan,
+  MAX_HOLDS,
+  type ModelDirectory,
+  type ProxyRequestEvent,
+} from '../../src/directory/directory.ts'
 import { WAKE_RETRY_MS } from '../../src/directory/wake.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import type { InferenceGrant, WireAction } from '../../src/wire/route.ts'
@@ -84,6 +89,13 @@ class TestBackend implements Backend {
 
   wakeDone(): void {
     this.state = 'ready'
+    this.pending?.resolve()
+    this.pending = null
+  }
+
+  /** wakeEndsEvicted: the wake ends, and the model is put to sleep again before anyone's turn (an eviction). */
+  wakeEndsEvicted(): void {
+    this.state = 'asleep'
     this.pending?.resolve()
     this.pending = null
   }
@@ -430,6 +442,42 @@ describe('the model directory: leases', () => {
       expect(directory.held('held-model')).toBe(0)
       expect(b.open).toBe(0)
       c.socket.destroy()
+    } finally {
+      policy = 'reject'
+    }
+  })
+
+  it('a held request whose model is evicted again before its turn waits again, at most MAX_HOLDS times', async () => {
+    policy = 'hold'
+    try {
+      const b = add('e1', 'evicted-model')
+      b.state = 'asleep'
+      const c = await send('evicted-model')
+      await waitFor('the request held', () => b.wakes === 1 && directory.held('evicted-model') === 1)
+      // Woken, then evicted at once: the request is held again for a second wake, not refused.
+      b.wakeEndsEvicted()
+      await waitFor('held again', () => b.wakes === 2 && directory.held('evicted-model') === 1)
+      expect(c.text).toBe('')
+      b.wakeDone()
+      await c.waitFor((r) => parse(r.text).length === 1, 5000, 'the answer after the second wake')
+      expect(parse(c.text)[0]!.status).toBe(200)
+      expect(b.open).toBe(0)
+      c.socket.destroy()
+
+      // Evicted after every wake: refused after its MAX_HOLDS-th wait, with Retry-After.
+      b.state = 'asleep'
+      const d = await send('evicted-model')
+      for (let wake = 1; wake <= MAX_HOLDS; wake++) {
+        await waitFor(`wait ${wake}`, () => b.wakes === 2 + wake && directory.held('evicted-model') === 1)
+        b.wakeEndsEvicted()
+      }
+      await d.waitFor((r) => parse(r.text).length === 1, 5000, 'the refusal')
+      const refused = parse(d.text)[0]!
+      expect([refused.status, JSON.parse(refused.body).error.code]).toEqual([503, 'model_sleeping'])
+      expect(refused.headers['retry-after']).toBeDefined()
+      expect(b.wakes).toBe(2 + MAX_HOLDS)
+      expect(directory.held('evicted-model')).toBe(0)
+      d.socket.destroy()
     } finally {
       policy = 'reject'
     }
