@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'bun:test'
+import { freePort } from '../sim/helpers.ts'
 import { startGateway, type TestGateway } from '../support/gateway.ts'
 import { waitFor } from '../support/wait.ts'
 
@@ -94,6 +95,19 @@ describe("a model's queue while it loads", () => {
     const served = (await Promise.all(flood)).filter((r) => r.status === 200)
     expect(served.length).toBe(2)
   }, 60_000)
+})
+
+describe('a burst during a cold load', () => {
+  it('waits, with the default queue and deadline: 100 requests sent at once are all served', async () => {
+    const base = await freePort()
+    const { gw } = await boot(['burst'], { ports: [base, base + 9], env: { SIM_LOAD_DELAY_MS: '2000' } })
+    const burst = Array.from({ length: 100 }, () => chat(gw.url, STATIC_KEY, 'burst'))
+    await waitFor('every request of the burst held', () => gw.host.directory.held('burst') === 100)
+    const answers = await Promise.all(burst)
+    const statuses = answers.map((r) => r.status)
+    expect(statuses.filter((s) => s !== 200)).toEqual([])
+    await Promise.all(answers.map((r) => r.text()))
+  }, 120_000)
 })
 
 describe('a load its last client leaves', () => {

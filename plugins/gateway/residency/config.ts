@@ -16,11 +16,14 @@ export const ResidencyConfig = T.Object(
         'unloaded), off (never evict; a catalogued model loads only where memory is free)',
     }),
     max_queue: T.Integer({
-      default: 64,
+      default: 1024,
       minimum: 1,
       description:
         'requests held per model while it loads or wakes; beyond it 429 queue_full with Retry-After. ' +
-        'One inference key holds at most half of it (at least 1), or its max_concurrent when that is more',
+        'One inference key holds at most half of it (at least 1), or its max_concurrent when that is more. ' +
+        'A burst during a cold load waits rather than fails: what a held request holds (its connection and ' +
+        'its body) counts against the listener\'s server.max_connections and server.max_buffered_body_bytes, ' +
+        'so the queue adds only its own small entry per request to what the listener already bounds',
     }),
     queue_timeout_seconds: T.Integer({
       default: 300,
