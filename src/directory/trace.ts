@@ -55,6 +55,24 @@ export function traced(span: TraceSpan, f: WireForwardAction): WireForwardAction
       onEnd(info)
     }
   }
+  const retry = f.retry
+  if (retry)
+    f.retry = {
+      // The call that never left ends as unsent; the next backend's call is its own span.
+      next: (reason) => {
+        const code = (reason as { code?: string }).code ?? 'upstream_unavailable'
+        endCall(span, {
+          status: 502,
+          bytes: 0,
+          durationMs: 0,
+          ttftMs: null,
+          streamed: false,
+          aborted: false,
+          error: code,
+        })
+        return retry.next(reason)
+      },
+    }
   return f
 }
 

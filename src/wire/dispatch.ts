@@ -271,6 +271,7 @@ export class ClientConn extends Connection {
         responseHead: req.grant?.responseHead,
         // A recording span reads the engine's counts too (when the answer carries them).
         usage: f.usage ?? (trace?.recording ? 'read' : undefined),
+        retry: f.retry,
         trace,
         onEnd: (info) => {
           opts.onRequest(head.method, head.path, head.query, info.status, info.durationMs)
@@ -295,6 +296,22 @@ export class ClientConn extends Connection {
     const now = performance.now()
     opts.onRequest(head.method, head.path, head.query, status, now - req.startedAt)
     this.answered(keepAlive, now)
+  }
+
+  /** retried: the forward's upstream refused it unsent: the route's next action for the same request. */
+  retried(action: WireAction): void {
+    const req = this.request
+    if (req === null) {
+      // Cannot happen (only a hot route's forward retries): answer rather than hang.
+      this.current = null
+      this.closeConnection()
+      return
+    }
+    // Hand over without letting the drain count touch zero in between (a forward counts again).
+    this.current = null
+    this.inference = false
+    this.act(req.head, req, action)
+    this.front.inferenceEnded()
   }
 
   /**

@@ -13,7 +13,7 @@ import {
   wholeReply,
 } from './response-parser.ts'
 import { errorResponse, latin1, statusLine } from './responses.ts'
-import type { ForwardEnd } from './route.ts'
+import type { ForwardEnd, WireAction } from './route.ts'
 import { unwatch, type Watched, watch } from './ticker.ts'
 import {
   errorCode,
@@ -69,6 +69,11 @@ export interface WireClient {
   exchangeDone(reuse: boolean, now: number): void
   /** closeConnection: the response cannot be completed; close after what was written. */
   closeConnection(): void
+  /**
+   * retried: the exchange ended without a word to the client (its upstream refused the connection,
+   * WireForward.retry): carry out `action` for the same request instead.
+   */
+  retried?(action: WireAction): void
 }
 
 export interface WireForward {
@@ -95,6 +100,8 @@ export interface WireForward {
   responseHead?: string | undefined
   /** Read the engine's usage (and strip the usage chunk of a stream): see WireForwardAction.usage. */
   usage?: UsageMode | undefined
+  /** What a refused connection hands the request to instead of a 502 (WireForwardAction.retry). */
+  retry?: { next(reason: unknown): WireAction } | undefined
   /**
    * trace: the request's server span (null: not traced). The exchange marks its first token (the
    * first body byte of a streamed answer) and, when the span records, reads the answer's finish
@@ -598,6 +605,21 @@ export class WireExchange implements ConnUser, ParserEvents, Watched {
   private failBeforeHead(cause: unknown): void {
     this.conn?.destroy()
     if (this.clientGone) return
+    const retry = this.f.retry
+    // Refused before a connection existed: nothing was sent, so another backend may take it (an
+    // engine that stopped between the plan and the connect, as a move's source does).
+    if (
+      retry !== undefined &&
+      this.conn === null &&
+      this.expired === null &&
+      errorCode(cause) !== 'ConnectTimeout' &&
+      this.client.retried !== undefined
+    ) {
+      this.phase = Phase.Done
+      if (this.f.firstByteTimeoutMs > 0) unwatch(this)
+      this.client.retried(retry.next(upstreamUnavailable(cause)))
+      return
+    }
     const error =
       this.expired ??
       (errorCode(cause) === 'ConnectTimeout'

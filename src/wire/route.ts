@@ -153,7 +153,14 @@ export interface WireForwardAction {
    * `strip`: and take the usage chunk the request was made to ask for out of the client's stream.
    */
   usage?: UsageMode
-  /** Called exactly once when the response has fully ended (see ForwardEnd). */
+  /**
+   * retry: the upstream refused the connection, so nothing of the request was sent: what to do
+   * instead comes from `retry.next` (the model directory's lease: the next backend, or the error),
+   * and `onEnd` is not called for this forward. Absent: the front answers 502. Only a refused
+   * connection is retried this way, never a connect timeout or a failure after bytes were sent.
+   */
+  retry?: { next(reason: unknown): WireAction }
+  /** Called exactly once when the response has fully ended (see ForwardEnd), unless retried. */
   onEnd(info: ForwardEnd): void
 }
 

@@ -30,7 +30,8 @@ export class ParsedWireRequest implements WireRequest {
   trace: RequestTrace | null = null
 
   constructor(
-    private readonly head: RequestHead,
+    /** The request's head (the front's own view; a retried forward is carried out again from it). */
+    readonly head: RequestHead,
     private readonly maxJsonDepth: number,
     private readonly conn: SpanSource,
   ) {}

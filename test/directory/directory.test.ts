@@ -17,6 +17,7 @@ import {
 import { WAKE_RETRY_MS } from '../../src/directory/wake.ts'
 import { definePlugin, type PluginDefinition } from '../../src/host/plugin.ts'
 import type { InferenceGrant, WireAction } from '../../src/wire/route.ts'
+import { freePort } from '../sim/helpers.ts'
 import { startHost, type TestHost } from '../support/host.ts'
 import { NetRaw, parse } from '../support/raw-client.ts'
 import { waitFor } from '../support/wait.ts'
@@ -42,6 +43,8 @@ class TestBackend implements Backend {
   queueMax: number | null = null
   /** The queries of the requests forwarded to it, in the order they were forwarded. */
   readonly forwarded: string[] = []
+  /** An engine that stopped after the plan: its port refuses the connection (set: that port). */
+  refusedPort: number | null = null
 
   constructor(
     readonly key: string,
@@ -110,7 +113,8 @@ class TestBackend implements Backend {
     this.forwarded.push(req.query)
     return {
       forward: {
-        origin: this.stub().url,
+        origin: this.refusedPort === null ? this.stub().url : `http://127.0.0.1:${this.refusedPort}`,
+        retry: lease,
         target: req.enginePath + req.query,
         body: req.body,
         firstByteTimeoutMs: 5000,
@@ -481,6 +485,27 @@ describe('the model directory: leases', () => {
     } finally {
       policy = 'reject'
     }
+  })
+
+  it('a request whose engine refuses the connection (stopped after the plan) goes to the next backend', async () => {
+    const gone = add('r1', 'refused-model')
+    gone.refusedPort = await freePort()
+    const other = add('r2', 'refused-model')
+    const c = await send('refused-model', '/v1/chat?first')
+    await c.waitFor((r) => parse(r.text).length === 1, 5000, 'the answer')
+    // Planned to the stopped one first (the directory's order), served by the other.
+    expect(parse(c.text)[0]!.status).toBe(200)
+    expect([gone.forwarded, other.forwarded]).toEqual([['?first'], ['?first']])
+    expect([gone.open, other.open]).toEqual([0, 0])
+    c.socket.destroy()
+    // With no other backend left, the refusal is answered 502, once, holding nothing.
+    other.refusedPort = await freePort()
+    const d = await send('refused-model', '/v1/chat?second')
+    await d.waitFor((r) => parse(r.text).length === 1, 5000, 'the refusal')
+    const refused = parse(d.text)[0]!
+    expect([refused.status, JSON.parse(refused.body).error.code]).toEqual([502, 'upstream_unavailable'])
+    expect([gone.open, other.open]).toEqual([0, 0])
+    d.socket.destroy()
   })
 
   it('a client that leaves while held is counted gone and holds nothing', async () => {

@@ -154,6 +154,9 @@ export class InstanceBackend implements Backend {
       body,
       firstByteTimeoutMs: req.firstByteTimeoutMs,
       connectTimeoutMs: req.connectTimeoutMs,
+      // An engine that stopped after the plan (a move's source, an unload) refuses the connection:
+      // the request goes to the next instance of the model, never answered 502 for it.
+      retry: lease,
       onEnd: lease.end,
     }
     const trace = req.trace

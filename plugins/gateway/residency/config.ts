@@ -22,7 +22,7 @@ export const ResidencyConfig = T.Object(
         'requests held per model while it loads or wakes; beyond it 429 queue_full with Retry-After. ' +
         'One inference key holds at most half of it (at least 1), or its max_concurrent when that is more. ' +
         'A burst during a cold load waits rather than fails: what a held request holds (its connection and ' +
-        'its body) counts against the listener\'s server.max_connections and server.max_buffered_body_bytes, ' +
+        "its body) counts against the listener's server.max_connections and server.max_buffered_body_bytes, " +
         'so the queue adds only its own small entry per request to what the listener already bounds',
     }),
     queue_timeout_seconds: T.Integer({
