@@ -271,16 +271,18 @@ async function main(): Promise<void> {
   const mg = await launch([BUN, join(HERE, 'proxy-server.ts'), '--upstream', String(stubPort)])
   const mgUrl = mg.info.url as string
   const mgPid = mg.info.pid as number
-  // The same proxy with 1,000 inference keys, sending a key with limits (which it never reaches).
+  // The same proxy with 1,000 inference keys (made by make-keys.ts in its own process, loaded as
+  // after a restart), sending the one with limits (which it never reaches).
+  const made = await launch([BUN, join(HERE, 'make-keys.ts'), '--keys', '1000'])
   const mk = await launch([
     BUN,
     join(HERE, 'proxy-server.ts'),
     '--upstream',
     String(stubPort),
-    '--keys',
-    '1000',
+    '--data-dir',
+    made.info.dataDir as string,
   ])
-  const keyHeaders = { authorization: `Bearer ${mk.info.key as string}` }
+  const keyHeaders = { authorization: `Bearer ${made.info.key as string}` }
   const rt = await launch([BUN, join(HERE, 'router-server.ts'), '--upstream', String(stubPort)])
   const rtUrl = rt.info.url as string
   const rtPid = rt.info.pid as number
