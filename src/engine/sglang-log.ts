@@ -60,6 +60,7 @@ import {
   minOf,
   PHASE_PROGRESS,
   round4,
+  type StartupTimings,
 } from './engine-logs.ts'
 
 /** SglangLogLine: one output line split into its process prefix (` TP1`…) and message. */
@@ -69,12 +70,12 @@ export interface SglangLogLine {
   message: string
 }
 
-/** SglangStartupTimings: the main process's `Engine startup timings (s)` line, in seconds. */
-export interface SglangStartupTimings {
-  /** the whole start-up as the server saw it (`tokenizer_e2e`, else the scheduler's `scheduler_e2e`) */
-  totalSeconds: number | null
-  /** `load_weight`: the weights (the target's and a draft's) */
-  loadWeightsSeconds: number | null
+/**
+ * SglangStartupTimings: the main process's `Engine startup timings (s)` line, in seconds:
+ * totalSeconds is the whole start-up as the server saw it (`tokenizer_e2e`, else the scheduler's
+ * `scheduler_e2e`), loadWeightsSeconds `load_weight` (the target's weights and a draft's).
+ */
+export interface SglangStartupTimings extends StartupTimings {
   /** every phase named, the CUDA-graph ones as `cuda_graph.decode`, `cuda_graph.target_verify`, … */
   phases: Record<string, number>
 }

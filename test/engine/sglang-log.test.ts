@@ -2,6 +2,7 @@ import { describe, expect, it } from 'bun:test'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { MemoryMetrics } from '../../src/engine/engine-logs.ts'
+import { sglangDriver } from '../../src/engine/sglang-driver.ts'
 import { parseSglangLine, SglangLogAccumulator, splitSglangLine } from '../../src/engine/sglang-log.ts'
 
 /**
@@ -451,4 +452,14 @@ describe('SGLang start-up logs (test/fixtures/sglang)', () => {
       })
     }
   }
+
+  it("gives the start-up timings through the engine seam (the driver's logs), null before the line", () => {
+    const logs = sglangDriver.logs({})
+    const lines = fixtureEngines('sglang-0.5.18.log').get('qwen3-8b') ?? []
+    const at = lines.findIndex((l) => l.includes('Engine startup timings'))
+    for (const line of lines.slice(0, at)) logs.observe(line)
+    expect(logs.startupTimings?.()).toBeNull()
+    logs.observe(lines[at]!)
+    expect(logs.startupTimings?.()).toMatchObject({ totalSeconds: 65.82, loadWeightsSeconds: 12.02 })
+  })
 })
