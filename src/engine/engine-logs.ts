@@ -50,6 +50,15 @@ export interface MemoryMetrics {
   max_model_len: number
 }
 
+/**
+ * StartupTimings are the seconds an engine says its start-up took, when it says so (SGLang's
+ * `Engine startup timings (s)`): the whole start-up and the weights' load, for load-time costs.
+ */
+export interface StartupTimings {
+  totalSeconds: number | null
+  loadWeightsSeconds: number | null
+}
+
 /** MemoryHints are launch facts an engine's logs may lack: its memory fraction and the device size. */
 export interface MemoryHints {
   gpuMemoryUtilization?: number
@@ -75,6 +84,8 @@ export interface EngineLogs {
   lastErrorLines(n: number): string[]
   /** startupFailure is the message to show for a failed load: the line that names the cause. */
   startupFailure(): string | null
+  /** startupTimings: the engine's own account of its start-up, null until it printed one (optional). */
+  startupTimings?(): StartupTimings | null
 }
 
 /** laterPhase: the later of two phases (start-up never goes back). */

@@ -17,7 +17,8 @@ import { resolveProfile, type VllmProfile } from './versions.ts'
  * SIM_SLEEP_INFERENCE=crash makes inference on released memory kill the engine (old builds),
  * SIM_WAKE_DELAY_MS (level-1 wake is a third of it) and SIM_RELOAD_DELAY_MS time the wake and
  * `collective_rpc reload_weights`. VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 keeps the API server up after
- * its engine core died, as in vLLM.
+ * its engine core died, as in vLLM. `sim sglang` takes its release from SIM_SGLANG_VERSION (versions.ts
+ * SglangProfile: current builds' start-up lines by default, 2025's with `0.5.6`).
  */
 export interface SimKnobs {
   /** The vLLM release imitated (SIM_VLLM_VERSION, see versions.ts); logStyle follows its engine. */

@@ -18,6 +18,10 @@ function portIsFree(hostname: string, port: number): boolean {
 
 const gb = (x: number) => x.toFixed(2)
 
+/** torchDtype: how the KV line names the pool's element type (`dtype: torch.bfloat16`). */
+const torchDtype = (bytes: number) =>
+  bytes >= 4 ? 'torch.float32' : bytes === 1 ? 'torch.float8_e4m3fn' : 'torch.bfloat16'
+
 /**
  * bootSglang walks SGLang's start-up with its log lines (see src/engine/sglang-log.ts for their
  * sources), spreading SIM_LOAD_DELAY_MS over the stages: the scheduler processes (one per TP rank,
@@ -28,7 +32,9 @@ const gb = (x: number) => x.toFixed(2)
  * does: a scheduler exception with the server's SIGQUIT (exit by SIGKILL), or a traceback and exit 1.
  */
 export async function bootSglang(e: SglangEngine): Promise<void> {
-  const { sglang: a, knobs, log, model } = e
+  const { sglang: a, knobs, log, model, profile } = e
+  const bootStart = performance.now()
+  const since = (t0: number) => ((performance.now() - t0) / 1000).toFixed(2)
   const D = knobs.loadDelayMs
   const tp = a.tpSize
   const fraction = a.memFractionStatic ?? defaultFraction(tp)
@@ -95,7 +101,7 @@ export async function bootSglang(e: SglangEngine): Promise<void> {
   avail -= plan.weightsGiB
   e.loaded = 'weights'
   e.writeRecord()
-  const elapsed = ((performance.now() - loadStart) / 1000).toFixed(2)
+  const elapsed = since(loadStart)
   perRank(
     () =>
       `Load weight end. elapsed=${elapsed} s, type=${model.architecture}, avail mem=${gb(avail)} GB, ` +
@@ -106,21 +112,52 @@ export async function bootSglang(e: SglangEngine): Promise<void> {
   if (plan.kvTokens <= 0)
     return e.crash(`RuntimeError: ${NOT_ENOUGH_MEMORY}`, 'scheduler.py", line 312, in __init__')
   const { k, v } = kvSizes(plan)
-  perRank(() => `KV Cache is allocated. #tokens: ${plan.kvTokens}, K size: ${k} GB, V size: ${v} GB`)
+  const kvStart = performance.now()
+  const dtype = profile.kvDtype ? `dtype: ${torchDtype(model.dtypeBytes)}, ` : ''
+  perRank(() => `KV Cache is allocated. ${dtype}#tokens: ${plan.kvTokens}, K size: ${k} GB, V size: ${v} GB`)
   avail -= plan.kvGiB
   e.loaded = 'kv'
   e.writeRecord()
   perRank(() => `Memory pool end. avail mem=${gb(avail)} GB`)
-  if (!a.disableCudaGraph) {
+  const kvSeconds = since(kvStart)
+  const graphSeconds = { prefill: '0.00', decode: '0.00' }
+  if (!a.disableCudaGraph && profile.graphSets) {
+    // Current builds capture a prefill set and a decode set, each with its begin and end lines; the
+    // plan's CUDA-graph memory is split between them.
+    const sets = [
+      {
+        name: 'prefill' as const,
+        share: 0.4,
+        shape: 'backend=breakable, num_tokens=[4, 8, 16, 32, 64, 128, 256, 512]',
+      },
+      { name: 'decode' as const, share: 0.6, shape: 'backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 8]' },
+    ]
+    for (const set of sets) {
+      const t0 = performance.now()
+      perRank(() => `Capture target ${set.name} CUDA graph begin. ${set.shape}, avail mem=${gb(avail)} GB`)
+      log.stderr(
+        `Capturing batches (bs=1 avail_mem=${gb(avail)} GB): 100%|██████████| 4/4 [00:00<00:00, 13.26it/s]`,
+      )
+      await e.delay(D * 0.125)
+      const used = Number(gb(plan.graphsGiB * set.share))
+      const before = Number(gb(avail))
+      avail -= used
+      graphSeconds[set.name] = since(t0)
+      perRank(
+        () =>
+          `Capture target ${set.name} CUDA graph end. elapsed=${graphSeconds[set.name]} s, ` +
+          `mem usage=${gb(before - Number(gb(avail)))} GB, avail mem=${gb(avail)} GB.`,
+      )
+    }
+  } else if (!a.disableCudaGraph) {
     const t0 = performance.now()
     perRank(() => `Capture cuda graph begin. This can take up to several minutes. avail mem=${gb(avail)} GB`)
     log.stderr('Capturing batches (bs=1 avail_mem=8.00 GB): 100%|██████████| 3/3 [00:00<00:00, 13.26it/s]')
     await e.delay(D * 0.25)
     avail -= plan.graphsGiB
-    const secs = ((performance.now() - t0) / 1000).toFixed(2)
     perRank(
       () =>
-        `Capture cuda graph end. Time elapsed: ${secs} s. mem usage=${gb(plan.graphsGiB)} GB. avail mem=${gb(avail)} GB.`,
+        `Capture cuda graph end. Time elapsed: ${since(t0)} s. mem usage=${gb(plan.graphsGiB)} GB. avail mem=${gb(avail)} GB.`,
     )
   }
   e.loaded = 'all'
@@ -132,6 +169,16 @@ export async function bootSglang(e: SglangEngine): Promise<void> {
     `max_total_num_tokens=${plan.kvTokens}, chunked_prefill_size=8192, max_prefill_tokens=16384, ` +
       `max_running_requests=${maxRunning}, context_len=${e.maxModelLen}, available_gpu_mem=${gb(avail)} GB`,
   )
+  if (profile.startupTimings) {
+    const total = since(bootStart)
+    log.info(
+      '',
+      'engine.py',
+      `Engine startup timings (s): load_weight=${elapsed}, kv_cache_allocation=${kvSeconds}, ` +
+        `scheduler_e2e=${total}, cuda_graph={prefill=${graphSeconds.prefill}, decode=${graphSeconds.decode}, ` +
+        `target_verify=0.00, draft_prefill=0.00, draft_decode=0.00, draft_extend=0.00}, tokenizer_e2e=${total}`,
+    )
+  }
   e.scheduler = new Scheduler(maxRunning, plan.kvTokens, (seq) => e.canRun(seq))
   startServing(e)
   e.startTimers()

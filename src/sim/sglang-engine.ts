@@ -13,6 +13,7 @@ import { SglangMetrics } from './sglang-metrics.ts'
 import { SleepState } from './sleep-state.ts'
 import { removeEngineRecord, writeEngineRecord } from './state.ts'
 import { FakeTokenizer } from './tokenizer.ts'
+import { resolveSglangProfile, type SglangProfile } from './versions.ts'
 import { processSink } from './vllm-log.ts'
 
 /**
@@ -43,6 +44,8 @@ export const MEMORY_TAGS = ['kv_cache', 'weights', 'weights_drafter', 'cuda_grap
 
 export class SglangEngine implements InferenceRuntime {
   readonly knobs: SimKnobs
+  /** the SGLang release imitated (SIM_SGLANG_VERSION, versions.ts): which start-up lines it prints */
+  readonly profile: SglangProfile
   readonly log = new SglangLog()
   readonly tags = { api: '', core: ' TP0' }
   readonly model: ModelSpec
@@ -102,6 +105,7 @@ export class SglangEngine implements InferenceRuntime {
     // SGLang's OpenAI errors are the older `{"object": "error", …}` shape; inference on released
     // memory kills the engine (there is no queueing behind a sleep as newer vLLM has).
     this.knobs = { ...readKnobs(env), errorShape: 'old', sleepInference: 'crash' }
+    this.profile = resolveSglangProfile(env['SIM_SGLANG_VERSION'])
     this.model = lookupModel(sglang.modelPath)
     this.args = { model: sglang.modelPath, servedModelNames: [sglang.servedModelName] }
     this.maxModelLen = sglang.contextLength ?? this.model.maxModelLen

@@ -165,3 +165,55 @@ export function resolveProfile(requested: string | undefined, logStyle: string |
   for (const p of PROFILES) if (compare(parts(p.version) ?? [0, 0, 0], want) <= 0) chosen = p
   return { ...chosen, version: requested?.trim().replace(/^v/, '') ?? chosen.version }
 }
+
+/**
+ * SglangProfile is what differs between the SGLang releases `sim sglang` imitates: its start-up log
+ * lines. `SIM_SGLANG_VERSION` picks one as SIM_VLLM_VERSION does (the newest profile not newer than
+ * the version asked for); unset, the current one. Read in sgl-project/sglang (model_runner.py,
+ * mem_cache/memory_pool.py `_finalize_allocation_log`, entrypoints/engine.py) and the start-up logs
+ * users quote: current builds (0.5.15–0.5.18, December 2026) print the KV pool's dtype, one
+ * `Capture <target|draft> <set> CUDA graph begin/end` pair per graph set and `Engine startup timings
+ * (s)`; the older builds of 2025 `KV Cache is allocated. #tokens: …` and one `Capture cuda graph
+ * begin/end` pair. The release that changed the lines is not known: the older profile is placed at
+ * 0.5.6, the current one at 0.5.15, releases that certainly print each.
+ */
+export interface SglangProfile {
+  version: string
+  /** `KV Cache is allocated. dtype: torch.bfloat16, #tokens: …` (the dtype part is new). */
+  kvDtype: boolean
+  /**
+   * `Capture target prefill|decode CUDA graph begin. backend=…, avail mem=… GB` / `… end. elapsed=T s,
+   * mem usage=… GB, avail mem=… GB.` per set, instead of `Capture cuda graph begin. This can take up
+   * to several minutes. avail mem=… GB` / `Capture cuda graph end. Time elapsed: T s. mem usage=… GB.
+   * avail mem=… GB.`
+   */
+  graphSets: boolean
+  /** `Engine startup timings (s): load_weight=…, …, tokenizer_e2e=…` from the main process. */
+  startupTimings: boolean
+}
+
+const SGLANG_0_5_6: SglangProfile = {
+  version: '0.5.6',
+  kvDtype: false,
+  graphSets: false,
+  startupTimings: false,
+}
+const SGLANG_0_5_15: SglangProfile = {
+  version: '0.5.15',
+  kvDtype: true,
+  graphSets: true,
+  startupTimings: true,
+}
+
+/** SGLANG_PROFILES, oldest first; an unset SIM_SGLANG_VERSION runs the newest. */
+export const SGLANG_PROFILES: readonly SglangProfile[] = [SGLANG_0_5_6, SGLANG_0_5_15]
+
+/** resolveSglangProfile maps SIM_SGLANG_VERSION to its profile, reporting the version asked for. */
+export function resolveSglangProfile(requested: string | undefined): SglangProfile {
+  const want = requested ? parts(requested) : undefined
+  const newest = SGLANG_PROFILES.at(-1)!
+  if (!want) return newest
+  let chosen = SGLANG_PROFILES[0]!
+  for (const p of SGLANG_PROFILES) if (compare(parts(p.version) ?? [0, 0, 0], want) <= 0) chosen = p
+  return { ...chosen, version: requested?.trim().replace(/^v/, '') ?? chosen.version }
+}

@@ -119,14 +119,19 @@ describe('an SGLang instance', () => {
 
   it('reports the memory figures its log lines give, which match what nvidia-smi shows', async () => {
     const text = await logs(id)
-    const kv = /KV Cache is allocated\. #tokens: (\d+), K size: ([\d.]+) GB, V size: ([\d.]+) GB/.exec(text)!
+    // Current SGLang's lines (the simulator's default): the pool's dtype, one pair per CUDA-graph set.
+    const kv =
+      /KV Cache is allocated\. dtype: torch\.bfloat16, #tokens: (\d+), K size: ([\d.]+) GB, V size: ([\d.]+) GB/.exec(
+        text,
+      )!
     const weights = /Load weight end\..*mem usage=([\d.]+) GB\./.exec(text)!
-    const graphs = /Capture cuda graph end\..*mem usage=([\d.]+) GB/.exec(text)!
+    const graphs = [...text.matchAll(/Capture target (\w+) CUDA graph end\..*mem usage=([\d.]+) GB/g)]
+    expect(graphs.map((g) => g[1])).toEqual(['prefill', 'decode'])
     const rec = await instance(id)
     const m = rec.memory_metrics as MemoryMetrics
     expect(m.kv_cache_available_gib).toBeCloseTo(Number(kv[2]) + Number(kv[3]), 4)
     expect(m.weights_memory_gib).toBe(Number(weights[1]))
-    expect(m.cuda_graph_memory_gib).toBe(Number(graphs[1]))
+    expect(m.cuda_graph_memory_gib).toBeCloseTo(Number(graphs[0]![2]) + Number(graphs[1]![2]), 4)
     expect(m.max_model_len).toBe(32768)
     expect(m.kv_cache_per_request_mib).toBeCloseTo(
       (m.kv_cache_available_gib * 1024) / (Number(kv[1]) / 32768),
