@@ -248,7 +248,7 @@ function routes(): Map<string, Partial<Record<string, Handler>>> {
       context_length: e.sglang.contextLength ?? null,
       max_total_num_tokens: e.plan.kvTokens,
       internal_states: [{}],
-      version: '0.5.6',
+      version: e.profile.version,
     }),
   )
   add('/v1/models', ['GET'], (e) =>
