@@ -554,6 +554,8 @@ export interface ReplayRequest {
 
 export interface ReplayOutcome {
   policy: ReplayPolicy
+  /** Virtual epoch ms at which the trace began (after the warm start): decisions' `at` count from it. */
+  startedAt: number
   served: number
   failed: number
   ttft: number[]
@@ -688,6 +690,7 @@ export async function replay(
 
   const out: ReplayOutcome = {
     policy,
+    startedAt: clock.now(),
     served: 0,
     failed: 0,
     ttft: [],
