@@ -7,6 +7,7 @@ import type { ResidencyClock } from '../../plugins/gateway/residency/clock.ts'
 import type { ResidencyConfig } from '../../plugins/gateway/residency/config.ts'
 import { type ResidencyDecision, ResidencyManager } from '../../plugins/gateway/residency/manager.ts'
 import type { GatewayService } from '../../plugins/gateway/service.ts'
+import { MAX_HOLDS } from '../../src/directory/directory.ts'
 import { publishedSeconds } from '../../src/engine/vllm-timing.ts'
 import { EventBus } from '../../src/host/bus.ts'
 import { Logger } from '../../src/host/logger.ts'
@@ -23,8 +24,11 @@ import type { TraceEvent } from './residency-trace.ts'
  * simulated minutes takes a fraction of a second and the same trace gives the same figures on any
  * machine. Requests reach the manager the way the model directory hands them over: an absent model
  * through its catalogue backend (catalog-backend.ts, a load), an instance through its ManagedHandle
- * (instance-handle.ts, each held request its own wake with room made), each waiting at most
- * queue_timeout_seconds in a queue of max_queue per model (beyond it: 429 queue_full).
+ * (instance-handle.ts, a wake with room made), one wake run per model joined by every request held
+ * for it, each request waiting at most queue_timeout_seconds in a queue of max_queue per model
+ * (beyond it: 429 queue_full) and at most MAX_HOLDS times when its model is evicted again before
+ * its turn. Not modelled: the directory's refusals for a while after a failed wake or load, and
+ * the key priorities of its queue.
  *
  * Engine time (vLLM's, as the simulator takes it at SIM_TIME_SCALE): a cold load, a level-1 and a
  * level-2 wake take vLLM's published figures for the weights' size (src/engine/vllm-timing.ts).
@@ -654,19 +658,39 @@ export async function replay(
       abandoned: (inst: ManagedInstance) => manager.abandoned(inst.row.served_model_name),
       pinned: () => false,
     }
+    // The directory's one wake run per model: every request held for it joins the one under way.
+    const runs = new Map<string, Promise<void>>()
+    const wakeOnce = (model: string, inst: ReplayInstance | undefined): Promise<void> => {
+      let run = runs.get(model)
+      if (!run) {
+        const p = inst
+          ? new ManagedHandle(inst as unknown as ManagedInstance, control).wake()
+          : (source.backends(model)[0]?.wake?.() ?? Promise.resolve())
+        run = p.finally(() => runs.delete(model))
+        runs.set(model, run)
+      }
+      return run
+    }
     keeper = {
       held,
       async ready(model, signal) {
         if (!manager.catalogued(model)) throw new Error(`${model} is not in the catalogue`)
-        for (;;) {
+        // A request whose model is evicted again between its wake and its turn waits again, at
+        // most MAX_HOLDS times in all (src/directory/directory.ts), within its one deadline.
+        for (let holds = 0; ; ) {
           if (signal.aborted) throw signal.reason
+          if (ready(model)) return
+          if (holds >= MAX_HOLDS) throw new Error('503 evicted again after each of its waits')
           const insts = [...gw.instances.values()].filter((i) => i.model.name === model)
-          if (insts.some((i) => i.lifecycle.takesRequests)) return
-          // The directory's backends for the model: its instance's handle, else its catalogue entry.
+          // The directory's backend for the model: its instance's handle, else its catalogue entry.
           const inst = insts.find((i) => i.lifecycle.state !== 'stopping')
           const changed = gw.nextChange()
-          if (inst) await new ManagedHandle(inst as unknown as ManagedInstance, control).wake()
-          else if (insts.length === 0) await source.backends(model)[0]?.wake?.()
+          if (inst || insts.length === 0) {
+            // A hold is a wait for a wake or a load (not for an instance leaving routing to go).
+            const hold = inst?.lifecycle.state !== 'active' || inst.lifecycle.operation === 'sleep'
+            await wakeOnce(model, inst)
+            if (hold) holds++
+          }
           // Not serving yet (leaving routing for an unload, stopping): its next change, then again.
           if (!ready(model)) await changed
         }
