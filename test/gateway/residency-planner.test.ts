@@ -122,6 +122,24 @@ describe('residency planner', () => {
     expect(q.victims.map((v) => v.action)).toEqual(['unload'])
   })
 
+  it('host RAM spent past its budget (level-1 sleeps decided together) still leaves level 2 and unloads', () => {
+    // Found by bench:residency's replay: two level-1 sleeps decided before either parked its
+    // weights put the host over budget, and then no victim could be chosen at all (every option,
+    // even one parking nothing, was refused), so every waiter timed out.
+    for (const policy of ['cost', 'lru-sleep'] as const) {
+      const p = plan(
+        input({
+          policy,
+          residents: [resident('cold', 1, { ratePerSecond: 0.0001 })],
+          need: { model: 'new', gpuChoices: [[1]], needMib: 30 * GiB },
+          hostUsedMib: 70 * GiB,
+        }),
+      )
+      if (!p.fits) throw new Error(`${policy}: ${p.reason}`)
+      expect(p.victims.map((v) => v.action)).toEqual([policy === 'cost' ? 'sleep2' : 'unload'])
+    }
+  })
+
   it('never picks what is not evictable now, and says it cannot fit', () => {
     const busy = resident('busy', 0, { evictable: false })
     const pinned = resident('pinned', 1, { evictable: false })

@@ -3,7 +3,8 @@
  * models arrive as a Poisson process whose rate varies in time; each picks its model by Zipf
  * popularity (rank r has weight 1/r^s). Every `burstEverySeconds` a burst multiplies the rate for
  * `burstSeconds`, all of it for one model drawn from the less popular half (a team starting a job);
- * halfway through, the popularity order is reversed (the popular set shifts). Same seed, same trace.
+ * halfway through, the popularity order is reversed (the popular set shifts; `shift: false` keeps
+ * it). Same seed, same trace.
  */
 export interface TraceEvent {
   /** Simulated seconds from the start. */
@@ -21,6 +22,8 @@ export interface TraceOptions {
   burstEverySeconds: number
   burstSeconds: number
   burstFactor: number
+  /** Whether the popularity order is reversed halfway (default true). */
+  shift?: boolean
 }
 
 export const DEFAULT_TRACE: Omit<TraceOptions, 'models'> = {
@@ -61,7 +64,7 @@ export function generateTrace(o: TraceOptions): TraceEvent[] {
     return order[n - 1]!
   }
   const first = [...o.models]
-  const second = [...o.models].reverse()
+  const second = o.shift === false ? first : [...o.models].reverse()
   const events: TraceEvent[] = []
   // Each burst window's model, from the less popular half of the order then in force.
   const burstModel = (window: number) => {

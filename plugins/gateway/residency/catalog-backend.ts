@@ -40,7 +40,12 @@ class CatalogBackend implements Backend {
   wake(trace?: SpanBase | null): Promise<void> {
     this.manager.queued(this.model)
     const q = this.manager.queue(this.model)
-    return this.manager.bringUp(this.model, AbortSignal.timeout(q?.timeoutMs ?? 300_000), true, trace ?? null)
+    return this.manager.bringUp(
+      this.model,
+      this.manager.clock.timeout(q?.timeoutMs ?? 300_000),
+      true,
+      trace ?? null,
+    )
   }
 
   queue() {

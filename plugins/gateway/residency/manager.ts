@@ -9,6 +9,7 @@ import type { CatalogEntry, InstanceRecord, SleepOptions, SleepResult, WakeResul
 import { catalogLoadRequest } from '../catalog/rules.ts'
 import type { ManagedInstance } from '../instance.ts'
 import type { GatewayService } from '../service.ts'
+import { REAL_CLOCK, type ResidencyClock } from './clock.ts'
 import type { ResidencyConfig } from './config.ts'
 import { bringBack, type EvictAction, type Measured, RequestRate } from './costs.ts'
 import type { ResidencyHooks } from './hooks.ts'
@@ -51,6 +52,8 @@ export interface ResidencyDeps {
   metrics: Registry
   /** Epoch ms (request times); performance.now() measures durations. */
   now?: () => number
+  /** The manager's time and timers (REAL_CLOCK unless given: the replay's is virtual). */
+  clock?: ResidencyClock
   /** held: requests queued for a model now (the model directory's count). */
   held(model: string): number
 }
@@ -100,11 +103,13 @@ export class ResidencyManager implements ResidencyHooks {
   private readonly changed = new Set<() => void>()
   private readonly metrics: ResidencyMetrics
   private readonly now: () => number
-  private readonly timers = new Set<Timer>()
+  private readonly timers = new Set<unknown>()
+  readonly clock: ResidencyClock
   private stopped = false
 
   constructor(private readonly d: ResidencyDeps) {
-    this.now = d.now ?? Date.now
+    this.clock = d.clock ?? REAL_CLOCK
+    this.now = d.now ?? (() => this.clock.now())
     this.metrics = new ResidencyMetrics(d.metrics, d.bus)
     const loadStarted = new Map<string, number>()
     const wakeStarted = new Map<string, { at: number; level: 1 | 2 | null }>()
@@ -113,7 +118,7 @@ export class ResidencyManager implements ResidencyHooks {
     // lifecycle starts in that state): its time, on the lifecycle's clock (performance.now()).
     d.bus.on('gateway.instance.status', (e) => {
       if (e.previousStatus === null && e.currentStatus === 'starting')
-        loadStarted.set(e.instance.id, performance.now())
+        loadStarted.set(e.instance.id, this.clock.mono())
     })
     d.bus.on('gateway.instance.lifecycle', (e) => {
       const c = e.change
@@ -185,7 +190,7 @@ export class ResidencyManager implements ResidencyHooks {
       if (this.stopped) return
       if (!e.preload || this.instancesOf(e.name).length > 0) continue
       try {
-        await this.bringUp(e.name, AbortSignal.timeout(this.d.config.queue_timeout_seconds * 1000), false)
+        await this.bringUp(e.name, this.clock.timeout(this.d.config.queue_timeout_seconds * 1000), false)
       } catch (err) {
         if (this.stopped) return
         this.d.log.warn('preload failed', { model: e.name, error: (err as Error).message })
@@ -195,7 +200,7 @@ export class ResidencyManager implements ResidencyHooks {
 
   stop(): void {
     this.stopped = true
-    for (const t of this.timers) clearTimeout(t)
+    for (const t of this.timers) this.clock.clearTimeout(t)
     this.timers.clear()
     this.notify()
   }
@@ -341,7 +346,7 @@ export class ResidencyManager implements ResidencyHooks {
         // Woken meanwhile (another caller's wake), or gone: nothing to make room for.
         needed: () => inst.lifecycle.state === 'sleeping' && inst.lifecycle.operation !== 'wake',
       },
-      signal ?? AbortSignal.timeout(this.d.config.queue_timeout_seconds * 1000),
+      signal ?? this.clock.timeout(this.d.config.queue_timeout_seconds * 1000),
       async () => {
         // Woken by someone else while room was made (an operator's wake joins none of this one's):
         // the instance serves, which is all the caller asked for.
@@ -582,12 +587,12 @@ export class ResidencyManager implements ResidencyHooks {
     return new Promise((resolve) => {
       const done = () => {
         this.changed.delete(done)
-        clearTimeout(t)
+        this.clock.clearTimeout(t)
         this.timers.delete(t)
         signal.removeEventListener('abort', done)
         resolve()
       }
-      const t = setTimeout(done, this.untilSomeoneEvictable() ?? RETRY_MS)
+      const t = this.clock.setTimeout(done, this.untilSomeoneEvictable() ?? RETRY_MS)
       this.timers.add(t)
       this.changed.add(done)
       signal.addEventListener('abort', done, { once: true })

@@ -207,7 +207,10 @@ function byCost(here: Resident[], start: Map<number, number>, input: PlanInput):
       if (was) apply(was, deficit, -1)
       for (const o of opts) {
         if (was && o.freedMib <= was.freedMib) continue
-        if (o.parked - (was?.parked ?? 0) > host) continue
+        // Only what parks more weights in host RAM is held to what is left of it (which a host
+        // already over budget, level-1 sleeps decided together, has less than none of).
+        const parks = o.parked - (was?.parked ?? 0)
+        if (parks > 0 && parks > host) continue
         const gain = useful(o, deficit) - (was ? useful(was, deficit) : 0)
         if (gain <= 0) continue
         const score = (o.cost - (was?.cost ?? 0)) / gain
