@@ -39,7 +39,12 @@ describe('residency replay', () => {
         [210, 'charlie-14b'],
       ] as const
     ).map(([at, model]) => ({ at, model }))
-    const r = await replay('lru-sleep', trace, { models: MODELS, gpus: 2, preload: 3, residency: {} })
+    const r = await replay('lru-sleep', trace, {
+      models: MODELS,
+      gpus: 2,
+      preload: 3,
+      residency: { min_resident_seconds: 60 },
+    })
     expect(r.failed).toBe(0)
     const decisions = r.decisions.map((d) => ({
       at: (Date.parse(d.at) - r.startedAt) / 1000,

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { plugins } from '../../plugins/index.ts'
 import { gatewayYaml } from '../support/gateway.ts'
 import { startHost, type TestHost } from '../support/host.ts'
-import type { ReplayModel } from './residency-replay.ts'
+import { REPLAY_RESIDENCY, type ReplayModel } from './residency-replay.ts'
 import type { TraceEvent } from './residency-trace.ts'
 
 /**
@@ -53,13 +53,16 @@ function yaml(policy: LivePolicy, o: LiveOptions): string {
         `      - { name: ${m.name}, model_path: org/${m.name}, gpu_memory_utilization: ${m.util}, enable_sleep_mode: true${o.models.indexOf(m) < o.preload ? ', preload: true' : ''} }`,
     )
     .join('\n')
+  // The shipped defaults (as the replay runs them), the durations among them scaled to wall time.
+  const d = REPLAY_RESIDENCY
   const residency = {
     policy: policy === 'static' ? 'off' : policy,
-    min_resident_seconds: s(60),
-    horizon_seconds: s(600),
-    rate_window_seconds: s(600),
-    queue_timeout_seconds: 600,
-    host_memory_budget_gib: 64,
+    min_resident_seconds: s(d.min_resident_seconds),
+    horizon_seconds: s(d.horizon_seconds),
+    rate_window_seconds: s(d.rate_window_seconds),
+    queue_timeout_seconds: d.queue_timeout_seconds,
+    max_queue: d.max_queue,
+    host_memory_budget_gib: d.host_memory_budget_gib,
   }
   return `    residency: ${JSON.stringify(residency)}\n    catalog:\n${entries}\n`
 }

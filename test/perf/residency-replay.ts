@@ -1,10 +1,11 @@
+import { Value } from '@sinclair/typebox/value'
 import { Registry } from 'prom-client'
 import type { CatalogEntry } from '../../plugins/gateway/api.ts'
 import type { ManagedInstance } from '../../plugins/gateway/instance.ts'
 import { ManagedHandle } from '../../plugins/gateway/instance-handle.ts'
 import { catalogSource } from '../../plugins/gateway/residency/catalog-backend.ts'
 import type { ResidencyClock } from '../../plugins/gateway/residency/clock.ts'
-import type { ResidencyConfig } from '../../plugins/gateway/residency/config.ts'
+import { ResidencyConfig } from '../../plugins/gateway/residency/config.ts'
 import { type ResidencyDecision, ResidencyManager } from '../../plugins/gateway/residency/manager.ts'
 import type { GatewayService } from '../../plugins/gateway/service.ts'
 import { MAX_HOLDS } from '../../src/directory/directory.ts'
@@ -578,15 +579,8 @@ export interface ReplaySetup {
   residency: Partial<ResidencyConfig>
 }
 
-export const REPLAY_RESIDENCY: ResidencyConfig = {
-  policy: 'cost',
-  max_queue: 64,
-  queue_timeout_seconds: 600,
-  min_resident_seconds: 60,
-  host_memory_budget_gib: 64,
-  horizon_seconds: 600,
-  rate_window_seconds: 600,
-}
+/** The residency settings a replay runs with: the shipped defaults (plugins.gateway.residency), as an operator gets them. */
+export const REPLAY_RESIDENCY = Value.Default(ResidencyConfig, {}) as ResidencyConfig
 
 /** How a request gets its model serving: the manager's way (through the directory's backends) or the bound's. */
 interface Keeper {
