@@ -43,8 +43,7 @@ describe('a request planned to an engine that stopped before its connect', () =>
 
   const chat = (body: Record<string, unknown>) =>
     postJson(`${px.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], ...body })
-  const planned = () =>
-    px.host.directory.candidates('moving', new Set(['instance'])).map((b) => b.instanceId)
+  const planned = () => px.host.directory.candidates('moving', new Set(['instance'])).map((b) => b.instanceId)
 
   it('is planned to the stopped source first', () => {
     expect(planned()).toEqual(['source', 'target'])
