@@ -32,7 +32,8 @@ export class KeyGrant implements InferenceGrant {
   constructor(
     private readonly ends: KeyEnds,
     private readonly key: InferenceKey | null,
-    readonly responseHead: string,
+    /** responseHead: the key's `x-ratelimit-*` lines, told again when a refusal gives its request back. */
+    public responseHead: string,
   ) {}
 
   get priority(): number {
@@ -56,6 +57,7 @@ export class KeyGrant implements InferenceGrant {
       if (key.models !== null && !key.models.has(model)) {
         // Refused before any work: the request does not use up one of the key's requests per minute.
         key.giveBackRequest()
+        this.responseHead = rateLimitHead(key, now)
         this.ends.refused(key, 'model')
         return modelNotAllowed(key, model)
       }
