@@ -23,13 +23,14 @@ many are in flight.
   end); **tokens_per_second_total** = output tokens of successful requests ÷ that duration;
   **total_tokens_per_second** adds the input tokens. Never sums of latencies.
 - **Percentiles** interpolate linearly between closest ranks (numpy's default); averages are arithmetic means. Latency
-  statistics cover successful requests only; they are 0 when none succeeded.
+  statistics cover successful requests only; they are null when none succeeded.
 - **Goodput**: a request is good when it succeeded and met every SLA set on its scenario: E2E ≤ \`sla_threshold_ms\`,
   and, when given, TTFT ≤ \`sla_ttft_ms\` and TPOT ≤ \`sla_tpot_ms\`. With no SLA every successful request is good.
   \`goodput_percent\` = good ÷ all measured requests (failed ones included) × 100; \`goodput_requests_per_second\` = good
   ÷ duration.
 - A request **fails** on a non-2xx answer, an error event in the stream, a broken connection, a stream without generated
-  content, or \`request_timeout_ms\`; failures are counted (\`failed_requests\`, \`errors\`), never dropped.`
+  content, or \`request_timeout_ms\`; failures are counted (\`failed_requests\`, \`failed_by_status\`, \`first_errors\`, \`errors\`), never dropped.
+  A scenario whose measured requests all failed is \`failed\` (its \`error\` says why), and so is its run.`
 
 export const STATUS_DOCS = `**Statuses.** Run: pending → running → completed | cancelled | failed. A run waits as pending while
 \`max_concurrent_runs\` others execute. Scenario: pending → running → completed | failed | cancelled, with \`phase\`

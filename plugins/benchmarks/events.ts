@@ -33,7 +33,7 @@ export const EVENT_DOCS = `Events (SSE event name → data):
 - scenario:warmup → {benchmark_id, scenario_id, completed, total}
 - scenario:progress → {benchmark_id, scenario_id, completed, total, success_count, error_count}
 - scenario:completed → {benchmark_id, scenario_id, status: "completed", metrics}
-- scenario:failed → {benchmark_id, scenario_id, error}
+- scenario:failed → {benchmark_id, scenario_id, error, metrics?} (metrics when its requests ran and every one failed)
 - scenario:cancelled → {benchmark_id, scenario_id, metrics?} (metrics of the requests that finished)
 - benchmark:completed → {benchmark_id, status, completed_at, duration_seconds, total_requests, successful_requests, failed_requests}
 - benchmark:failed → {benchmark_id, error, completed_at}
@@ -87,7 +87,10 @@ export function scenarioEndEvent(run: BenchmarkRun, s: Scenario): BenchmarkEvent
   const base = { benchmark_id: run.id, scenario_id: s.id }
   if (s.status === 'completed')
     return { event: 'scenario:completed', data: { ...base, status: 'completed', metrics: s.metrics } }
-  if (s.status === 'failed') return { event: 'scenario:failed', data: { ...base, error: s.error } }
+  if (s.status === 'failed') {
+    const data = { ...base, error: s.error }
+    return { event: 'scenario:failed', data: s.metrics ? { ...data, metrics: s.metrics } : data }
+  }
   if (s.status === 'cancelled') {
     return { event: 'scenario:cancelled', data: s.metrics ? { ...base, metrics: s.metrics } : base }
   }

@@ -15,7 +15,7 @@ import { HttpStreamClient } from './http-stream.ts'
 import { buildPrompts } from './prompts.ts'
 import type { RunRepository } from './repo.ts'
 import { type LoadPlan, runScenarioLoad } from './runner.ts'
-import type { BenchmarkRun, Scenario } from './schemas.ts'
+import type { BenchmarkRun, Scenario, ScenarioMetrics } from './schemas.ts'
 import { ScenarioRecorder } from './statistics.ts'
 
 /**
@@ -48,6 +48,16 @@ export function refreshTotals(run: BenchmarkRun): void {
   run.total_requests = run.scenarios.reduce((n, s) => n + s.total_requests, 0)
   run.successful_requests = run.scenarios.reduce((n, s) => n + s.successful_requests, 0)
   run.failed_requests = run.scenarios.reduce((n, s) => n + s.failed_requests, 0)
+}
+
+/** allFailed: why a scenario none of whose measured requests succeeded failed, e.g.
+ * `all 20 measured requests failed (401 × 20): HTTP 401: invalid_api_key: Invalid API key`. */
+export function allFailed(m: ScenarioMetrics): string {
+  const causes = Object.entries(m.failed_by_status ?? {})
+    .map(([status, n]) => `${status} × ${n}`)
+    .join(', ')
+  const first = m.first_errors?.[0] ?? m.errors[0]?.message
+  return `all ${m.total_requests} measured requests failed${causes ? ` (${causes})` : ''}${first ? `: ${first}` : ''}`
 }
 
 /** Barrier releases the contention scenarios' measured phases together. */
@@ -239,6 +249,10 @@ export class RunExecution {
       if (outcome.cancelled) {
         s.status = this.stopKind === 'shutdown' ? 'failed' : 'cancelled'
         s.error = this.stopMessage
+      } else if (s.metrics && s.metrics.total_requests > 0 && s.metrics.successful_requests === 0) {
+        // nothing was measured: a scenario none of whose requests succeeded failed, and says why
+        s.status = 'failed'
+        s.error = allFailed(s.metrics)
       } else s.status = 'completed'
     } catch (err) {
       s.status = signal.aborted ? (this.stopKind === 'shutdown' ? 'failed' : 'cancelled') : 'failed'

@@ -9,6 +9,8 @@ import { SseLineReader, type SseSink } from './sse-scan.ts'
 export interface RequestSample {
   ok: boolean
   error: string | null
+  /** status: the response's HTTP status; 0 when no response head arrived (refused, broken, timed out). */
+  status: number
   /** cancelled: cut short by the run's cancellation; neither a success nor a failure. */
   cancelled: boolean
   sendAt: number
@@ -77,6 +79,7 @@ class StreamingRequest implements SseSink, StreamCallbacks {
     this.resolve({
       ok: error === null && !this.cancelled,
       error: this.cancelled ? 'cancelled' : error,
+      status,
       cancelled: this.cancelled,
       sendAt: this.sendAt,
       endAt: at,

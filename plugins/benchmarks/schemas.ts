@@ -39,7 +39,13 @@ export type RoutingMode = Static<typeof RoutingModeSchema>
 export const RunModeSchema = T.Union([T.Literal('isolated'), T.Literal('contention')])
 export type RunMode = Static<typeof RunModeSchema>
 
-const Ms = (description: string) => T.Number({ description: `${description} (milliseconds)` })
+/** Ms and PerRequest: figures of the successful requests only, null when none succeeded. */
+const Ms = (description: string) =>
+  T.Union([T.Number(), T.Null()], {
+    description: `${description} (milliseconds); null when no request succeeded`,
+  })
+const PerRequest = (description: string) =>
+  T.Union([T.Number(), T.Null()], { description: `${description}; null when no request succeeded` })
 const Rate = (description: string) => T.Number({ description })
 
 export const ScenarioMetricsSchema = T.Object(
@@ -51,11 +57,11 @@ export const ScenarioMetricsSchema = T.Object(
     ttft_p99: Ms('TTFT 99th percentile'),
     ttft_min: Ms('fastest TTFT'),
     ttft_max: Ms('slowest TTFT'),
-    tps_avg: Rate('mean per-request output tokens per second: output tokens ÷ (E2E − TTFT)'),
-    tps_p50: Rate('per-request TPS median'),
-    tps_p90: Rate('per-request TPS 90th percentile'),
-    tps_p95: Rate('per-request TPS 95th percentile'),
-    tps_p99: Rate('per-request TPS 99th percentile'),
+    tps_avg: PerRequest('mean per-request output tokens per second: output tokens ÷ (E2E − TTFT)'),
+    tps_p50: PerRequest('per-request TPS median'),
+    tps_p90: PerRequest('per-request TPS 90th percentile'),
+    tps_p95: PerRequest('per-request TPS 95th percentile'),
+    tps_p99: PerRequest('per-request TPS 99th percentile'),
     e2e_avg: Ms('mean end-to-end latency: last content chunk − send time'),
     e2e_p50: Ms('E2E median'),
     e2e_p90: Ms('E2E 90th percentile'),
@@ -99,8 +105,26 @@ export const ScenarioMetricsSchema = T.Object(
     errors: T.Array(T.Object({ message: T.String(), count: T.Integer() }), {
       description: 'the ten most frequent failure messages',
     }),
+    failed_by_status: T.Optional(
+      T.Record(T.String(), T.Integer(), {
+        description:
+          'failed requests by cause: the HTTP status (`"401"`), `"stream"` (a 2xx whose stream failed or ' +
+          'carried no content) or `"no_response"` (no response head: refused, broken, timed out); ' +
+          'absent from runs stored before it was recorded',
+      }),
+    ),
+    first_errors: T.Optional(
+      T.Array(T.String(), {
+        description:
+          'the first five distinct failure messages in the order they happened, e.g. ' +
+          '`HTTP 401: invalid_api_key: Invalid API key`',
+      }),
+    ),
   },
-  { description: 'Scenario metrics; latency and percentile values are 0 when no request succeeded' },
+  {
+    description:
+      'Scenario metrics; latency, TPOT, ITL and per-request TPS figures are null when no request succeeded',
+  },
 )
 export type ScenarioMetrics = Static<typeof ScenarioMetricsSchema>
 

@@ -54,9 +54,16 @@ export function classifyData(payload: string, at: number, sink: SseSink): void {
 /** errorMessage extracts `error.message` (OpenAI and vLLM shapes) from a JSON text, or returns it trimmed. */
 export function errorMessage(text: string): string {
   try {
-    const body = JSON.parse(utf8(text)) as { error?: { message?: unknown } | string; message?: unknown }
+    const body = JSON.parse(utf8(text)) as {
+      error?: { message?: unknown; code?: unknown } | string
+      message?: unknown
+    }
     if (typeof body.error === 'string') return body.error
-    if (body.error && typeof body.error.message === 'string') return body.error.message
+    // the OpenAI error code (`invalid_api_key`, `rate_limit_exceeded`) says more than its message alone
+    if (body.error && typeof body.error.message === 'string')
+      return typeof body.error.code === 'string' && body.error.code
+        ? `${body.error.code}: ${body.error.message}`
+        : body.error.message
     if (typeof body.message === 'string') return body.message
   } catch {
     // not JSON

@@ -81,7 +81,18 @@ export interface Sla {
 }
 
 const ITL_CAPACITY = 200_000
+const FIRST_ERRORS = 5
 const round = (v: number) => Math.round(v * 1000) / 1000
+
+/**
+ * failureStatus: how a failed request is counted in `failed_by_status`: its HTTP status (`"401"`),
+ * `"stream"` when a 2xx response's stream failed or carried no content, `"no_response"` when no
+ * response head arrived (connection refused or broken, timeout).
+ */
+export function failureStatus(status: number): string {
+  if (status >= 300 || (status > 0 && status < 200)) return String(status)
+  return status === 0 ? 'no_response' : 'stream'
+}
 
 /** ScenarioRecorder accumulates the measured requests of one scenario. */
 export class ScenarioRecorder {
@@ -91,6 +102,8 @@ export class ScenarioRecorder {
   private readonly tps: number[] = []
   private readonly tpot: number[] = []
   private readonly errors = new Map<string, number>()
+  private readonly byStatus = new Map<string, number>()
+  private readonly firstErrors: string[] = []
   private success = 0
   private failed = 0
   private cancelled = 0
@@ -117,7 +130,10 @@ export class ScenarioRecorder {
     if (!s.ok) {
       this.failed++
       const key = (s.error ?? 'unknown error').slice(0, 200)
+      if (!this.errors.has(key) && this.firstErrors.length < FIRST_ERRORS) this.firstErrors.push(key)
       this.errors.set(key, (this.errors.get(key) ?? 0) + 1)
+      const status = failureStatus(s.status)
+      this.byStatus.set(status, (this.byStatus.get(status) ?? 0) + 1)
       return
     }
     this.success++
@@ -158,36 +174,38 @@ export class ScenarioRecorder {
       .sort((a, b) => b[1] - a[1])
       .slice(0, 10)
       .map(([message, count]) => ({ message, count }))
+    // latencies exist only for requests that succeeded: with none, they are null, never 0
+    const lat = (v: number) => (this.success > 0 ? round(v) : null)
     return {
-      ttft_avg: round(mean(ttft)),
-      ttft_p50: round(percentile(ttft, 50)),
-      ttft_p90: round(percentile(ttft, 90)),
-      ttft_p95: round(percentile(ttft, 95)),
-      ttft_p99: round(percentile(ttft, 99)),
-      ttft_min: round(ttft[0] ?? 0),
-      ttft_max: round(ttft[ttft.length - 1] ?? 0),
-      tps_avg: round(mean(tps)),
-      tps_p50: round(percentile(tps, 50)),
-      tps_p90: round(percentile(tps, 90)),
-      tps_p95: round(percentile(tps, 95)),
-      tps_p99: round(percentile(tps, 99)),
-      e2e_avg: round(mean(e2e)),
-      e2e_p50: round(percentile(e2e, 50)),
-      e2e_p90: round(percentile(e2e, 90)),
-      e2e_p95: round(percentile(e2e, 95)),
-      e2e_p99: round(percentile(e2e, 99)),
-      e2e_min: round(e2e[0] ?? 0),
-      e2e_max: round(e2e[e2e.length - 1] ?? 0),
-      tpot_avg: round(mean(tpot)),
-      tpot_p50: round(percentile(tpot, 50)),
-      tpot_p90: round(percentile(tpot, 90)),
-      tpot_p95: round(percentile(tpot, 95)),
-      tpot_p99: round(percentile(tpot, 99)),
-      itl_avg: round(this.itl.mean()),
-      itl_p50: round(percentile(itl, 50)),
-      itl_p90: round(percentile(itl, 90)),
-      itl_p95: round(percentile(itl, 95)),
-      itl_p99: round(percentile(itl, 99)),
+      ttft_avg: lat(mean(ttft)),
+      ttft_p50: lat(percentile(ttft, 50)),
+      ttft_p90: lat(percentile(ttft, 90)),
+      ttft_p95: lat(percentile(ttft, 95)),
+      ttft_p99: lat(percentile(ttft, 99)),
+      ttft_min: lat(ttft[0] ?? 0),
+      ttft_max: lat(ttft[ttft.length - 1] ?? 0),
+      tps_avg: lat(mean(tps)),
+      tps_p50: lat(percentile(tps, 50)),
+      tps_p90: lat(percentile(tps, 90)),
+      tps_p95: lat(percentile(tps, 95)),
+      tps_p99: lat(percentile(tps, 99)),
+      e2e_avg: lat(mean(e2e)),
+      e2e_p50: lat(percentile(e2e, 50)),
+      e2e_p90: lat(percentile(e2e, 90)),
+      e2e_p95: lat(percentile(e2e, 95)),
+      e2e_p99: lat(percentile(e2e, 99)),
+      e2e_min: lat(e2e[0] ?? 0),
+      e2e_max: lat(e2e[e2e.length - 1] ?? 0),
+      tpot_avg: lat(mean(tpot)),
+      tpot_p50: lat(percentile(tpot, 50)),
+      tpot_p90: lat(percentile(tpot, 90)),
+      tpot_p95: lat(percentile(tpot, 95)),
+      tpot_p99: lat(percentile(tpot, 99)),
+      itl_avg: lat(this.itl.mean()),
+      itl_p50: lat(percentile(itl, 50)),
+      itl_p90: lat(percentile(itl, 90)),
+      itl_p95: lat(percentile(itl, 95)),
+      itl_p99: lat(percentile(itl, 99)),
       goodput_count: this.good,
       goodput_percent: measured > 0 ? round((this.good / measured) * 100) : 0,
       goodput_requests_per_second: round(perSec(this.good)),
@@ -208,6 +226,8 @@ export class ScenarioRecorder {
       sla_ttft_ms: this.sla.ttftMs,
       sla_tpot_ms: this.sla.tpotMs,
       errors,
+      failed_by_status: Object.fromEntries([...this.byStatus.entries()].sort((a, b) => b[1] - a[1])),
+      first_errors: [...this.firstErrors],
     }
   }
 }

@@ -47,7 +47,8 @@ export class GatewayKeyGate {
    */
   admit(authorization: string | null): Admission {
     if (!this.guarded) return null
-    const verdict = this.auth.admitInference(authorization)
+    // With standalone models a refusal here is provisional (check judges again): counted only then.
+    const verdict = this.auth.admitInference(authorization, !this.standalone)
     if (!(verdict instanceof AppError)) return verdict
     return this.standalone ? 'anonymous' : verdict
   }

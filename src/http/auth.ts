@@ -498,10 +498,11 @@ export class AuthService {
   /**
    * admitInference judges a request's inference key from its Authorization value, before its body is
    * read (the fronts' head stage, src/http/keys/service.ts): a refusal, a grant with the key's
-   * limits, or null when inference is open.
+   * limits, or null when inference is open. `final` false: a refusal that may yet be overruled is
+   * not counted (InferenceKeys.admit).
    */
-  admitInference(authorization: string | null): AppError | InferenceGrant | null {
-    return this.keys.admit(authorization)
+  admitInference(authorization: string | null, final = true): AppError | InferenceGrant | null {
+    return this.keys.admit(authorization, Date.now(), final)
   }
 
   /**

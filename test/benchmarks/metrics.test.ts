@@ -15,6 +15,7 @@ const sample = (over: Partial<RequestSample>): RequestSample => ({
   outputTokens: 11,
   promptTokens: 32,
   usageReported: true,
+  status: 200,
   contentChunks: 11,
   ...over,
 })

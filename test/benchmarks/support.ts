@@ -55,7 +55,11 @@ export interface FakeGateway {
   proxied: Map<string, number>
 }
 
-export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
+/**
+ * fakeGateway: `requireKey`, when set, makes its /v1/completions answer 401 `invalid_api_key` (the
+ * body the gateway's own key check sends) to a request without `Bearer <requireKey>`.
+ */
+export function fakeGateway(list: InstanceRecord[] = [], opts: { requireKey?: string } = {}): FakeGateway {
   const instances = new Map(list.map((i) => [i.id, i]))
   const proxied = new Map<string, number>()
   const unsupported = () => {
@@ -94,6 +98,13 @@ export function fakeGateway(list: InstanceRecord[] = []): FakeGateway {
           if (!target) return Response.json({ error: { message: 'unknown model' } }, { status: 400 })
           const auth = request.headers.get('authorization') ?? '(none)'
           proxied.set(auth, (proxied.get(auth) ?? 0) + 1)
+          if (opts.requireKey !== undefined && auth !== `Bearer ${opts.requireKey}`)
+            return Response.json(
+              {
+                error: { message: 'Invalid API key', type: 'authentication_error', code: 'invalid_api_key' },
+              },
+              { status: 401 },
+            )
           const upstream = await fetch(`http://127.0.0.1:${target.port}/v1/completions`, {
             method: 'POST',
             headers: { 'content-type': 'application/json' },

@@ -55,7 +55,7 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
   const chartValues = (p: Page, chart: string, scope = '') =>
     p
       .locator(`${scope} [data-chart="${chart}"] rect[data-bar]`.trim())
-      .evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))))
+      .evaluateAll((els) => els.map((e): number | null => Number(e.getAttribute('data-value'))))
 
   it('starts a run from the page, shows its progress live, then its charts with the figures the API has', async () => {
     await page.locator('form.bench-form').waitFor()
@@ -107,9 +107,9 @@ describe.skipIf(skip !== null)('benchmarks, presets and profiles in a browser', 
       .locator(`${one} [data-chart="e2e"] rect[data-bar]`)
       .evaluateAll((els) => els.map((e) => e.getBoundingClientRect().height))
     const top = Math.max(...heights)
-    const largest = Math.max(m.e2e_p50, m.e2e_p90, m.e2e_p99)
-    expect(heights[0]! / top).toBeCloseTo(m.e2e_p50 / largest, 1)
-    expect(heights[2]! / top).toBeCloseTo(m.e2e_p99 / largest, 1)
+    const largest = Math.max(m.e2e_p50!, m.e2e_p90!, m.e2e_p99!)
+    expect(heights[0]! / top).toBeCloseTo(m.e2e_p50! / largest, 1)
+    expect(heights[2]! / top).toBeCloseTo(m.e2e_p99! / largest, 1)
     const axisBottoms = await page
       .locator(`${one} [data-chart="e2e"] rect[data-bar]`)
       .evaluateAll((els) => els.map((e) => Math.round(e.getBoundingClientRect().bottom)))

@@ -65,6 +65,25 @@ describe('inference keys: limits under concurrency', () => {
     for (const r of refused) expect((await errorOf(r)).code).toBe('rate_limit_exceeded')
   })
 
+  it('rpm: a 403 for a model the key does not list uses up none of its requests per minute', async () => {
+    open()
+    const k = await h.createKey({ name: 'two-a-minute-of-a', rpm: 2, models: ['model-a'] })
+    // The key is judged at the head, before the model is known; a refusal for the model gives the place back.
+    for (let i = 0; i < 3; i++) {
+      const denied = await chat(h.url, k.key, {}, 'model-b')
+      expect(denied.status).toBe(403)
+      expect((await errorOf(denied)).code).toBe('model_not_allowed')
+      // its rate-limit lines say so: no place was used
+      expect(denied.headers.get('x-ratelimit-remaining-requests')).toBe('2')
+    }
+    const first = await chat(h.url, k.key)
+    expect(first.status).toBe(200)
+    expect(first.headers.get('x-ratelimit-remaining-requests')).toBe('1')
+    await first.text()
+    expect((await chat(h.url, k.key)).status).toBe(200)
+    expect((await chat(h.url, k.key)).status).toBe(429)
+  })
+
   it('a stream that crosses the budget finishes, a request beside it waits for its reservation, the next is 429', async () => {
     close()
     // The stream below uses 5 + 12 = 17 tokens, but reserves its worst case (its prompt's estimate

@@ -91,6 +91,27 @@ describe('inference keys: refusals', () => {
     expect(denied.status).toBe(403)
   })
 
+  it('counts refused requests in the key’s usage, by reason: the 429s of its head and the 403 of its model', async () => {
+    const k = await h.createKey({ name: 'refusals-counted', rpm: 1, models: ['model-a'] })
+    expect((await chat(h.url, k.key, {}, 'model-b')).status).toBe(403)
+    const ok = await chat(h.url, k.key)
+    expect(ok.status).toBe(200)
+    await ok.text()
+    for (let i = 0; i < 3; i++) expect((await chat(h.url, k.key)).status).toBe(429)
+    type Row = { model: string; requests: number; errors: number; prompt_tokens: number }
+    const own = await h.admin<{ rows: Row[] }>('GET', `/api/keys/${k.id}/usage`)
+    const by = Object.fromEntries(
+      own.body.rows.map((r) => [r.model, [r.requests, r.errors, r.prompt_tokens]]),
+    )
+    expect(by).toEqual({
+      'model-a': [1, 0, expect.any(Number)],
+      '(refused: model)': [1, 1, 0],
+      '(refused: requests)': [3, 3, 0],
+    })
+    const all = await h.admin<{ rows: (Row & { key_id: string })[] }>('GET', '/api/usage?group_by=key')
+    expect(all.body.rows.find((r) => r.key_id === k.id)).toMatchObject({ requests: 5, errors: 4 })
+  })
+
   it('429 rate_limit_exceeded (requests) past rpm, with Retry-After and the request lines', async () => {
     const k = await h.createKey({ name: 'rpm-3', rpm: 3 })
     const seen: Record<string, string>[] = []

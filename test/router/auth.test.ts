@@ -248,8 +248,12 @@ describe('router honours the gateway’s inference keys and their limits', () =>
     const usage = await admin<{ rows: { model: string; requests: number; completion_tokens: number }[] }>(
       `/api/keys/${k.id}/usage`,
     )
-    expect(usage.body.rows).toEqual([expect.objectContaining({ model: GW, requests: 2 })])
-    expect(usage.body.rows[0]!.completion_tokens).toBeGreaterThan(0)
+    // The 429 is counted once, as a refused request of the key, under its reason.
+    expect(usage.body.rows).toEqual([
+      expect.objectContaining({ model: '(refused: requests)', requests: 1, completion_tokens: 0 }),
+      expect.objectContaining({ model: GW, requests: 2 }),
+    ])
+    expect(usage.body.rows[1]!.completion_tokens).toBeGreaterThan(0)
   })
 
   it('leaves a standalone endpoint model to its no-auth default: no key needed, none counted', async () => {

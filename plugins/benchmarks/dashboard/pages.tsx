@@ -344,8 +344,36 @@ function ScenarioView(props: { s: Scenario; index: number; live: Live | undefine
         />
       )}
       {s.error && <p class="error">{s.error}</p>}
+      {m && m.failed_requests > 0 && <Failures m={m} />}
       {m && <Figures runs={[{ label: s.model_name, m }]} />}
     </section>
+  )
+}
+
+/** Failures: why a scenario's requests failed: the counts by cause and the first messages. */
+function Failures({ m }: { m: ScenarioMetrics }) {
+  const causes = Object.entries(m.failed_by_status ?? {})
+  const first = m.first_errors ?? m.errors.map((e) => e.message)
+  return (
+    <div class="failures" data-failures>
+      <p>
+        {m.failed_requests} of {m.total_requests} requests failed
+        {causes.length > 0 && ': '}
+        {causes.map(([status, n], i) => (
+          <span key={status} data-failed-status={status}>
+            {i > 0 && ', '}
+            {status} × {n}
+          </span>
+        ))}
+      </p>
+      <ul class="small">
+        {first.map((e) => (
+          <li key={e} data-first-error>
+            <code>{e}</code>
+          </li>
+        ))}
+      </ul>
+    </div>
   )
 }
 

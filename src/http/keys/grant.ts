@@ -10,9 +10,9 @@ import { duration, type InferenceKey, PRIORITY_RANK } from './key.ts'
  * and its end is counted once (KeyEnds: usage, the minute's tokens, the budget, metrics). The
  * static INFERENCE_API_KEY's grant has no key: no limit, usage counted as `static`.
  *
- * A request that ends without beginning (refused before its model was found, or for its key's
- * limits) is counted under REFUSED_MODEL: usage rows are kept only for models that exist, whatever
- * name a client sends.
+ * A request that ends without beginning is counted under REFUSED_MODEL when refused before its
+ * model was found, under `refusedModel(reason)` when refused for its key (its model list or
+ * limits): usage rows are kept only for models that exist, whatever name a client sends.
  */
 export interface KeyEnds {
   ended(key: InferenceKey | null, model: string, status: number, usage: TokenUsage | null): void
@@ -24,15 +24,27 @@ export type RefusalReason = 'requests' | 'tokens' | 'concurrency' | 'quota' | 'm
 /** REFUSED_MODEL: the one usage label of requests refused before a model served them. */
 export const REFUSED_MODEL = '(refused)'
 
+/**
+ * refusedModel: the usage label of requests refused for their key, by reason (`(refused: requests)`
+ * for rpm, `tokens` for tpm, `concurrency`, `quota` for the budget, `model` for one it may not use):
+ * a fixed few labels, never a name a client sends.
+ */
+export function refusedModel(reason: RefusalReason): string {
+  return `${REFUSED_MODEL.slice(0, -1)}: ${reason})`
+}
+
 export class KeyGrant implements InferenceGrant {
   private model: string | null = null
   private reserved = 0
   private over = false
+  /** refusal: why begin refused the request for its key (its usage label), or null. */
+  private refusal: RefusalReason | null = null
 
   constructor(
     private readonly ends: KeyEnds,
     private readonly key: InferenceKey | null,
-    readonly responseHead: string,
+    /** responseHead: the key's `x-ratelimit-*` lines, told again when a refusal gives its request back. */
+    public responseHead: string,
   ) {}
 
   get priority(): number {
@@ -56,16 +68,20 @@ export class KeyGrant implements InferenceGrant {
       if (key.models !== null && !key.models.has(model)) {
         // Refused before any work: the request does not use up one of the key's requests per minute.
         key.giveBackRequest()
+        this.responseHead = rateLimitHead(key, now)
+        this.refusal = 'model'
         this.ends.refused(key, 'model')
         return modelNotAllowed(key, model)
       }
       if (key.maxConcurrent !== null && key.inFlight >= key.maxConcurrent) {
+        this.refusal = 'concurrency'
         this.ends.refused(key, 'concurrency')
         return tooManyConcurrent(key, {})
       }
       const fits = key.reserve(now, worst)
       if (fits !== true) {
-        this.ends.refused(key, fits === 'tokens' ? 'tokens' : 'quota')
+        this.refusal = fits === 'tokens' ? 'tokens' : 'quota'
+        this.ends.refused(key, this.refusal)
         const headers = rateLimitHeaders(key, now)
         if (fits === 'tokens') return tooManyTokens(key, key.tokensShortMs(now, worst), headers, worst)
         return fits === 'quota' ? quotaSpent(key, headers) : budgetHeld(key, worst, headers)
@@ -94,7 +110,7 @@ export class KeyGrant implements InferenceGrant {
     this.over = true
     const model = this.model
     if (model === null) {
-      this.ends.ended(this.key, REFUSED_MODEL, status, null)
+      this.ends.ended(this.key, this.refusal ? refusedModel(this.refusal) : REFUSED_MODEL, status, null)
       return
     }
     this.model = null

@@ -104,9 +104,11 @@ export function usageAnswer(query: UsageQuery, page: UsagePage) {
 }
 
 const USAGE_DOC =
-  'Rows per hour or day (`granularity`, UTC) of [from, to) widened to whole hours: `requests` (those that named a ' +
-  'model the key may use), the engine’s own `prompt_tokens` and `completion_tokens`, and `errors` (status 400 ' +
-  'or more). Counted on this pod, where the requests entered; written at most a second after they end. ' +
+  'Rows per hour or day (`granularity`, UTC) of [from, to) widened to whole hours: `requests`, the engine’s own ' +
+  '`prompt_tokens` and `completion_tokens`, and `errors` (status 400 or more). Requests refused before a model ' +
+  'took them are errors under a label, never a name a client sent: `(refused)` for a model nobody serves, ' +
+  '`(refused: requests|tokens|concurrency|quota|model)` for a refusal for the key (rpm, tpm, concurrency, a spent ' +
+  'budget, a model it may not use). Counted on this pod, where the requests entered; written at most a second after they end. ' +
   '400 for a date that is not ISO 8601, an empty range, or more than 31 days of hourly (400 of daily) rows.'
 
 export function keysRoutes(keys: InferenceKeys) {

@@ -15,6 +15,7 @@ import {
   type RefusalReason,
   rateLimitHead,
   rateLimitHeaders,
+  refusedModel,
   tooManyConcurrent,
   tooManyRequests,
   tooManyTokens,
@@ -142,8 +143,12 @@ export class InferenceKeys implements KeyEnds {
     return this.staticKey ?? this.consoleKey
   }
 
-  /** admit judges a request's key from its head (see the class comment). */
-  admit(authorization: string | null, now = Date.now()): AppError | KeyGrant | null {
+  /**
+   * admit judges a request's key from its head (see the class comment). `final` false: a refusal
+   * may yet be overruled (the router's head, before it knows whether the model needs a key at all),
+   * so it is counted (metric and usage) only by the judgement that stands.
+   */
+  admit(authorization: string | null, now = Date.now(), final = true): AppError | KeyGrant | null {
     if (!this.required) return null
     const given = bearerOf(authorization)
     if (given === null) return missingKey()
@@ -159,21 +164,36 @@ export class InferenceKeys implements KeyEnds {
         const [start] = periodOf(key.budgetPeriod ?? 'month', now)
         key.rollPeriod(now, this.usage.tokensSince(key.id, start))
       }
-      if (key.budgetSpent()) return this.refuse(key, 'quota', quotaSpent(key, rateLimitHeaders(key, now)))
+      if (key.budgetSpent())
+        return this.refuse(key, 'quota', quotaSpent(key, rateLimitHeaders(key, now)), now, final)
     }
     if (key.maxConcurrent !== null && key.inFlight >= key.maxConcurrent)
-      return this.refuse(key, 'concurrency', tooManyConcurrent(key, rateLimitHeaders(key, now)))
+      return this.refuse(key, 'concurrency', tooManyConcurrent(key, rateLimitHeaders(key, now)), now, final)
     const wait = key.requestWait(now)
-    if (wait > 0) return this.refuse(key, 'requests', tooManyRequests(key, wait, rateLimitHeaders(key, now)))
+    if (wait > 0)
+      return this.refuse(key, 'requests', tooManyRequests(key, wait, rateLimitHeaders(key, now)), now, final)
     const tokenWait = key.tokensWait(now)
     if (tokenWait > 0)
-      return this.refuse(key, 'tokens', tooManyTokens(key, tokenWait, rateLimitHeaders(key, now)))
+      return this.refuse(key, 'tokens', tooManyTokens(key, tokenWait, rateLimitHeaders(key, now)), now, final)
     key.takeRequest(now)
     return new KeyGrant(this, key, rateLimitHead(key, now))
   }
 
-  private refuse(key: InferenceKey, reason: RefusalReason, error: AppError): AppError {
+  /**
+   * refuse: a refusal from the head alone (rpm, tpm, concurrency, a spent budget). No grant ends
+   * it, so its usage is counted here: an error under `refusedModel(reason)`, added in memory as a
+   * served request's is and written with the next batch.
+   */
+  private refuse(
+    key: InferenceKey,
+    reason: RefusalReason,
+    error: AppError,
+    now: number,
+    final: boolean,
+  ): AppError {
+    if (!final) return error
     this.refused(key, reason)
+    this.usage.add(key.id, refusedModel(reason), now, true, 0, 0)
     return error
   }
 
