@@ -39,11 +39,18 @@ async function unloadAll(gw: TestGateway) {
   })
 }
 
+/**
+ * Engine port ranges from a free port, not fixed numbers: beside a second copy of the suite, both
+ * gateways claimed the same port of 18240-18259 and one engine met 'Address already in use'.
+ */
+const moveBase = await freePort()
+const rollbackBase = await freePort()
+
 describe('blue-green move', () => {
   let gw: TestGateway
   let service: GatewayService
   beforeAll(async () => {
-    gw = await startGateway({ ports: [18240, 18259] })
+    gw = await startGateway({ ports: [moveBase, moveBase + 19] })
     service = gw.host.api<GatewayService>('gateway')
   })
   afterAll(() => gw.stop())
@@ -279,7 +286,11 @@ describe('blue-green move rollback', () => {
       { CUDA_VISIBLE_DEVICES: '1', SIM_LOAD_DELAY_MS: '100' },
       await freePort(),
     )
-    const gw = await startGateway({ ports: [18260, 18269], simDir: engineDir, smiSimDir: smiDir })
+    const gw = await startGateway({
+      ports: [rollbackBase, rollbackBase + 9],
+      simDir: engineDir,
+      smiSimDir: smiDir,
+    })
     try {
       await waitHealthy(hog)
       const id = await gw.load({ model_path: 'Qwen/Qwen2.5-7B-Instruct', gpu_ids: [0] })
