@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
+import { MESSAGES_PATH } from './errors.ts'
 
 /** credentials.ts: reading and comparing the secrets requests present (admin tokens, inference keys). */
 
@@ -24,7 +25,7 @@ export function inferenceAuthorization(head: {
   header(name: string): string | null
 }): string | null {
   const given = head.header('authorization')
-  if (given !== null || head.path !== '/v1/messages') return given
+  if (given !== null || head.path !== MESSAGES_PATH) return given
   const key = head.header('x-api-key')
   return key === null ? null : `Bearer ${key.trim()}`
 }

@@ -223,11 +223,7 @@ export class ClientConn extends Connection {
         req.trace?.end(499)
         return
       }
-      // Hand over without letting the drain count touch zero in between (a forward counts again).
-      this.current = null
-      this.inference = false
-      this.act(head, req, next)
-      this.front.inferenceEnded()
+      this.handOver(head, req, next)
     }
     let decided: Promise<WireAction>
     try {
@@ -307,10 +303,18 @@ export class ClientConn extends Connection {
       this.closeConnection()
       return
     }
-    // Hand over without letting the drain count touch zero in between (a forward counts again).
+    this.handOver(req.head, req, action)
+  }
+
+  /**
+   * handOver: the request's running stage (a wait, or a forward that was refused unsent) is over and
+   * `action` takes its place, without letting the drain count touch zero in between (a forward
+   * counts again).
+   */
+  private handOver(head: RequestHead, req: ParsedWireRequest, action: WireAction): void {
     this.current = null
     this.inference = false
-    this.act(req.head, req, action)
+    this.act(head, req, action)
     this.front.inferenceEnded()
   }
 

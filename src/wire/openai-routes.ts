@@ -1,5 +1,5 @@
 import { Elysia, type t } from 'elysia'
-import { proxyError } from '../http/errors.ts'
+import { inferenceShape, proxyError } from '../http/errors.ts'
 import { ProxyError } from '../http/schemas.ts'
 import { pathOf } from '../http/url.ts'
 import {
@@ -154,7 +154,7 @@ export function openaiRoutes(opts: OpenaiRoutesOptions) {
       body: EngineRequest('Engine request'),
       ok: EngineResponse('Engine response'),
     }
-    const anthropic = path === '/v1/messages'
+    const anthropic = inferenceShape(path) === 'anthropic'
     app = app.post(path, servedByTheFront, {
       parse: 'none',
       response: anthropic
